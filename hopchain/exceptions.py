@@ -1,0 +1,180 @@
+"""Exceptions raised by hopchain, and the stable reason codes they carry.
+
+Every error that concerns a message carries a :class:`ReasonCode`. The same code appears
+in the dead-letter record's ``hopchain-reason`` header, in the structured log line and as
+the ``reason`` label of the rejection counters, so an operator can go from an alert to a
+log line to a parked record with one word.
+
+Hierarchy::
+
+    HopchainError
+    ├── ConfigurationError          a setting or declaration is wrong; fix it and restart
+    │   └── UnknownTopicError       a topic is used without a registered contract
+    ├── EnvelopeError               a message broke the envelope or payload contract
+    │   ├── DecodeError             ... found while reading a record (consume side)
+    │   └── EnvelopeRejected        ... found before sending; nothing was sent (produce side)
+    ├── DeadLetterWriteError        a record could not be parked; the offset is not committed
+    └── LocalKafkaError             the development broker could not be provisioned or run
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "ConfigurationError",
+    "DeadLetterWriteError",
+    "DecodeError",
+    "EnvelopeError",
+    "EnvelopeRejected",
+    "HopchainError",
+    "LocalKafkaError",
+    "ReasonCode",
+    "UnknownTopicError",
+]
+
+
+class ReasonCode(StrEnum):
+    """Why a message was rejected. Stable: codes are added, never renamed."""
+
+    TOMBSTONE = "tombstone"
+    """The record value is null; an envelope cannot be read from a deletion marker."""
+    EMPTY_VALUE = "empty_value"
+    """The record value has zero bytes."""
+    NOT_UTF8 = "not_utf8"
+    """A header value or the JSON text is not valid UTF-8."""
+    DUPLICATE_HEADER = "duplicate_header"
+    """A hopchain header appears more than once, so which one counts is ambiguous."""
+    MISSING_HEADER = "missing_header"
+    """Headers mode: a required ``hopchain-*`` header is absent."""
+    BAD_JSON = "bad_json"
+    """The text is not JSON (or not the JSON subset hopchain accepts: no NaN, no duplicates)."""
+    TOO_DEEP = "too_deep"
+    """JSON nesting exceeds the configured depth; refused before parsing to protect the stack."""
+    MISSING_FIELD = "missing_field"
+    """A required envelope field is absent."""
+    WRONG_TYPE = "wrong_type"
+    """A field has the wrong JSON type."""
+    INVALID_VALUE = "invalid_value"
+    """A field has the right type but a value outside its rules (format, range, pattern)."""
+    UNKNOWN_FIELD = "unknown_field"
+    """A field this reader does not know, in an envelope of the same minor version."""
+    UNKNOWN_ERROR_TYPE = "unknown_error_type"
+    """A failure's error type is not in the vocabulary this reader speaks."""
+    UNKNOWN_DECISION = "unknown_decision"
+    """A hop's decision is not in the vocabulary this reader speaks."""
+    UNKNOWN_VOCABULARY = "unknown_vocabulary"
+    """Another closed set (effect kind, attempt kind or outcome) holds an unknown word."""
+    NEWER_MAJOR_VERSION = "newer_major_version"
+    """The envelope's schema major version is newer than this reader's."""
+    PAYLOAD_INVALID = "payload_invalid"
+    """The payload does not satisfy the topic's contract."""
+    CONTRACT_MISMATCH = "contract_mismatch"
+    """The envelope names another contract (or major version) than the topic's."""
+    BAD_TRACEPARENT = "bad_traceparent"
+    """``traceparent`` is missing, malformed, or disagrees with the envelope's trace id."""
+    BAD_DIGEST = "bad_digest"
+    """The hop chain's digests do not link: a hop was altered, removed, inserted or moved."""
+    BAD_SIGNATURE = "bad_signature"
+    """A hop's HMAC signature does not verify with the component's key: tampered."""
+    UNSIGNED_HOP = "unsigned_hop"
+    """A component that must sign its hops (a key is configured for it) left one unsigned."""
+    CHAIN_REWRITTEN = "chain_rewritten"
+    """An outgoing chain does not extend the chain that was received."""
+    HOP_LIMIT = "hop_limit"
+    """The chain holds more hops than allowed: most likely a routing loop."""
+    DESCRIPTION_TOO_LONG = "description_too_long"
+    """A failure description exceeds its bound; descriptions are for people, not payloads."""
+    OVERSIZE = "oversize"
+    """The encoded record would exceed the configured maximum (kept below the broker's)."""
+
+
+class HopchainError(Exception):
+    """Root of every exception hopchain raises on purpose."""
+
+
+class ConfigurationError(HopchainError):
+    """A setting or a declaration is wrong; the message names it and how to fix it."""
+
+
+class UnknownTopicError(ConfigurationError):
+    """A topic is consumed or published without a registered contract."""
+
+    def __init__(self, topic: str, known: list[str]) -> None:
+        self.topic = topic
+        self.known = sorted(known)
+        shown = ", ".join(self.known[:10]) or "none"
+        super().__init__(
+            f"topic {topic!r} has no contract; register one with "
+            f"ContractRegistry.register(TopicContract(topic={topic!r}, ...)). Known topics: {shown}"
+        )
+
+
+class EnvelopeError(HopchainError):
+    """A message broke the envelope or payload contract.
+
+    Attributes:
+        code: the stable reason code.
+        path: a JSON path into the envelope (``$.chain[2].decision``), or ``$`` for the whole.
+        detail: a message for people; never holds payload contents.
+    """
+
+    def __init__(self, code: ReasonCode, detail: str, path: str = "$") -> None:
+        self.code = code
+        self.path = path
+        self.detail = detail
+        super().__init__(f"{code.value} at {path}: {detail}")
+
+
+class DecodeError(EnvelopeError):
+    """A record read from Kafka could not be accepted.
+
+    The location fields are filled in by the consumer when it knows them.
+    """
+
+    def __init__(
+        self,
+        code: ReasonCode,
+        detail: str,
+        path: str = "$",
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(code, detail, path)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class EnvelopeRejected(EnvelopeError):  # noqa: N818 - the name says what happened to the send
+    """Refusing to publish: the outgoing message broke its contract. Nothing was sent."""
+
+    def __init__(self, code: ReasonCode, detail: str, path: str = "$", *, topic: str) -> None:
+        self.topic = topic
+        super().__init__(code, f"refusing to publish to {topic!r}: {detail}", path)
+
+
+class DeadLetterWriteError(HopchainError):
+    """A record could not be written to its dead-letter topic after the allowed retries.
+
+    The source offset was not committed, so the record is read again after a restart.
+    """
+
+    def __init__(
+        self, *, source_topic: str, partition: int, offset: int, dead_letter_topic: str
+    ) -> None:
+        self.source_topic = source_topic
+        self.partition = partition
+        self.offset = offset
+        self.dead_letter_topic = dead_letter_topic
+        super().__init__(
+            f"could not park {source_topic}[{partition}]@{offset} in {dead_letter_topic!r}; "
+            "the offset was not committed and the record will be read again on restart. "
+            "Check that the dead-letter topic exists and the broker accepts writes."
+        )
+
+
+class LocalKafkaError(HopchainError):
+    """The local development broker could not be provisioned, started or stopped."""

@@ -1,0 +1,177 @@
+"""Building and checking the chain: origins, appending a hop, verifying every link.
+
+Like a processor chain, each step appends its own entry and none mutates what came before:
+appending returns a new envelope whose earlier hops are the very same objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
+from hopchain.schemas.hop import Hop, Position
+from hopchain.schemas.ids import new_envelope_id, new_intent_key, new_span_id, new_trace_id
+from hopchain.schemas.integrity import Keyring, genesis_digest, has_unknown_fields, hop_digest
+from hopchain.schemas.vocabulary import Decision
+
+__all__ = ["append_hop", "envelope_genesis", "new_envelope", "verify_chain"]
+
+_PLACEHOLDER_DIGEST = "0" * 64
+
+
+def envelope_genesis(envelope: Envelope) -> str:
+    """The digest the envelope's first hop must link to."""
+    return genesis_digest(
+        envelope.id, envelope.intent_key, envelope.trace_id, envelope.run_id, envelope.work_item_id
+    )
+
+
+def new_envelope(
+    *,
+    contract: str,
+    contract_version: int,
+    run_id: str,
+    work_item_id: str,
+    intent_key: str | None = None,
+    trace_id: str | None = None,
+    origin_span_id: str | None = None,
+) -> Envelope:
+    """Mint the envelope of a new work item, with an empty chain.
+
+    The intent key is minted here unless the caller owns one already; it must be named
+    before the first attempt, because every retry is recognised by it.
+    """
+    envelope_id = new_envelope_id()
+    intent = intent_key if intent_key is not None else new_intent_key()
+    trace = trace_id if trace_id is not None else new_trace_id()
+    return Envelope(
+        id=envelope_id,
+        intent_key=intent,
+        trace_id=trace,
+        origin_span_id=origin_span_id if origin_span_id is not None else new_span_id(),
+        run_id=run_id,
+        work_item_id=work_item_id,
+        contract=contract,
+        contract_version=contract_version,
+        head=genesis_digest(envelope_id, intent, trace, run_id, work_item_id),
+    )
+
+
+def append_hop(
+    envelope: Envelope,
+    *,
+    component: str,
+    instance: str,
+    decision: Decision,
+    span_id: str,
+    observation: str = "",
+    received_from: Position | None = None,
+    received_at: datetime | None = None,
+    decided_at: datetime | None = None,
+    destination: str | None = None,
+    attempts: Sequence[Attempt] = (),
+    effects: Sequence[Effect] = (),
+    failure: Failure | None = None,
+    degradation: Degradation | None = None,
+    keyring: Keyring | None = None,
+) -> Envelope:
+    """Return a copy of the envelope with one sealed hop appended.
+
+    The hop links to the current head, its digest is computed over its canonical encoding,
+    and it is signed when the keyring holds the component's key.
+    """
+    draft = Hop(
+        attempts=tuple(attempts),
+        component=component,
+        decided_at=decided_at if decided_at is not None else datetime.now(UTC),
+        decision=decision,
+        degradation=degradation,
+        destination=destination,
+        digest=_PLACEHOLDER_DIGEST,
+        effects=tuple(effects),
+        failure=failure,
+        instance=instance,
+        observation=observation,
+        prev_digest=envelope.head,
+        received_at=received_at,
+        received_from=received_from,
+        seq=len(envelope.chain),
+        span_id=span_id,
+    )
+    digest = hop_digest(draft, known_fields_only=True)
+    signature = keyring.sign(component, digest) if keyring is not None else None
+    hop = draft.model_copy(update={"digest": digest, "signature": signature})
+    return envelope.model_copy(update={"chain": (*envelope.chain, hop), "head": digest})
+
+
+def verify_chain(
+    envelope: Envelope,
+    keyring: Keyring | None = None,
+    *,
+    start: int = 0,
+    known_fields_only: bool | None = None,
+) -> None:
+    """Check every link of the chain, and every signature the keyring can check.
+
+    ``start`` skips hops already verified (a chain as it was received), checking only the
+    links from that hop on and the head. ``known_fields_only`` says whether the caller
+    already knows that no hop holds unknown fields (None: find out per hop).
+
+    Raises:
+        EnvelopeError: ``bad_digest`` at the first broken link, ``bad_signature`` for a
+            hop whose signature does not verify, ``unsigned_hop`` for a hop missing the
+            signature its component's key requires.
+    """
+    chain = envelope.chain
+    start = min(start, len(chain))
+    expected_prev = chain[start - 1].digest if start else envelope_genesis(envelope)
+    for index in range(start, len(chain)):
+        hop = chain[index]
+        path = f"$.chain[{index}]"
+        if hop.seq != index:
+            raise EnvelopeError(
+                ReasonCode.BAD_DIGEST,
+                f"hop at position {index} says seq {hop.seq}: a hop was removed, inserted or moved",
+                f"{path}.seq",
+            )
+        if hop.prev_digest != expected_prev:
+            raise EnvelopeError(
+                ReasonCode.BAD_DIGEST,
+                f"hop {index} does not link to the hop before it: the chain was edited before "
+                "this hop",
+                f"{path}.prev_digest",
+            )
+        fast = known_fields_only if known_fields_only is not None else not has_unknown_fields(hop)
+        if hop_digest(hop, known_fields_only=fast) != hop.digest:
+            raise EnvelopeError(
+                ReasonCode.BAD_DIGEST,
+                f"hop {index} ({hop.component}) does not match its digest: it was altered "
+                "after it was sealed",
+                f"{path}.digest",
+            )
+        if keyring is not None and keyring.has_key(hop.component):
+            if hop.signature is None:
+                raise EnvelopeError(
+                    ReasonCode.UNSIGNED_HOP,
+                    f"hop {index} claims component {hop.component!r}, whose hops must be "
+                    "signed, but carries no signature",
+                    f"{path}.signature",
+                )
+            if not keyring.verify(hop.component, hop.digest, hop.signature):
+                raise EnvelopeError(
+                    ReasonCode.BAD_SIGNATURE,
+                    f"hop {index} claims component {hop.component!r} but its signature does "
+                    "not verify with that component's key: forged or altered",
+                    f"{path}.signature",
+                )
+        expected_prev = hop.digest
+    if envelope.head != expected_prev:
+        raise EnvelopeError(
+            ReasonCode.BAD_DIGEST,
+            "the envelope's head is not the last hop's digest: a hop was removed from or "
+            "added to the end",
+            "$.head",
+        )

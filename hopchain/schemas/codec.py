@@ -1,0 +1,403 @@
+"""Reading and writing records in both wire modes, strictly, with typed reasons for refusals.
+
+Headers mode: the value is the payload's JSON, untouched; the envelope (without payload) is
+the ``hopchain-envelope`` header. Body mode: the value is the envelope's JSON with the payload
+inside. Both carry a W3C ``traceparent`` header whose trace id is the envelope's. Every header
+value is UTF-8 text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
+from hopchain.schemas.chain import verify_chain
+from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
+from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
+from hopchain.schemas.integrity import Keyring, has_unknown_fields
+from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
+
+__all__ = [
+    "DEGRADED_HEADER",
+    "ENVELOPE_HEADER",
+    "TRACEPARENT_HEADER",
+    "TRACESTATE_HEADER",
+    "Decoded",
+    "EncodedRecord",
+    "EnvelopeCodec",
+    "Limits",
+    "RawHeaders",
+]
+
+ENVELOPE_HEADER = "hopchain-envelope"
+DEGRADED_HEADER = "hopchain-degraded"
+TRACEPARENT_HEADER = "traceparent"
+TRACESTATE_HEADER = "tracestate"
+
+EnvelopeT = TypeVar("EnvelopeT", bound=Envelope)
+RawHeaders = Sequence[tuple[str, bytes | None]]
+
+_SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER, TRACEPARENT_HEADER})
+_VERSION = re.compile(rb'"schema_version"\s*:\s*"([0-9]{1,4})\.([0-9]{1,4})"')
+_VOCABULARY_CODES = {
+    "error_type": ReasonCode.UNKNOWN_ERROR_TYPE,
+    "decision": ReasonCode.UNKNOWN_DECISION,
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds a record must stay within, each with its own reason code.
+
+    Attributes:
+        max_hops: chain length that signals a routing loop (``hop_limit``).
+        max_record_bytes: value plus headers; keep it below the broker's and the
+            producer's maximum so the broker never answers RecordTooLarge (``oversize``).
+    """
+
+    max_hops: int = 64
+    max_record_bytes: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A record that passed every check."""
+
+    envelope: Envelope
+    payload: BaseModel
+    contract: TopicContract
+    traceparent: str
+    tracestate: str | None
+
+
+@dataclass(frozen=True)
+class EncodedRecord:
+    """What to hand the Kafka producer."""
+
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+
+    @property
+    def size(self) -> int:
+        """Bytes the record takes on the wire, roughly: value plus header names and values."""
+        return len(self.value) + sum(len(name) + len(value) for name, value in self.headers)
+
+
+def _json_path(loc: Sequence[int | str]) -> str:
+    path = "$"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _reason_for(error: ErrorDetails, *, payload: bool) -> ReasonCode:  # noqa: PLR0911
+    kind = error["type"]
+    loc = error["loc"]
+    last = loc[-1] if loc else ""
+    if kind == "json_invalid":
+        return ReasonCode.TOO_DEEP if "recursion" in error["msg"].lower() else ReasonCode.BAD_JSON
+    if payload:
+        return ReasonCode.PAYLOAD_INVALID
+    if kind == "missing":
+        return ReasonCode.MISSING_FIELD
+    if kind == "extra_forbidden":
+        return ReasonCode.UNKNOWN_FIELD
+    if kind == "enum":
+        return _VOCABULARY_CODES.get(str(last), ReasonCode.UNKNOWN_VOCABULARY)
+    if kind == "string_too_long" and last == "description":
+        return ReasonCode.DESCRIPTION_TOO_LONG
+    if kind.endswith(("_type", "_parsing")) and kind != "timezone_aware":
+        return ReasonCode.WRONG_TYPE
+    return ReasonCode.INVALID_VALUE
+
+
+def _from_validation(exc: ValidationError, *, prefix: Sequence[int | str] = ()) -> EnvelopeError:
+    error = exc.errors(include_url=False, include_input=False)[0]
+    loc = error["loc"]
+    payload = bool(prefix) or bool(loc and loc[0] == "payload")
+    code = _reason_for(error, payload=payload)
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return EnvelopeError(code, f"{error['msg']}{extra}", _json_path([*prefix, *loc]))
+
+
+def _version_of(raw: bytes) -> tuple[int, int] | None:
+    match = _VERSION.search(raw)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+class EnvelopeCodec:
+    """Encodes and decodes records for the topics of one registry."""
+
+    def __init__(
+        self,
+        registry: ContractRegistry,
+        *,
+        keyring: Keyring | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.registry = registry
+        self.keyring = keyring
+        self.limits = limits or Limits()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def decode(self, topic: str, value: bytes | None, headers: RawHeaders) -> Decoded:
+        """Read one record of ``topic``.
+
+        Raises:
+            DecodeError: the record breaks the contract; ``code`` says how.
+            UnknownTopicError: the topic has no contract (a configuration error).
+        """
+        contract = self.registry.get(topic)
+        try:
+            return self._decode(contract, value, headers)
+        except DecodeError:
+            raise
+        except EnvelopeError as exc:
+            raise DecodeError(exc.code, exc.detail, exc.path, topic=topic) from None
+
+    def _decode(self, contract: TopicContract, value: bytes | None, headers: RawHeaders) -> Decoded:
+        if value is None:
+            raise EnvelopeError(ReasonCode.TOMBSTONE, "the record value is null (a tombstone)")
+        if not value:
+            raise EnvelopeError(ReasonCode.EMPTY_VALUE, "the record value is empty")
+        text_headers = self._read_headers(headers)
+        size = len(value) + sum(len(k) + len(v) for k, v in text_headers.items())
+        if size > self.limits.max_record_bytes:
+            raise EnvelopeError(
+                ReasonCode.OVERSIZE,
+                f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
+            )
+        traceparent = text_headers.get(TRACEPARENT_HEADER)
+        if traceparent is None:
+            raise EnvelopeError(
+                ReasonCode.BAD_TRACEPARENT,
+                "no traceparent header; every hopchain record carries W3C trace context",
+                "$.headers.traceparent",
+            )
+        try:
+            value.decode()
+        except UnicodeDecodeError as exc:
+            raise EnvelopeError(
+                ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
+            ) from None
+
+        envelope, payload = self._read_value(contract, value, text_headers)
+        self._check_envelope(contract, envelope)
+        parent = parse_traceparent(traceparent)
+        if parent is None or parent.trace_id != envelope.trace_id:
+            raise EnvelopeError(
+                ReasonCode.BAD_TRACEPARENT,
+                "traceparent is malformed or names another trace than the envelope's trace_id",
+                "$.headers.traceparent",
+            )
+        degraded = text_headers.get(DEGRADED_HEADER)
+        if degraded is not None and degraded != _degraded_header(envelope):
+            raise EnvelopeError(
+                ReasonCode.INVALID_VALUE,
+                f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
+                f"$.headers.{DEGRADED_HEADER}",
+            )
+        return Decoded(
+            envelope, payload, contract, traceparent, text_headers.get(TRACESTATE_HEADER)
+        )
+
+    def _read_value(
+        self, contract: TopicContract, value: bytes, text_headers: dict[str, str]
+    ) -> tuple[Envelope, BaseModel]:
+        if contract.mode is WireMode.HEADERS:
+            raw_envelope = text_headers.get(ENVELOPE_HEADER)
+            if raw_envelope is None:
+                raise EnvelopeError(
+                    ReasonCode.MISSING_HEADER,
+                    f"no {ENVELOPE_HEADER} header; was this record sent by a producer that does "
+                    "not use hopchain?",
+                    f"$.headers.{ENVELOPE_HEADER}",
+                )
+            envelope_bytes = raw_envelope.encode()
+            envelope = self._validate(Envelope, envelope_bytes)
+            try:
+                payload = contract.model.model_validate_json(value)
+            except ValidationError as exc:
+                raise _from_validation(exc, prefix=("payload",)) from None
+        else:
+            body = self._validate(contract.body_model, value)
+            payload = body.payload
+            # Hand out the plain envelope: the payload travels beside it, typed, as in
+            # headers mode, so handlers see one shape whatever the wire mode.
+            envelope = Envelope.model_construct(
+                _fields_set=body.model_fields_set - {"payload"},
+                **{name: getattr(body, name) for name in Envelope.model_fields},
+                **(body.__pydantic_extra__ or {}),
+            )
+
+        return envelope, payload
+
+    @staticmethod
+    def _read_headers(headers: RawHeaders) -> dict[str, str]:
+        text: dict[str, str] = {}
+        for name, raw in headers:
+            if name in text and name in _SINGLE_HEADERS:
+                raise EnvelopeError(
+                    ReasonCode.DUPLICATE_HEADER,
+                    f"header {name!r} appears more than once",
+                    f"$.headers.{name}",
+                )
+            try:
+                decoded = "" if raw is None else raw.decode()
+            except UnicodeDecodeError as exc:
+                raise EnvelopeError(
+                    ReasonCode.NOT_UTF8,
+                    f"header {name!r} is not UTF-8 (byte {exc.start}); header values are text",
+                    f"$.headers.{name}",
+                ) from None
+            text.setdefault(name, decoded)
+        return text
+
+    @staticmethod
+    def _validate(model: type[EnvelopeT], raw: bytes) -> EnvelopeT:
+        version = _version_of(raw)
+        if version is not None and version[0] > SCHEMA_MAJOR:
+            raise EnvelopeError(
+                ReasonCode.NEWER_MAJOR_VERSION,
+                f"envelope schema {version[0]}.{version[1]} is newer than this reader's "
+                f"{SCHEMA_MAJOR}.x; upgrade hopchain to read it",
+                "$.schema_version",
+            )
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as exc:
+            raise _from_validation(exc) from None
+
+    def _check_envelope(self, contract: TopicContract, envelope: Envelope) -> None:
+        major, minor = (int(part) for part in envelope.schema_version.split("."))
+        if major != SCHEMA_MAJOR:
+            raise EnvelopeError(
+                ReasonCode.NEWER_MAJOR_VERSION
+                if major > SCHEMA_MAJOR
+                else ReasonCode.INVALID_VALUE,
+                f"envelope schema {envelope.schema_version} is not readable by "
+                f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}",
+                "$.schema_version",
+            )
+        # A newer minor version may add optional fields: they are kept (digests cover them)
+        # and passed on. In a version this reader knows, an unknown field is an error.
+        unknown = bool(envelope.__pydantic_extra__) or any(
+            has_unknown_fields(hop) for hop in envelope.chain
+        )
+        if unknown and minor <= SCHEMA_MINOR:
+            raise EnvelopeError(
+                ReasonCode.UNKNOWN_FIELD,
+                f"the envelope has fields schema {envelope.schema_version} does not define",
+            )
+        if envelope.contract != contract.name or envelope.contract_version != contract.version:
+            raise EnvelopeError(
+                ReasonCode.CONTRACT_MISMATCH,
+                f"envelope names contract {envelope.contract!r} v{envelope.contract_version}; "
+                f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
+                "$.contract",
+            )
+        if len(envelope.chain) > self.limits.max_hops:
+            raise EnvelopeError(
+                ReasonCode.HOP_LIMIT,
+                f"the chain has {len(envelope.chain)} hops; the limit is "
+                f"{self.limits.max_hops} (a routing loop?)",
+                "$.chain",
+            )
+        verify_chain(envelope, self.keyring, known_fields_only=not unknown)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def encode(
+        self,
+        topic: str,
+        envelope: Envelope,
+        payload: BaseModel,
+        *,
+        tracestate: str | None = None,
+        verified_hops: int = 0,
+    ) -> EncodedRecord:
+        """Write one record for ``topic``.
+
+        ``verified_hops`` is how many leading hops were already verified (a received chain);
+        only the hops after them are checked again.
+
+        Raises:
+            EnvelopeRejected: the record breaks the contract; nothing may be sent.
+        """
+        contract = self.registry.get(topic)
+        try:
+            return self._encode(contract, envelope, payload, tracestate, verified_hops)
+        except EnvelopeError as exc:
+            raise EnvelopeRejected(exc.code, exc.detail, exc.path, topic=topic) from None
+
+    def _encode(
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        payload: BaseModel,
+        tracestate: str | None,
+        verified_hops: int,
+    ) -> EncodedRecord:
+        if not isinstance(payload, contract.model):
+            raise EnvelopeError(
+                ReasonCode.PAYLOAD_INVALID,
+                f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
+                f"{contract.model.__name__}",
+                "$.payload",
+            )
+        payload_json = payload.__pydantic_serializer__.to_json(payload)
+        try:
+            # Re-read what would be sent: a model built with model_construct() or changed
+            # after validation must not reach the wire unchecked.
+            contract.model.model_validate_json(payload_json)
+        except ValidationError as exc:
+            raise _from_validation(exc, prefix=("payload",)) from None
+        if envelope.contract != contract.name or envelope.contract_version != contract.version:
+            raise EnvelopeError(
+                ReasonCode.CONTRACT_MISMATCH,
+                f"envelope names contract {envelope.contract!r} v{envelope.contract_version}; "
+                f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
+                "$.contract",
+            )
+        if len(envelope.chain) > self.limits.max_hops:
+            raise EnvelopeError(
+                ReasonCode.HOP_LIMIT,
+                f"the chain would have {len(envelope.chain)} hops; the limit is "
+                f"{self.limits.max_hops} (a routing loop?)",
+                "$.chain",
+            )
+        verify_chain(envelope, self.keyring, start=verified_hops)
+
+        envelope_json = envelope.__pydantic_serializer__.to_json(envelope)
+        last = envelope.last_hop
+        span_id = last.span_id if last is not None else envelope.origin_span_id
+        headers: list[tuple[str, bytes]] = [
+            (TRACEPARENT_HEADER, format_traceparent(envelope.trace_id, span_id).encode()),
+        ]
+        if tracestate:
+            headers.append((TRACESTATE_HEADER, tracestate.encode()))
+        if envelope.degradations:
+            headers.append((DEGRADED_HEADER, _degraded_header(envelope).encode()))
+        if contract.mode is WireMode.HEADERS:
+            headers.append((ENVELOPE_HEADER, envelope_json))
+            value = payload_json
+        else:
+            value = envelope_json[:-1] + b',"payload":' + payload_json + b"}"
+        record = EncodedRecord(value, tuple(headers))
+        if record.size > self.limits.max_record_bytes:
+            raise EnvelopeError(
+                ReasonCode.OVERSIZE,
+                f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
+            )
+        return record
+
+
+def _degraded_header(envelope: Envelope) -> str:
+    return ",".join(marker.stage for marker in envelope.degradations)

@@ -1,0 +1,141 @@
+"""Topic contracts: which payload model, wire mode, owner and dead-letter topic each topic has."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel
+
+from hopchain.exceptions import ConfigurationError, UnknownTopicError
+from hopchain.schemas.envelope import BodyEnvelope
+
+__all__ = ["DEAD_LETTER_SUFFIX", "ContractRegistry", "TopicContract", "WireMode"]
+
+DEAD_LETTER_SUFFIX = ".dlq"
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class WireMode(StrEnum):
+    """How the envelope travels with a record."""
+
+    HEADERS = "headers"
+    """The value is the untouched payload; the envelope travels in Kafka headers.
+
+    A consumer that has not adopted hopchain still reads the payload as before."""
+    BODY = "body"
+    """The value is the envelope as JSON with the payload inside, for sinks that drop headers."""
+
+
+@dataclass(frozen=True)
+class TopicContract:
+    """The contract of one topic.
+
+    Attributes:
+        topic: the Kafka topic.
+        model: the pydantic model every payload on the topic must satisfy.
+        owner: who is paged for this topic's dead letters (a team or rota name).
+        name: the contract's name, carried in every envelope; defaults to the topic.
+        version: the contract's major version; bump it for incompatible payload changes.
+        mode: how the envelope travels.
+        dead_letter_topic: where rejected and abandoned records are parked;
+            defaults to ``<topic>.dlq``.
+    """
+
+    topic: str
+    model: type[BaseModel]
+    owner: str
+    name: str = ""
+    version: int = 1
+    mode: WireMode = WireMode.HEADERS
+    dead_letter_topic: str = ""
+    description: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for label, value in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):
+            if value and not _TOPIC_NAME.match(value):
+                raise ConfigurationError(
+                    f"{label} {value!r} is not a valid Kafka topic name "
+                    "(1-249 of letters, digits, '.', '_', '-')"
+                )
+        if not self.owner:
+            raise ConfigurationError(
+                f"topic {self.topic!r} needs an owner: someone must be paged for its dead letters"
+            )
+        if self.version < 1:
+            raise ConfigurationError(f"contract version for {self.topic!r} must be 1 or more")
+        if not self.name:
+            object.__setattr__(self, "name", self.topic)
+        if not self.dead_letter_topic:
+            object.__setattr__(self, "dead_letter_topic", self.topic + DEAD_LETTER_SUFFIX)
+        if self.dead_letter_topic == self.topic:
+            raise ConfigurationError(f"topic {self.topic!r} cannot be its own dead-letter topic")
+
+    @cached_property
+    def body_model(self) -> type[BodyEnvelope[Any]]:
+        """The body-mode envelope model specialised to this contract's payload."""
+        return BodyEnvelope[self.model]  # type: ignore[name-defined]
+
+
+class ContractRegistry:
+    """Maps topics to their contracts. A topic without a contract cannot be used."""
+
+    def __init__(self, contracts: Iterable[TopicContract] = ()) -> None:
+        self._by_topic: dict[str, TopicContract] = {}
+        self._dead_letter_owners: dict[str, str] = {}
+        for contract in contracts:
+            self.register(contract)
+
+    def register(self, contract: TopicContract) -> TopicContract:
+        """Add a contract; registering a second, different contract for a topic is an error."""
+        existing = self._by_topic.get(contract.topic)
+        if existing is not None and existing != contract:
+            raise ConfigurationError(
+                f"topic {contract.topic!r} already has contract {existing.name!r} "
+                f"v{existing.version}; a topic has exactly one contract"
+            )
+        if contract.topic in self._dead_letter_owners:
+            raise ConfigurationError(
+                f"topic {contract.topic!r} is a dead-letter topic; it cannot carry a contract"
+            )
+        self._by_topic[contract.topic] = contract
+        self._dead_letter_owners.setdefault(contract.dead_letter_topic, contract.owner)
+        return contract
+
+    def get(self, topic: str) -> TopicContract:
+        """The topic's contract.
+
+        Raises:
+            UnknownTopicError: the topic has no contract; the message says how to add one.
+        """
+        try:
+            return self._by_topic[topic]
+        except KeyError:
+            raise UnknownTopicError(topic, list(self._by_topic)) from None
+
+    def require(self, topics: Iterable[str]) -> None:
+        """Check at start-up that every topic has a contract, naming the first that has not."""
+        for topic in topics:
+            if topic not in self._by_topic and topic not in self._dead_letter_owners:
+                raise UnknownTopicError(topic, list(self._by_topic))
+
+    def is_dead_letter_topic(self, topic: str) -> bool:
+        """Whether the topic is some contract's dead-letter topic."""
+        return topic in self._dead_letter_owners
+
+    def dead_letter_topics(self) -> dict[str, str]:
+        """Every dead-letter topic with the owner paged for it."""
+        return dict(self._dead_letter_owners)
+
+    def __iter__(self) -> Iterator[TopicContract]:
+        return iter(self._by_topic.values())
+
+    def __len__(self) -> int:
+        return len(self._by_topic)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._by_topic
