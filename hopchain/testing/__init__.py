@@ -1,0 +1,39 @@
+"""Helpers for testing Kafka services with hopchain: a real local broker and topic utilities.
+
+:class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
+:func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker.
+"""
+
+from hopchain.testing.admin import (
+    broker_metadata,
+    create_topics,
+    delete_topics,
+    unique_topic_name,
+    wait_for_broker,
+)
+from hopchain.testing.kafka import (
+    BrokerState,
+    BrokerStatus,
+    LocalKafka,
+    broker_status,
+    cached_kafka_version,
+    default_run_dir,
+    formatted_ports,
+    stop_broker,
+)
+
+__all__ = [
+    "BrokerState",
+    "BrokerStatus",
+    "LocalKafka",
+    "broker_metadata",
+    "broker_status",
+    "cached_kafka_version",
+    "create_topics",
+    "default_run_dir",
+    "delete_topics",
+    "formatted_ports",
+    "stop_broker",
+    "unique_topic_name",
+    "wait_for_broker",
+]

@@ -1,0 +1,642 @@
+"""A real Apache Kafka broker on this machine, for development and tests.
+
+:class:`LocalKafka` runs one combined KRaft broker+controller JVM on 127.0.0.1 from the jars that
+``deploy/kafka/pom.xml`` resolves (once, into ``.cache/kafka/<version>/libs``). No Docker, no
+download archive: only ``java`` and ``mvn`` on PATH::
+
+    with LocalKafka() as kafka:          # free ports, temporary data directory
+        run_tests_against(kafka.bootstrap)
+
+The broker runs in its own process group with its output in ``<data dir>/kafka.out`` (and
+``logs/server.log``). A pid file and ``broker.json`` in the data directory let another process
+find, report and stop it: that is what ``hopchain dev kafka status|stop`` use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import enum
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from hopchain.exceptions import LocalKafkaError
+from hopchain.testing._provision import (
+    LOG4J2_CONFIG,
+    ResolvedJars,
+    cached_jars,
+    check_port_free,
+    default_cache_dir,
+    find_kafka_home,
+    free_port,
+    render_properties,
+    require_tool,
+    resolve_jars,
+    tail_file,
+)
+from hopchain.testing.admin import wait_for_broker
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = [
+    "BrokerState",
+    "BrokerStatus",
+    "LocalKafka",
+    "broker_status",
+    "cached_kafka_version",
+    "default_run_dir",
+    "formatted_ports",
+    "stop_broker",
+]
+
+STATE_FILE = "broker.json"
+PID_FILE = "kafka.pid"
+FORMAT_FILE = "format.json"
+CONSOLE_LOG = "kafka.out"
+FORMAT_LOG = "format.out"
+
+_POLL_SECONDS = 0.1
+_KILL_WAIT_SECONDS = 10.0
+_TOOL_TIMEOUT_SECONDS = 120.0
+_CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
+
+
+class BrokerStatus(enum.StrEnum):
+    """What a data directory's broker is doing, as seen from any process."""
+
+    RUNNING = "running"
+    """The JVM is alive and answered a metadata request when it started."""
+    STARTING = "starting"
+    """The JVM is alive but has not been seen ready yet."""
+    STOPPED = "stopped"
+    """No live broker JVM belongs to the data directory."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerState:
+    """What a started broker wrote to ``broker.json`` in its data directory."""
+
+    pid: int
+    """Process id of the JVM; also its process group id."""
+    bootstrap: str
+    """``127.0.0.1:PORT`` of the PLAINTEXT listener."""
+    port: int
+    """PLAINTEXT (client) port."""
+    controller_port: int
+    """KRaft controller port."""
+    kafka_version: str
+    """Apache Kafka version of the broker jars."""
+    data_dir: str
+    """The data directory (properties, KRaft log, broker logs)."""
+    log_path: str
+    """The JVM's console output; ``logs/server.log`` beside it holds the same."""
+    started_at: float
+    """Unix time at which the JVM was started."""
+    startup_seconds: float
+    """Seconds from starting the JVM until it answered a metadata request."""
+
+    def to_json(self) -> str:
+        """Serialise for ``broker.json``."""
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> BrokerState:
+        """Parse ``broker.json``; raises ``ValueError``, ``KeyError`` or ``TypeError`` if bad."""
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise TypeError("broker state is not a JSON object")
+        return cls(
+            pid=int(raw["pid"]),
+            bootstrap=str(raw["bootstrap"]),
+            port=int(raw["port"]),
+            controller_port=int(raw["controller_port"]),
+            kafka_version=str(raw["kafka_version"]),
+            data_dir=str(raw["data_dir"]),
+            log_path=str(raw["log_path"]),
+            started_at=float(raw["started_at"]),
+            startup_seconds=float(raw["startup_seconds"]),
+        )
+
+
+def default_run_dir(kafka_home: Path | str | None = None) -> Path:
+    """The data directory ``hopchain dev kafka`` uses: ``<cache>/kafka/run``."""
+    return default_cache_dir(find_kafka_home(kafka_home)) / "kafka" / "run"
+
+
+def cached_kafka_version(kafka_home: Path | str | None = None) -> str | None:
+    """The broker version of already resolved jars, without resolving anything."""
+    home = find_kafka_home(kafka_home)
+    jars = cached_jars(home, default_cache_dir(home))
+    return None if jars is None else jars.kafka_version
+
+
+class LocalKafka:
+    """One real Kafka broker (KRaft, broker+controller) on 127.0.0.1.
+
+    Args:
+        kafka_home: folder with ``pom.xml``; default: see :func:`find_kafka_home`.
+        cache_dir: where jars are cached; default ``$HOPCHAIN_CACHE_DIR`` or ``<repo>/.cache``.
+        data_dir: where properties, KRaft data and logs go; default a new temporary directory,
+            removed again by :meth:`stop` unless ``keep_data``.
+        port: PLAINTEXT port; ``None`` or ``0`` picks a free one (or reuses the port a kept
+            data directory was formatted for).
+        controller_port: controller port, chosen the same way.
+        node_id: the KRaft node id.
+        heap: JVM heap size (``-Xms``/``-Xmx``).
+        kafka_version: override the version pinned in ``pom.xml``.
+        start_timeout: seconds to wait for the broker to become ready.
+        stop_timeout: seconds to wait after SIGTERM before SIGKILL.
+        keep_data: keep the data directory after :meth:`stop`; default: keep it unless it is
+            the temporary directory made for this instance.
+        fresh: wipe ``data_dir`` before starting, so it is formatted anew.
+    """
+
+    def __init__(
+        self,
+        *,
+        kafka_home: Path | str | None = None,
+        cache_dir: Path | str | None = None,
+        data_dir: Path | str | None = None,
+        port: int | None = None,
+        controller_port: int | None = None,
+        node_id: int = 1,
+        heap: str = "512m",
+        kafka_version: str | None = None,
+        start_timeout: float = 120.0,
+        stop_timeout: float = 30.0,
+        keep_data: bool | None = None,
+        fresh: bool = False,
+    ) -> None:
+        self.home = find_kafka_home(kafka_home)
+        self.cache_dir = Path(cache_dir).resolve() if cache_dir else default_cache_dir(self.home)
+        self._data_dir = Path(data_dir).expanduser().resolve() if data_dir else None
+        self._requested_ports = (port or None, controller_port or None)
+        self.node_id = node_id
+        self.heap = heap
+        self._wanted_version = kafka_version
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self._keep_data = keep_data
+        self._fresh = fresh
+        self._jars: ResolvedJars | None = None
+        self._temp_data = False
+        self._pid: int | None = None
+        self._is_child = False
+        self._exit_status: int | None = None
+        self.port = 0
+        self.controller_port = 0
+        self.resolve_seconds = 0.0
+        self.format_seconds = 0.0
+        self.startup_seconds = 0.0
+
+    # -- what callers read ------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` for clients; valid once :meth:`start` returned."""
+        if not self.port:
+            raise LocalKafkaError("the broker has no address yet; call start() first")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def version(self) -> str:
+        """The broker's Apache Kafka version (resolves the jars if that has not happened)."""
+        return self.resolve().kafka_version
+
+    @property
+    def data_dir(self) -> Path:
+        """The data directory; made on first use when none was given."""
+        if self._data_dir is None:
+            self._data_dir = Path(tempfile.mkdtemp(prefix="hopchain-kafka-"))
+            self._temp_data = True
+        return self._data_dir
+
+    @property
+    def log_path(self) -> Path:
+        """The JVM's console output."""
+        return self.data_dir / CONSOLE_LOG
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs."""
+        return self._pid
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def resolve(self) -> ResolvedJars:
+        """Resolve the broker jars (once per cache); returns where they are."""
+        if self._jars is None:
+            started = time.monotonic()
+            self._jars = resolve_jars(self.home, self.cache_dir, self._wanted_version)
+            self.resolve_seconds = time.monotonic() - started
+        return self._jars
+
+    def start(self) -> Self:
+        """Provision, format and start the broker; return once it answers metadata requests.
+
+        Raises:
+            LocalKafkaError: a tool is missing, a port is taken, the JVM died or did not become
+                ready in time. The message names the log to read.
+        """
+        if self._pid is not None:
+            raise LocalKafkaError(f"this broker is already running ({self.bootstrap})")
+        java = require_tool("java")
+        jars = self.resolve()
+        data_dir = self.data_dir
+        status, state_pid = _status_and_pid(data_dir)
+        if status is not BrokerStatus.STOPPED:
+            raise LocalKafkaError(
+                f"a broker (pid {state_pid}) already runs from {data_dir}; stop it with "
+                "`hopchain dev kafka stop` or use another data directory"
+            )
+        if self._fresh:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        _remove_run_files(data_dir)
+        self.port, self.controller_port = self._choose_ports(data_dir)
+        properties = self._format_storage(java, jars, data_dir)
+        started_at = time.time()
+        self._spawn(java, jars, properties)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._terminate()
+            raise
+        state = BrokerState(
+            pid=self._pid_or_fail(),
+            bootstrap=self.bootstrap,
+            port=self.port,
+            controller_port=self.controller_port,
+            kafka_version=jars.kafka_version,
+            data_dir=str(data_dir),
+            log_path=str(self.log_path),
+            started_at=started_at,
+            startup_seconds=round(self.startup_seconds, 3),
+        )
+        (data_dir / STATE_FILE).write_text(state.to_json(), encoding="utf-8")
+        return self
+
+    def detach(self) -> BrokerState:
+        """Leave the broker running after this process exits; return what was recorded.
+
+        Stop it later with :func:`stop_broker` on the same data directory.
+        """
+        state = _read_state(self.data_dir)
+        if self._pid is None or state is None:
+            raise LocalKafkaError("only a started broker can be detached; call start() first")
+        atexit.unregister(self.stop)
+        self._pid = None
+        self._is_child = False
+        return state
+
+    def stop(self) -> None:
+        """Stop the broker (SIGTERM to its process group, SIGKILL after ``stop_timeout``)."""
+        if self._pid is None:
+            return
+        self._terminate()
+        if not self._keep_data_dir():
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def _keep_data_dir(self) -> bool:
+        return self._keep_data if self._keep_data is not None else not self._temp_data
+
+    def _pid_or_fail(self) -> int:
+        if self._pid is None:
+            raise LocalKafkaError("the broker process is gone")
+        return self._pid
+
+    def _choose_ports(self, data_dir: Path) -> tuple[int, int]:
+        formatted = _read_format(data_dir)
+        port, controller_port = self._requested_ports
+        if formatted is not None:
+            old = (int(formatted["port"]), int(formatted["controller_port"]))
+            wanted = (port or old[0], controller_port or old[1])
+            if wanted != old:
+                raise LocalKafkaError(
+                    f"{data_dir} was formatted for ports {old[0]}/{old[1]}, not "
+                    f"{wanted[0]}/{wanted[1]}; use those ports, or start fresh (--fresh) "
+                    "to format it again (its topics are lost)"
+                )
+            port, controller_port = old
+        if port is not None:
+            check_port_free(port, "--port")
+        if controller_port is not None:
+            check_port_free(controller_port, "--controller-port")
+        port = port or free_port()
+        controller_port = controller_port or free_port()
+        while controller_port == port:
+            controller_port = free_port()
+        return port, controller_port
+
+    def _java_base(self, java: str, jars: ResolvedJars, *, heap: str | None = None) -> list[str]:
+        memory = [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC"] if heap else []
+        return [
+            java,
+            *memory,
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.home / LOG4J2_CONFIG}",
+            f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
+            "-cp",
+            f"{jars.libs}{os.sep}*",
+        ]
+
+    def _format_storage(self, java: str, jars: ResolvedJars, data_dir: Path) -> Path:
+        properties = render_properties(
+            self.home,
+            data_dir,
+            port=self.port,
+            controller_port=self.controller_port,
+            node_id=self.node_id,
+        )
+        if _read_format(data_dir) is not None:
+            return properties
+        started = time.monotonic()
+        tool = [*self._java_base(java, jars), "kafka.tools.StorageTool"]
+        cluster_id = _run_tool([*tool, "random-uuid"], data_dir).strip().splitlines()[-1:]
+        if not cluster_id or not _CLUSTER_ID.match(cluster_id[0]):
+            raise LocalKafkaError(
+                f"StorageTool random-uuid printed no cluster id; see {data_dir / FORMAT_LOG}"
+            )
+        _run_tool(
+            [*tool, "format", "--standalone", "-t", cluster_id[0], "-c", str(properties)],
+            data_dir,
+        )
+        record = {
+            "cluster_id": cluster_id[0],
+            "port": self.port,
+            "controller_port": self.controller_port,
+            "node_id": self.node_id,
+            "kafka_version": jars.kafka_version,
+        }
+        (data_dir / FORMAT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        self.format_seconds = time.monotonic() - started
+        return properties
+
+    def _spawn(self, java: str, jars: ResolvedJars, properties: Path) -> None:
+        command = [*self._java_base(java, jars, heap=self.heap), "kafka.Kafka", str(properties)]
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.write(f"# hopchain LocalKafka {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+            log.write(f"# {' '.join(command)}\n")
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        try:
+            # posix_spawn with setsid: the JVM leads its own process group (so stop() can
+            # signal the whole group) and no Popen object outlives a detached start.
+            self._pid = os.posix_spawn(
+                java,
+                command,
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                ],
+                setsid=True,
+            )
+        finally:
+            os.close(log_fd)
+        self._is_child = True
+        self._exit_status = None
+        (self.data_dir / PID_FILE).write_text(f"{self._pid}\n", encoding="utf-8")
+        atexit.register(self.stop)
+
+    def _alive(self) -> bool:
+        pid = self._pid
+        if pid is None:
+            return False
+        if not self._is_child:
+            return _pid_alive(pid)
+        if self._exit_status is None:
+            with contextlib.suppress(ChildProcessError):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done == 0:
+                    return True
+                self._exit_status = os.waitstatus_to_exitcode(status)
+                return False
+            self._exit_status = -1
+        return False
+
+    def _died_error(self, what: str) -> LocalKafkaError:
+        status = "" if self._exit_status is None else f" (exit status {self._exit_status})"
+        return LocalKafkaError(
+            f"the Kafka broker {what}{status}. Last lines of {self.log_path}:\n"
+            f"{tail_file(self.log_path)}\n"
+            f"Full logs: {self.log_path} and {self.data_dir / 'logs' / 'server.log'}"
+        )
+
+    def _wait_ready(self) -> None:
+        started = time.monotonic()
+        deadline = started + self.start_timeout
+        while not _tcp_connects(self.port):
+            if not self._alive():
+                raise self._died_error("exited during start-up")
+            if time.monotonic() > deadline:
+                raise self._died_error(
+                    f"did not open port {self.port} within {self.start_timeout:.0f} s"
+                )
+            time.sleep(_POLL_SECONDS)
+        remaining = max(1.0, deadline - time.monotonic())
+        try:
+            _run_async_probe(self.bootstrap, remaining)
+        except LocalKafkaError as exc:
+            if not self._alive():
+                raise self._died_error("exited during start-up") from exc
+            raise self._died_error(f"did not answer metadata requests ({exc})") from exc
+        self.startup_seconds = time.monotonic() - started
+
+    def _terminate(self) -> None:
+        pid = self._pid
+        if pid is None:
+            return
+        _signal_group(pid, signal.SIGTERM)
+        if not self._wait_gone(self.stop_timeout):
+            _signal_group(pid, signal.SIGKILL)
+            if not self._wait_gone(_KILL_WAIT_SECONDS):
+                raise LocalKafkaError(f"the Kafka JVM (pid {pid}) survived SIGKILL")
+        self._pid = None
+        atexit.unregister(self.stop)
+        _remove_run_files(self.data_dir)
+
+    def _wait_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._alive():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_SECONDS)
+        return True
+
+
+# -- other processes' brokers ------------------------------------------------------------------
+
+
+def broker_status(data_dir: Path) -> tuple[BrokerStatus, BrokerState | None]:
+    """Report on the broker of ``data_dir`` from any process (the CLI's ``status``)."""
+    status, _ = _status_and_pid(data_dir)
+    state = _read_state(data_dir) if status is BrokerStatus.RUNNING else None
+    return status, state
+
+
+def stop_broker(data_dir: Path, *, timeout: float = 30.0) -> int | None:
+    """Stop the broker of ``data_dir`` started by any process; return its pid, or None.
+
+    Sends SIGTERM to the broker's process group, then SIGKILL after ``timeout`` seconds.
+    """
+    pid = _live_pid(data_dir)
+    if pid is None:
+        _remove_run_files(data_dir)
+        return None
+    _signal_group(pid, signal.SIGTERM)
+    if not _wait_pid_gone(pid, timeout):
+        _signal_group(pid, signal.SIGKILL)
+        if not _wait_pid_gone(pid, _KILL_WAIT_SECONDS):
+            raise LocalKafkaError(f"the Kafka JVM (pid {pid}) survived SIGKILL")
+    _remove_run_files(data_dir)
+    return pid
+
+
+def formatted_ports(data_dir: Path) -> tuple[int, int] | None:
+    """The (port, controller port) a data directory was formatted for, if it was."""
+    formatted = _read_format(data_dir)
+    if formatted is None:
+        return None
+    return int(formatted["port"]), int(formatted["controller_port"])
+
+
+def _status_and_pid(data_dir: Path) -> tuple[BrokerStatus, int | None]:
+    pid = _live_pid(data_dir)
+    if pid is None:
+        return BrokerStatus.STOPPED, None
+    state = _read_state(data_dir)
+    if state is not None and state.pid == pid:
+        return BrokerStatus.RUNNING, pid
+    return BrokerStatus.STARTING, pid
+
+
+def _read_state(data_dir: Path) -> BrokerState | None:
+    try:
+        return BrokerState.from_json((data_dir / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_format(data_dir: Path) -> dict[str, int | str] | None:
+    try:
+        raw = json.loads((data_dir / FORMAT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _live_pid(data_dir: Path) -> int | None:
+    """The pid in the pid file if that process is alive and is this directory's broker."""
+    try:
+        pid = int((data_dir / PID_FILE).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+    if not _pid_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return pid  # no /proc here: trust the pid file
+    properties = str(data_dir.resolve() / "server.properties").encode()
+    return pid if b"kafka.Kafka" in cmdline and properties in cmdline else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _wait_pid_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(_POLL_SECONDS)
+    return True
+
+
+def _signal_group(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signum)
+
+
+def _remove_run_files(data_dir: Path) -> None:
+    for name in (PID_FILE, STATE_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (data_dir / name).unlink()
+
+
+def _tcp_connects(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _run_tool(command: list[str], data_dir: Path) -> str:
+    """Run a short-lived Kafka tool JVM; its output is appended to ``format.out``."""
+    try:
+        result = subprocess.run(  # noqa: S603 - fixed argument list, no shell
+            command,
+            capture_output=True,
+            text=True,
+            timeout=_TOOL_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LocalKafkaError(
+            f"{command[-1]} did not finish within {_TOOL_TIMEOUT_SECONDS:.0f} s"
+        ) from exc
+    log = data_dir / FORMAT_LOG
+    with log.open("a", encoding="utf-8") as handle:
+        handle.write(f"# {' '.join(command)}\n{result.stdout}{result.stderr}")
+    if result.returncode != 0:
+        raise LocalKafkaError(
+            f"formatting the broker storage failed (exit {result.returncode}). "
+            f"Last lines of {log}:\n{tail_file(log)}"
+        )
+    return result.stdout
+
+
+def _run_async_probe(bootstrap: str, timeout: float) -> None:
+    # A thread of its own: the caller may be inside a running event loop (an async fixture),
+    # and asyncio.run() in the caller's thread would also reset that thread's current loop.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopchain-kafka-probe") as pool:
+        pool.submit(lambda: asyncio.run(wait_for_broker(bootstrap, timeout=timeout))).result()
