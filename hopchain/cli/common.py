@@ -1,0 +1,29 @@
+"""Pieces every ``hopchain`` subcommand group shares: exit codes and error output."""
+
+from __future__ import annotations
+
+import enum
+from typing import NoReturn
+
+import typer
+
+__all__ = ["ExitCode", "fail"]
+
+
+class ExitCode(enum.IntEnum):
+    """What the process exit status of a ``hopchain`` command means."""
+
+    OK = 0
+    """The command did what was asked."""
+    FAILURE = 1
+    """The command failed; the message on stderr says why and what to do."""
+    USAGE = 2
+    """The command line was wrong (Click's own code)."""
+    NOT_RUNNING = 3
+    """A status command found the service it reports on not running."""
+
+
+def fail(message: str, code: ExitCode = ExitCode.FAILURE) -> NoReturn:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
