@@ -18,15 +18,14 @@ from rich.table import Table
 
 from hopchain.cli.common import ExitCode, fail
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing.kafka import (
+from hopchain.testing.broker_state import (
     BrokerState,
     BrokerStatus,
-    LocalKafka,
     broker_status,
-    default_run_dir,
     formatted_ports,
     stop_broker,
 )
+from hopchain.testing.kafka import LocalKafka, default_run_dir
 
 __all__ = ["app", "kafka_app"]
 

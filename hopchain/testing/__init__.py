@@ -5,27 +5,32 @@
 """
 
 from hopchain.testing.admin import (
+    TopicFactory,
     broker_metadata,
     create_topics,
     delete_topics,
     unique_topic_name,
     wait_for_broker,
 )
-from hopchain.testing.kafka import (
+from hopchain.testing.broker_state import (
     BrokerState,
     BrokerStatus,
-    LocalKafka,
     broker_status,
-    cached_kafka_version,
-    default_run_dir,
     formatted_ports,
     stop_broker,
+)
+from hopchain.testing.kafka import (
+    LocalKafka,
+    cached_kafka_version,
+    default_run_dir,
+    probe_broker,
 )
 
 __all__ = [
     "BrokerState",
     "BrokerStatus",
     "LocalKafka",
+    "TopicFactory",
     "broker_metadata",
     "broker_status",
     "cached_kafka_version",
@@ -33,6 +38,7 @@ __all__ = [
     "default_run_dir",
     "delete_topics",
     "formatted_ports",
+    "probe_broker",
     "stop_broker",
     "unique_topic_name",
     "wait_for_broker",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_TOPIC_NAME_LENGTH",
+    "TopicFactory",
     "broker_metadata",
     "create_topics",
     "delete_topics",
@@ -169,3 +170,38 @@ async def delete_topics(bootstrap: str, *names: str, timeout: float = 30.0) -> N
         return
     async with asyncio.timeout(timeout), _admin(bootstrap, timeout) as admin:
         await admin.delete_topics(list(names), timeout_ms=int(timeout * 1000))
+
+
+class TopicFactory:
+    """Makes uniquely named topics on one cluster and remembers them for clean-up.
+
+    A natural pytest fixture body::
+
+        topics = TopicFactory(bootstrap, prefix=request.node.name)
+        name = await topics(partitions=3)
+        ...
+        await topics.delete_all()
+    """
+
+    def __init__(self, bootstrap: str, *, prefix: str = "test") -> None:
+        self.bootstrap = bootstrap
+        self.prefix = prefix
+        self.created: list[str] = []
+
+    async def __call__(
+        self,
+        partitions: int = 1,
+        *,
+        prefix: str | None = None,
+        configs: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create one new topic and return its name once every partition has a leader."""
+        name = unique_topic_name(prefix or self.prefix)
+        await create_topics(self.bootstrap, name, partitions=partitions, configs=configs)
+        self.created.append(name)
+        return name
+
+    async def delete_all(self) -> None:
+        """Delete every topic this factory made."""
+        names, self.created = self.created, []
+        await delete_topics(self.bootstrap, *names)

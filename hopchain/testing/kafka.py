@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import enum
 import json
 import os
 import re
@@ -28,7 +27,6 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
@@ -47,88 +45,31 @@ from hopchain.testing._provision import (
     tail_file,
 )
 from hopchain.testing.admin import wait_for_broker
+from hopchain.testing.broker_state import (
+    CONSOLE_LOG,
+    FORMAT_FILE,
+    FORMAT_LOG,
+    PID_FILE,
+    STATE_FILE,
+    BrokerState,
+    BrokerStatus,
+    pid_alive,
+    read_format,
+    read_state,
+    remove_run_files,
+    signal_group,
+    status_and_pid,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = [
-    "BrokerState",
-    "BrokerStatus",
-    "LocalKafka",
-    "broker_status",
-    "cached_kafka_version",
-    "default_run_dir",
-    "formatted_ports",
-    "stop_broker",
-]
-
-STATE_FILE = "broker.json"
-PID_FILE = "kafka.pid"
-FORMAT_FILE = "format.json"
-CONSOLE_LOG = "kafka.out"
-FORMAT_LOG = "format.out"
+__all__ = ["LocalKafka", "cached_kafka_version", "default_run_dir", "probe_broker"]
 
 _POLL_SECONDS = 0.1
 _KILL_WAIT_SECONDS = 10.0
 _TOOL_TIMEOUT_SECONDS = 120.0
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
-
-
-class BrokerStatus(enum.StrEnum):
-    """What a data directory's broker is doing, as seen from any process."""
-
-    RUNNING = "running"
-    """The JVM is alive and answered a metadata request when it started."""
-    STARTING = "starting"
-    """The JVM is alive but has not been seen ready yet."""
-    STOPPED = "stopped"
-    """No live broker JVM belongs to the data directory."""
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerState:
-    """What a started broker wrote to ``broker.json`` in its data directory."""
-
-    pid: int
-    """Process id of the JVM; also its process group id."""
-    bootstrap: str
-    """``127.0.0.1:PORT`` of the PLAINTEXT listener."""
-    port: int
-    """PLAINTEXT (client) port."""
-    controller_port: int
-    """KRaft controller port."""
-    kafka_version: str
-    """Apache Kafka version of the broker jars."""
-    data_dir: str
-    """The data directory (properties, KRaft log, broker logs)."""
-    log_path: str
-    """The JVM's console output; ``logs/server.log`` beside it holds the same."""
-    started_at: float
-    """Unix time at which the JVM was started."""
-    startup_seconds: float
-    """Seconds from starting the JVM until it answered a metadata request."""
-
-    def to_json(self) -> str:
-        """Serialise for ``broker.json``."""
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> BrokerState:
-        """Parse ``broker.json``; raises ``ValueError``, ``KeyError`` or ``TypeError`` if bad."""
-        raw = json.loads(text)
-        if not isinstance(raw, dict):
-            raise TypeError("broker state is not a JSON object")
-        return cls(
-            pid=int(raw["pid"]),
-            bootstrap=str(raw["bootstrap"]),
-            port=int(raw["port"]),
-            controller_port=int(raw["controller_port"]),
-            kafka_version=str(raw["kafka_version"]),
-            data_dir=str(raw["data_dir"]),
-            log_path=str(raw["log_path"]),
-            started_at=float(raw["started_at"]),
-            startup_seconds=float(raw["startup_seconds"]),
-        )
 
 
 def default_run_dir(kafka_home: Path | str | None = None) -> Path:
@@ -220,7 +161,7 @@ class LocalKafka:
     def data_dir(self) -> Path:
         """The data directory; made on first use when none was given."""
         if self._data_dir is None:
-            self._data_dir = Path(tempfile.mkdtemp(prefix="hopchain-kafka-"))
+            self._data_dir = Path(tempfile.mkdtemp(prefix="hopchain-kafka-")).resolve()
             self._temp_data = True
         return self._data_dir
 
@@ -253,21 +194,16 @@ class LocalKafka:
         """
         if self._pid is not None:
             raise LocalKafkaError(f"this broker is already running ({self.bootstrap})")
-        java = require_tool("java")
-        jars = self.resolve()
+        try:
+            java, jars, properties = self._prepare()
+        except BaseException:
+            self.port = self.controller_port = 0
+            if self._temp_data:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+                self._data_dir = None
+                self._temp_data = False
+            raise
         data_dir = self.data_dir
-        status, state_pid = _status_and_pid(data_dir)
-        if status is not BrokerStatus.STOPPED:
-            raise LocalKafkaError(
-                f"a broker (pid {state_pid}) already runs from {data_dir}; stop it with "
-                "`hopchain dev kafka stop` or use another data directory"
-            )
-        if self._fresh:
-            shutil.rmtree(data_dir, ignore_errors=True)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        _remove_run_files(data_dir)
-        self.port, self.controller_port = self._choose_ports(data_dir)
-        properties = self._format_storage(java, jars, data_dir)
         started_at = time.time()
         self._spawn(java, jars, properties)
         try:
@@ -289,12 +225,30 @@ class LocalKafka:
         (data_dir / STATE_FILE).write_text(state.to_json(), encoding="utf-8")
         return self
 
+    def _prepare(self) -> tuple[str, ResolvedJars, Path]:
+        """Everything before the JVM starts: tools, ports, jars, properties, storage format."""
+        java = require_tool("java")
+        data_dir = self.data_dir
+        status, state_pid = status_and_pid(data_dir)
+        if status is not BrokerStatus.STOPPED:
+            raise LocalKafkaError(
+                f"a broker (pid {state_pid}) already runs from {data_dir}; stop it with "
+                "`hopchain dev kafka stop` or use another data directory"
+            )
+        if self._fresh:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        self.port, self.controller_port = self._choose_ports(data_dir)
+        jars = self.resolve()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        remove_run_files(data_dir)
+        return java, jars, self._format_storage(java, jars, data_dir)
+
     def detach(self) -> BrokerState:
         """Leave the broker running after this process exits; return what was recorded.
 
         Stop it later with :func:`stop_broker` on the same data directory.
         """
-        state = _read_state(self.data_dir)
+        state = read_state(self.data_dir)
         if self._pid is None or state is None:
             raise LocalKafkaError("only a started broker can be detached; call start() first")
         atexit.unregister(self.stop)
@@ -302,11 +256,17 @@ class LocalKafka:
         self._is_child = False
         return state
 
-    def stop(self) -> None:
-        """Stop the broker (SIGTERM to its process group, SIGKILL after ``stop_timeout``)."""
+    def stop(self, *, keep_data: bool | None = None) -> None:
+        """Stop the broker (SIGTERM to its process group, SIGKILL after ``stop_timeout``).
+
+        ``keep_data`` overrides the constructor's choice, for example to keep a temporary data
+        directory (and its logs) after a failed test session.
+        """
         if self._pid is None:
             return
         self._terminate()
+        if keep_data is not None:
+            self._keep_data = keep_data
         if not self._keep_data_dir():
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -332,7 +292,7 @@ class LocalKafka:
         return self._pid
 
     def _choose_ports(self, data_dir: Path) -> tuple[int, int]:
-        formatted = _read_format(data_dir)
+        formatted = read_format(data_dir)
         port, controller_port = self._requested_ports
         if formatted is not None:
             old = (int(formatted["port"]), int(formatted["controller_port"]))
@@ -374,7 +334,7 @@ class LocalKafka:
             controller_port=self.controller_port,
             node_id=self.node_id,
         )
-        if _read_format(data_dir) is not None:
+        if read_format(data_dir) is not None:
             return properties
         started = time.monotonic()
         tool = [*self._java_base(java, jars), "kafka.tools.StorageTool"]
@@ -430,7 +390,7 @@ class LocalKafka:
         if pid is None:
             return False
         if not self._is_child:
-            return _pid_alive(pid)
+            return pid_alive(pid)
         if self._exit_status is None:
             with contextlib.suppress(ChildProcessError):
                 done, status = os.waitpid(pid, os.WNOHANG)
@@ -462,7 +422,7 @@ class LocalKafka:
             time.sleep(_POLL_SECONDS)
         remaining = max(1.0, deadline - time.monotonic())
         try:
-            _run_async_probe(self.bootstrap, remaining)
+            probe_broker(self.bootstrap, timeout=remaining)
         except LocalKafkaError as exc:
             if not self._alive():
                 raise self._died_error("exited during start-up") from exc
@@ -473,14 +433,14 @@ class LocalKafka:
         pid = self._pid
         if pid is None:
             return
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
         if not self._wait_gone(self.stop_timeout):
-            _signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
             if not self._wait_gone(_KILL_WAIT_SECONDS):
                 raise LocalKafkaError(f"the Kafka JVM (pid {pid}) survived SIGKILL")
         self._pid = None
         atexit.unregister(self.stop)
-        _remove_run_files(self.data_dir)
+        remove_run_files(self.data_dir)
 
     def _wait_gone(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -489,117 +449,6 @@ class LocalKafka:
                 return False
             time.sleep(_POLL_SECONDS)
         return True
-
-
-# -- other processes' brokers ------------------------------------------------------------------
-
-
-def broker_status(data_dir: Path) -> tuple[BrokerStatus, BrokerState | None]:
-    """Report on the broker of ``data_dir`` from any process (the CLI's ``status``)."""
-    status, _ = _status_and_pid(data_dir)
-    state = _read_state(data_dir) if status is BrokerStatus.RUNNING else None
-    return status, state
-
-
-def stop_broker(data_dir: Path, *, timeout: float = 30.0) -> int | None:
-    """Stop the broker of ``data_dir`` started by any process; return its pid, or None.
-
-    Sends SIGTERM to the broker's process group, then SIGKILL after ``timeout`` seconds.
-    """
-    pid = _live_pid(data_dir)
-    if pid is None:
-        _remove_run_files(data_dir)
-        return None
-    _signal_group(pid, signal.SIGTERM)
-    if not _wait_pid_gone(pid, timeout):
-        _signal_group(pid, signal.SIGKILL)
-        if not _wait_pid_gone(pid, _KILL_WAIT_SECONDS):
-            raise LocalKafkaError(f"the Kafka JVM (pid {pid}) survived SIGKILL")
-    _remove_run_files(data_dir)
-    return pid
-
-
-def formatted_ports(data_dir: Path) -> tuple[int, int] | None:
-    """The (port, controller port) a data directory was formatted for, if it was."""
-    formatted = _read_format(data_dir)
-    if formatted is None:
-        return None
-    return int(formatted["port"]), int(formatted["controller_port"])
-
-
-def _status_and_pid(data_dir: Path) -> tuple[BrokerStatus, int | None]:
-    pid = _live_pid(data_dir)
-    if pid is None:
-        return BrokerStatus.STOPPED, None
-    state = _read_state(data_dir)
-    if state is not None and state.pid == pid:
-        return BrokerStatus.RUNNING, pid
-    return BrokerStatus.STARTING, pid
-
-
-def _read_state(data_dir: Path) -> BrokerState | None:
-    try:
-        return BrokerState.from_json((data_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _read_format(data_dir: Path) -> dict[str, int | str] | None:
-    try:
-        raw = json.loads((data_dir / FORMAT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return raw if isinstance(raw, dict) else None
-
-
-def _live_pid(data_dir: Path) -> int | None:
-    """The pid in the pid file if that process is alive and is this directory's broker."""
-    try:
-        pid = int((data_dir / PID_FILE).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
-    if not _pid_alive(pid):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return pid  # no /proc here: trust the pid file
-    properties = str(data_dir.resolve() / "server.properties").encode()
-    return pid if b"kafka.Kafka" in cmdline and properties in cmdline else None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def _wait_pid_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(_POLL_SECONDS)
-    return True
-
-
-def _signal_group(pid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signum)
-
-
-def _remove_run_files(data_dir: Path) -> None:
-    for name in (PID_FILE, STATE_FILE):
-        with contextlib.suppress(FileNotFoundError):
-            (data_dir / name).unlink()
 
 
 def _tcp_connects(port: int) -> bool:
@@ -635,7 +484,14 @@ def _run_tool(command: list[str], data_dir: Path) -> str:
     return result.stdout
 
 
-def _run_async_probe(bootstrap: str, timeout: float) -> None:
+def probe_broker(bootstrap: str, *, timeout: float = 30.0) -> None:
+    """Block until a metadata call to ``bootstrap`` succeeds (see :func:`wait_for_broker`).
+
+    Safe to call from synchronous code that runs inside an event loop, such as a fixture.
+
+    Raises:
+        LocalKafkaError: no broker answered within ``timeout`` seconds.
+    """
     # A thread of its own: the caller may be inside a running event loop (an async fixture),
     # and asyncio.run() in the caller's thread would also reset that thread's current loop.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopchain-kafka-probe") as pool:
