@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+from typer.testing import CliRunner
+
+from hopchain.__about__ import __version__
+from hopchain.cli.app import app
+from hopchain.testing import probe_broker
+from hopchain.testing.broker_state import pid_alive
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+runner = CliRunner()
+
+
+def hopchain(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a process of its own, as a user would."""
+    return subprocess.run(  # noqa: S603 - our own interpreter and fixed arguments
+        [sys.executable, "-c", "from hopchain.cli.app import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_version_flag_prints_the_package_version() -> None:
+    result = runner.invoke(app, ["--version"])
+
+    assert result.exit_code == 0
+    assert result.output == f"hopchain {__version__}\n"
+
+
+def test_status_of_a_broker_that_never_ran_exits_3(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["dev", "kafka", "status", "--data-dir", str(tmp_path), "--json"])
+
+    assert result.exit_code == 3
+    assert json.loads(result.output) == {"status": "stopped", "data_dir": str(tmp_path)}
+
+
+def test_stop_without_a_broker_is_not_an_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["dev", "kafka", "stop", "--data-dir", str(tmp_path)])
+
+    assert result.exit_code == 0
+    assert "no broker running" in result.output
+
+
+@pytest.mark.kafka
+def test_start_detaches_and_another_process_reports_and_stops_it(tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "run")
+    ports = ["--port", "0", "--controller-port", "0"]
+
+    started = hopchain("dev", "kafka", "start", "--data-dir", data_dir, *ports, "--json")
+    assert started.returncode == 0, started.stderr
+    state = json.loads(started.stdout)
+    try:
+        assert state["status"] == "running"
+        assert pid_alive(state["pid"])  # outlived the process that started it
+        probe_broker(state["bootstrap"], timeout=30)
+
+        status = hopchain("dev", "kafka", "status", "--data-dir", data_dir, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["bootstrap"] == state["bootstrap"]
+    finally:
+        stopped = hopchain("dev", "kafka", "stop", "--data-dir", data_dir)
+
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"pid {state['pid']}" in stopped.stdout
+    assert not pid_alive(state["pid"])
+    after = hopchain("dev", "kafka", "status", "--data-dir", data_dir)
+    assert after.returncode == 3
+    assert (tmp_path / "run" / "logs" / "server.log").is_file()  # logs stay for inspection

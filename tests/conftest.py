@@ -1,0 +1,125 @@
+"""Session-wide fixtures: one real Kafka broker per test session, and topics for each test.
+
+``kafka_bootstrap`` uses ``$HOPCHAIN_KAFKA_BOOTSTRAP`` when it is set; otherwise it starts a
+:class:`hopchain.testing.LocalKafka` on free ports with a temporary data directory the first time
+a test asks for it, and stops it when the session ends. A broker that cannot start fails the
+tests that need it; it never skips them (under CI or anywhere else).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+from hopchain.exceptions import LocalKafkaError
+from hopchain.testing import LocalKafka, TopicFactory, probe_broker, unique_topic_name
+from hopchain.testing._provision import ENV_KAFKA_VERSION, find_kafka_home, pom_kafka_version
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ENV_BOOTSTRAP = "HOPCHAIN_KAFKA_BOOTSTRAP"
+
+
+@dataclass
+class BrokerReport:
+    """What the session's broker did, for the terminal summary."""
+
+    bootstrap: str
+    kafka_version: str | None = None
+    resolve_seconds: float = 0.0
+    format_seconds: float = 0.0
+    startup_seconds: float = 0.0
+    log_path: str | None = None
+
+
+_BROKER_REPORT = pytest.StashKey[BrokerReport]()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    external = os.environ.get(ENV_BOOTSTRAP)
+    if external:
+        return [f"kafka: external broker at {external} (from ${ENV_BOOTSTRAP})"]
+    try:
+        home = find_kafka_home(config.rootpath / "deploy" / "kafka")
+        version = os.environ.get(ENV_KAFKA_VERSION) or pom_kafka_version(home)
+    except LocalKafkaError as exc:
+        return [f"kafka: local broker unavailable: {exc}"]
+    return [
+        f"kafka: local Apache Kafka {version} (deploy/kafka/pom.xml), started on first use",
+    ]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    report = terminalreporter.config.stash.get(_BROKER_REPORT, None)
+    if report is None:
+        return
+    terminalreporter.section("kafka", sep="-")
+    if report.kafka_version is None:
+        terminalreporter.write_line(f"external broker at {report.bootstrap}")
+        return
+    terminalreporter.write_line(
+        f"Apache Kafka {report.kafka_version} at {report.bootstrap}: ready "
+        f"{report.startup_seconds:.1f} s after the JVM started "
+        f"(jar resolve {report.resolve_seconds:.1f} s, storage format "
+        f"{report.format_seconds:.1f} s)"
+    )
+    if report.log_path:
+        terminalreporter.write_line(f"kept the broker's data and logs: {report.log_path}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Iterator[str]:
+    """``host:port`` of a real Kafka broker for this session.
+
+    The temporary data directory (with the broker's logs) is kept when a test failed.
+    """
+    external = os.environ.get(ENV_BOOTSTRAP)
+    if external:
+        try:
+            probe_broker(external, timeout=30.0)
+        except LocalKafkaError as exc:
+            pytest.fail(f"${ENV_BOOTSTRAP}={external} is not usable: {exc}", pytrace=False)
+        pytestconfig.stash[_BROKER_REPORT] = BrokerReport(bootstrap=external)
+        yield external
+        return
+    kafka = LocalKafka(kafka_home=pytestconfig.rootpath / "deploy" / "kafka")
+    started = time.monotonic()
+    try:
+        kafka.start()
+    except LocalKafkaError as exc:
+        pytest.fail(
+            f"the local Kafka broker did not start after {time.monotonic() - started:.1f} s: {exc}",
+            pytrace=False,
+        )
+    pytestconfig.stash[_BROKER_REPORT] = BrokerReport(
+        bootstrap=kafka.bootstrap,
+        kafka_version=kafka.version,
+        resolve_seconds=kafka.resolve_seconds,
+        format_seconds=kafka.format_seconds,
+        startup_seconds=kafka.startup_seconds,
+        log_path=str(kafka.log_path),
+    )
+    try:
+        yield kafka.bootstrap
+    finally:
+        failed = request.session.testsfailed > 0
+        kafka.stop(keep_data=failed)
+        if not failed:
+            pytestconfig.stash[_BROKER_REPORT].log_path = None
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses, derived from the test's name."""
+    return unique_topic_name(request.node.name)
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> TopicFactory:
+    """``await new_topic(partitions=3)`` creates a uniquely named topic and returns its name."""
+    return TopicFactory(kafka_bootstrap, prefix=request.node.name)
