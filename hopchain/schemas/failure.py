@@ -111,9 +111,9 @@ class Failure(BaseModel):
     """Whether the component has any path left to a correct result on its own."""
     recovery_hint: Annotated[str, Field(max_length=MAX_HINT_LENGTH)] | None = None
     """The component's own guess at what would help. Only a hint: never a directive."""
-    run_id: Identifier
-    """The run the work belonged to."""
+    run_id: Identifier | None = None
+    """The run the work belonged to; None when the record was unreadable."""
     validation_errors: tuple[ValidationIssue, ...] = ()
     """For rejections: each reason the message was refused."""
-    work_item_id: Identifier
-    """The work item that failed."""
+    work_item_id: Identifier | None = None
+    """The work item that failed; None when the record was unreadable."""

@@ -1,0 +1,233 @@
+"""FastStream middleware: validate before the handler, park what fails, append on publish.
+
+Install it on a ``KafkaBroker`` (or a router) whose subscribers commit after processing::
+
+    hop = HopchainRuntime(registry, component="classify")
+    broker = KafkaBroker(bootstrap, middlewares=[hop], ack_policy=AckPolicy.ACK)
+
+Commit behaviour: FastStream's Kafka default (``ACK_FIRST``) commits before the handler
+runs, so a crash loses the record. hopchain refuses subscribers with ``ACK_FIRST`` or
+``MANUAL`` and relies on ``ACK``-style policies: a record's offset is committed after its
+handler returned and its outputs were acknowledged, or after it was parked and the
+dead-letter write was acknowledged. If parking fails, the consumer is rewound to the
+record and stopped, so the record is read again after a restart: never dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from aiokafka import TopicPartition
+from faststream import AckPolicy
+from faststream._internal.middlewares import BaseMiddleware
+from faststream.exceptions import AckMessage, HandlerException, SkipMessage, StopConsume
+
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
+from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
+from hopchain.middleware.failures import failure_from_exception
+from hopchain.middleware.record import ConsumedRecord
+from hopchain.middleware.runtime import DeadLetterProducer, HopchainRuntime
+from hopchain.middleware.tracing import consume_span, mark_error, publish_span
+from hopchain.schemas import WireMode
+
+__all__ = ["HopchainMiddleware"]
+
+logger = logging.getLogger("hopchain")
+
+_REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
+
+
+def _producer_of(subscriber: Any) -> DeadLetterProducer:
+    """The aiokafka producer of the broker the subscriber belongs to."""
+    try:
+        producer: DeadLetterProducer = subscriber._outer_config.producer._producer.producer  # noqa: SLF001
+    except AttributeError as exc:
+        raise ConfigurationError(
+            "cannot reach the broker's Kafka producer to park records; is the broker started "
+            "and is this FastStream 0.7.x?"
+        ) from exc
+    return producer
+
+
+class HopchainMiddleware(BaseMiddleware[Any, Any]):
+    """Per-message middleware made by :class:`HopchainRuntime` for each record and publish."""
+
+    def __init__(self, msg: Any | None, /, *, context: Any, runtime: HopchainRuntime) -> None:
+        super().__init__(msg, context=context)
+        self.runtime = runtime
+        self.hop: HopContext | None = None
+        self._scope = ExitStack()
+        self._started = 0.0
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    async def on_receive(self) -> None:
+        """Validate the raw record before FastStream parses it; park it if it is invalid."""
+        if self.msg is None or isinstance(self.msg, tuple):
+            return
+        record = ConsumedRecord.from_aiokafka(self.msg)
+        if self.runtime.registry.is_dead_letter_topic(record.topic):
+            # Dead-letter topics are read as they are: re-parking their records would loop.
+            return
+        subscriber = self.context.get("handler_")
+        policy = getattr(subscriber, "ack_policy", None)
+        if policy in _REFUSED_ACK_POLICIES:
+            raise ConfigurationError(
+                f"subscriber of {record.topic!r} uses ack_policy={policy}; hopchain needs "
+                "offsets committed after processing: use AckPolicy.ACK (e.g. "
+                "KafkaBroker(..., ack_policy=AckPolicy.ACK))"
+            )
+        group = getattr(subscriber, "group_id", None) or ""
+        try:
+            decoded = self.runtime.accept(record)
+        except DecodeError as error:
+            await self._reject(record, error, group, subscriber)
+        self._started = time.perf_counter()
+        span = self._scope.enter_context(
+            consume_span(
+                record,
+                trace_id=decoded.envelope.trace_id,
+                group=group,
+                envelope_id=decoded.envelope.id,
+                component=self.runtime.component,
+            )
+        )
+        self.hop = HopContext(
+            envelope=decoded.envelope,
+            payload=decoded.payload,
+            record=record,
+            component=self.runtime.component,
+            span_id=span.span_id,
+            received_at=datetime.now(UTC),
+            group=group,
+        )
+        token = _set_current_hop(self.hop)
+        self._scope.callback(_reset_current_hop, token)
+
+    async def _reject(
+        self, record: ConsumedRecord, error: DecodeError, group: str, subscriber: Any
+    ) -> NoReturn:
+        try:
+            await self.runtime.reject(record, error, group=group, producer=_producer_of(subscriber))
+        except DeadLetterWriteError as exc:
+            self._stop_at(record, subscriber, exc)
+        consumer = getattr(subscriber, "consumer", None)
+        if consumer is not None:
+            # Parked and acknowledged by the broker: now, and only now, move past it.
+            await consumer.commit(
+                {TopicPartition(record.topic, record.partition): record.offset + 1}
+            )
+        raise SkipMessage
+
+    def _stop_at(self, record: ConsumedRecord, subscriber: Any, exc: Exception) -> NoReturn:
+        consumer = getattr(subscriber, "consumer", None)
+        if consumer is not None:
+            consumer.seek(TopicPartition(record.topic, record.partition), record.offset)
+        logger.critical(
+            "stopping the subscriber of %s: %s",
+            record.topic,
+            exc,
+            extra={"hopchain_event": "subscriber_stopped", "topic": record.topic},
+        )
+        # Rewound first, so whatever FastStream commits on the way out is this record's
+        # own offset: it is read again after a restart.
+        raise StopConsume from exc
+
+    async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+        """Hand the typed payload to the handler; park the record if the handler fails."""
+        hop = self.hop
+        if hop is None:
+            return await call_next(msg)
+        contract = self.runtime.registry.get(hop.record.topic)
+        if contract.mode is WireMode.BODY:
+            # The handler sees the payload, whatever the wire mode.
+            msg.body = hop.payload.__pydantic_serializer__.to_json(hop.payload)
+            msg.clear_cache()
+        labels = (hop.record.topic, self.runtime.component)
+        try:
+            result = await call_next(msg)
+        except HandlerException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
+            await self._park_failure(hop, exc)
+        self.runtime.metrics.consumed.labels(*labels).inc()
+        self.runtime.metrics.processing.labels(*labels).observe(time.perf_counter() - self._started)
+        return result
+
+    async def _park_failure(self, hop: HopContext, exc: Exception) -> NoReturn:
+        failure = failure_from_exception(exc, hop)
+        subscriber = self.context.get("handler_")
+        try:
+            await self.runtime.dead_letter(hop, failure, producer=_producer_of(subscriber))
+        except DeadLetterWriteError as write_error:
+            self._stop_at(hop.record, subscriber, write_error)
+        raise AckMessage from exc
+
+    async def after_processed(
+        self,
+        exc_type: type[BaseException] | None = None,  # noqa: ARG002 - FastStream's signature
+        exc_val: BaseException | None = None,
+        exc_tb: Any = None,  # noqa: ARG002
+    ) -> bool | None:
+        """Close the hop's span and forget the record."""
+        if exc_val is not None and self.hop is not None:
+            span_error = getattr(exc_val, "code", None) or type(exc_val).__name__
+            from opentelemetry import trace  # noqa: PLC0415
+
+            mark_error(trace.get_current_span(), str(span_error))
+        self._scope.close()
+        return False
+
+    # -- publishing --------------------------------------------------------------------------
+
+    async def publish_scope(self, call_next: Any, cmd: Any) -> Any:
+        """Validate and envelope every publish; refuse (and send nothing) when invalid."""
+        topic = cmd.destination
+        registry = self.runtime.registry
+        if registry.is_dead_letter_topic(topic):
+            return await call_next(cmd)
+        incoming = self.hop
+        if incoming is None:
+            from hopchain.middleware.context import current_hop  # noqa: PLC0415
+
+            incoming = current_hop()
+        if incoming is not None:
+            record, _ = self.runtime.outgoing(
+                topic,
+                cmd.body,
+                incoming=incoming,
+                trace_id=incoming.trace_id,
+                span_id=incoming.span_id,
+                headers=cmd.headers,
+            )
+            result = await self._send(call_next, cmd, record.value, record.headers)
+        else:
+            with publish_span(topic, component=self.runtime.component) as span:
+                record, _ = self.runtime.outgoing(
+                    topic,
+                    cmd.body,
+                    incoming=None,
+                    trace_id=span.trace_id,
+                    span_id=span.span_id,
+                    headers=cmd.headers,
+                )
+                result = await self._send(call_next, cmd, record.value, record.headers)
+        self.runtime.metrics.published.labels(topic, self.runtime.component).inc()
+        return result
+
+    @staticmethod
+    async def _send(
+        call_next: Any, cmd: Any, value: bytes, headers: tuple[tuple[str, bytes], ...]
+    ) -> Any:
+        cmd.body = value
+        cmd.headers = {
+            **cmd.headers,
+            **{name: raw.decode() for name, raw in headers},
+            # Headers mode keeps the value a JSON payload that plain consumers can read.
+            "content-type": "application/json",
+        }
+        return await call_next(cmd)

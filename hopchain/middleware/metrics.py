@@ -1,0 +1,50 @@
+"""Prometheus metrics of the middleware, on a registry the caller owns."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+__all__ = ["MiddlewareMetrics"]
+
+
+class MiddlewareMetrics:
+    """Counters and timings per topic and component. Label values are bounded sets."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.consumed = Counter(
+            "hopchain_consumed_total",
+            "Records that passed validation and reached a handler.",
+            ["topic", "component"],
+            registry=self.registry,
+        )
+        self.published = Counter(
+            "hopchain_published_total",
+            "Records published with a validated envelope.",
+            ["topic", "component"],
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "hopchain_rejected_total",
+            "Records refused at a boundary, by direction (consume, produce) and reason code.",
+            ["topic", "direction", "reason"],
+            registry=self.registry,
+        )
+        self.dead_lettered = Counter(
+            "hopchain_dead_lettered_total",
+            "Records parked in a dead-letter topic, by source topic and error type.",
+            ["topic", "component", "error_type"],
+            registry=self.registry,
+        )
+        self.dead_letter_write_failures = Counter(
+            "hopchain_dead_letter_write_failures_total",
+            "Failed attempts to write a dead letter; the source offset was not committed.",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.processing = Histogram(
+            "hopchain_processing_seconds",
+            "Time from receiving a valid record to the end of its handler.",
+            ["topic", "component"],
+            registry=self.registry,
+        )

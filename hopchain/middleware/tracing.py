@@ -1,0 +1,125 @@
+"""W3C trace context in Kafka headers, and one OpenTelemetry span per hop.
+
+Kafka headers are (str, bytes) pairs that may repeat or hold odd bytes, so the getter is
+tolerant: it decodes what it can and skips the rest. Spans follow the OpenTelemetry
+messaging conventions. When no tracing SDK is installed, spans do not record; hopchain then
+mints span ids itself so every hop still has its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from hopchain.middleware.record import ConsumedRecord
+from hopchain.schemas.ids import new_span_id, new_trace_id
+
+__all__ = ["HopSpan", "KafkaHeadersGetter", "consume_span", "mark_error", "publish_span"]
+
+_TRACER_NAME = "hopchain"
+
+
+class KafkaHeadersGetter(Getter[Sequence[tuple[str, bytes | None]]]):
+    """Reads trace context from Kafka headers; the first decodable value of a name wins."""
+
+    def get(self, carrier: Sequence[tuple[str, bytes | None]], key: str) -> list[str] | None:
+        """Values of header ``key`` that decode as UTF-8."""
+        values = []
+        for name, raw in carrier:
+            if name.lower() != key or raw is None:
+                continue
+            try:
+                values.append(raw.decode())
+            except UnicodeDecodeError:
+                continue
+        return values or None
+
+    def keys(self, carrier: Sequence[tuple[str, bytes | None]]) -> list[str]:
+        """Header names present."""
+        return [name for name, _ in carrier]
+
+
+_GETTER = KafkaHeadersGetter()
+
+
+@dataclass(frozen=True)
+class HopSpan:
+    """The ids a hop records: its trace and its own span."""
+
+    trace_id: str
+    span_id: str
+    span: trace.Span
+
+
+def _ids(span: trace.Span, fallback_trace_id: str | None) -> tuple[str, str]:
+    context = span.get_span_context()
+    if span.is_recording() and context.is_valid:
+        return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
+    return fallback_trace_id or new_trace_id(), new_span_id()
+
+
+def _attributes(topic: str, operation: str, extra: dict[str, str | int]) -> dict[str, str | int]:
+    return {
+        "messaging.system": "kafka",
+        "messaging.operation.type": operation,
+        "messaging.operation.name": operation,
+        "messaging.destination.name": topic,
+        **extra,
+    }
+
+
+@contextmanager
+def consume_span(
+    record: ConsumedRecord, *, trace_id: str, group: str, envelope_id: str, component: str
+) -> Iterator[HopSpan]:
+    """A CONSUMER span for one hop, child of the span that produced the record."""
+    parent = propagate.extract(record.headers, getter=_GETTER)
+    tracer = trace.get_tracer(_TRACER_NAME)
+    attributes = _attributes(
+        record.topic,
+        "process",
+        {
+            "messaging.destination.partition.id": str(record.partition),
+            "messaging.kafka.offset": record.offset,
+            "messaging.consumer.group.name": group,
+            "messaging.message.id": envelope_id,
+            "hopchain.component": component,
+        },
+    )
+    with tracer.start_as_current_span(
+        f"process {record.topic}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        trace_hex, span_hex = _ids(span, trace_id)
+        yield HopSpan(trace_hex, span_hex, span)
+
+
+@contextmanager
+def publish_span(topic: str, *, component: str, links: Sequence[Link] = ()) -> Iterator[HopSpan]:
+    """A PRODUCER span for an origin hop, child of whatever span is current (if any)."""
+    tracer = trace.get_tracer(_TRACER_NAME)
+    current = trace.get_current_span().get_span_context()
+    fallback = trace.format_trace_id(current.trace_id) if current.is_valid else None
+    with tracer.start_as_current_span(
+        f"send {topic}",
+        kind=SpanKind.PRODUCER,
+        attributes=_attributes(topic, "send", {"hopchain.component": component}),
+        links=links,
+    ) as span:
+        trace_hex, span_hex = _ids(span, fallback)
+        yield HopSpan(trace_hex, span_hex, span)
+
+
+def mark_error(span: trace.Span, code: str) -> None:
+    """Mark a hop's span as failed with a reason code (never payload contents)."""
+    span.set_status(Status(StatusCode.ERROR, code))
+    span.set_attribute("error.type", code)
