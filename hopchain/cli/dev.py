@@ -30,7 +30,7 @@ from hopchain.testing.kafka import LocalKafka, default_run_dir
 __all__ = ["app", "kafka_app"]
 
 DEFAULT_PORT = 9092
-DEFAULT_CONTROLLER_PORT = 9093
+DEFAULT_CONTROLLER_PORT = 19093  # 9093 is Alertmanager's default
 
 app = typer.Typer(help="Development tools: a local Kafka broker.", no_args_is_help=True)
 kafka_app = typer.Typer(

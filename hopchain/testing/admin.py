@@ -149,7 +149,7 @@ async def create_topics(
         await _wait_for_leaders(admin, list(names))
 
 
-async def _wait_for_leaders(admin: Any, names: list[str]) -> None:  # noqa: ANN401 - aiokafka is untyped
+async def _wait_for_leaders(admin: Any, names: list[str]) -> None:
     while True:
         described: list[dict[str, Any]] = await admin.describe_topics(names)
         ready = {
