@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -10,10 +10,23 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from hopchain.middleware.dedupe import DedupeStore
+from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.middleware.record import ConsumedRecord
-from hopchain.schemas import Attempt, Effect, EffectKind, Envelope, stage_intent_key
+from hopchain.schemas import (
+    Attempt,
+    ContractRegistry,
+    Decision,
+    Degradation,
+    Effect,
+    EffectKind,
+    Envelope,
+    Failure,
+    ValidationIssue,
+    stage_intent_key,
+)
 
-__all__ = ["HopContext", "Origin", "current_hop", "origin"]
+__all__ = ["HopContext", "Origin", "RetryFeedback", "current_hop", "origin"]
 
 
 @dataclass
@@ -31,8 +44,19 @@ class HopContext:
     span_id: str
     received_at: datetime
     group: str = ""
+    registry: ContractRegistry | None = None
+    dedupe: DedupeStore | None = None
+    metrics: MiddlewareMetrics | None = None
     effects: list[Effect] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    stage: str | None = None
+    """The declared stage handling the record, if any."""
+    decision: Decision | None = None
+    """Set by a stage policy (recovered, degraded); None means forwarded."""
+    degradation: Degradation | None = None
+    failure: Failure | None = None
+    feedback: RetryFeedback | None = None
+    """For a contract retry: what was wrong with the previous output."""
 
     @property
     def intent_key(self) -> str:
@@ -67,6 +91,65 @@ class HopContext:
         effect = Effect(kind=kind, target=target, identifier=identifier)
         self.effects.append(effect)
         return effect
+
+    async def once(
+        self,
+        kind: EffectKind,
+        target: str,
+        action: Callable[[str], Awaitable[str]],
+        *,
+        stage: str | None = None,
+    ) -> Effect:
+        """Commit an effect at most once per intent and stage, and record it.
+
+        ``action`` receives the stage's idempotency key (pass it on to the target, which
+        should refuse a second use of it) and returns the effect's identifier. When the
+        dedupe store already holds the key, because this record was redelivered after the
+        effect was committed, the action is not run again and the stored identifier is
+        recorded instead.
+        """
+        key = self.stage_key(stage or self.stage)
+        store = self.dedupe
+        identifier = await store.get(key) if store is not None else None
+        if identifier is None:
+            identifier = await action(key)
+            if store is not None:
+                await store.put(key, identifier)
+        return self.record_effect(kind, target, identifier)
+
+    @property
+    def effective_decision(self) -> Decision:
+        """What this hop decided: the policy's word, else recovered after failed attempts."""
+        if self.decision is not None:
+            return self.decision
+        if any(attempt.outcome == "failed" for attempt in self.attempts):
+            return Decision.RECOVERED
+        return Decision.FORWARDED
+
+
+@dataclass(frozen=True)
+class RetryFeedback:
+    """What a contract retry is told about the previous attempt's output."""
+
+    attempt: int
+    """The number of the attempt that failed."""
+    issues: tuple[ValidationIssue, ...]
+    """Each field that failed, with its path and message."""
+    rules: tuple[str, ...] = ()
+    """Rules of the stage's output that still apply."""
+
+    def brief(self) -> str:
+        """A short retry brief for a stage that asks a language model.
+
+        It says what failed, the rules that still apply, and one recovery verb.
+        """
+        lines = [f"Attempt {self.attempt} returned output that failed its contract:"]
+        lines += [f"- {issue.path}: {issue.message}" for issue in self.issues]
+        if self.rules:
+            lines.append("These rules still apply:")
+            lines += [f"- {rule}" for rule in self.rules]
+        lines.append("Revise: return the whole output again with only the listed fields fixed.")
+        return "\n".join(lines)
 
 
 _current_hop: ContextVar[HopContext | None] = ContextVar("hopchain_current_hop", default=None)

@@ -29,8 +29,10 @@ from faststream.exceptions import AckMessage, HandlerException, SkipMessage, Sto
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
 from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
 from hopchain.middleware.failures import failure_from_exception
+from hopchain.middleware.policy import Abort, DeadLetter, Reroute, default_exit
 from hopchain.middleware.record import ConsumedRecord
 from hopchain.middleware.runtime import DeadLetterProducer, HopchainRuntime
+from hopchain.middleware.stage import StageExit
 from hopchain.middleware.tracing import consume_span, mark_error, publish_span
 from hopchain.schemas import WireMode
 
@@ -104,6 +106,9 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
             span_id=span.span_id,
             received_at=datetime.now(UTC),
             group=group,
+            registry=self.runtime.registry,
+            dedupe=self.runtime.dedupe,
+            metrics=self.runtime.metrics,
         )
         token = _set_current_hop(self.hop)
         self._scope.callback(_reset_current_hop, token)
@@ -159,10 +164,30 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
         return result
 
     async def _park_failure(self, hop: HopContext, exc: Exception) -> NoReturn:
-        failure = failure_from_exception(exc, hop)
+        """Take the exit the stage declared (or the default exit of the failure's type)."""
+        if isinstance(exc, StageExit):
+            exit_, failure = exc.exit, exc.failure
+            stage = exc.stage
+        else:
+            failure = failure_from_exception(exc, hop)
+            exit_ = default_exit(failure.error_type, DeadLetter())
+            stage = None
         subscriber = self.context.get("handler_")
+        producer = _producer_of(subscriber)
+        if isinstance(exit_, Abort):
+            self.runtime.abort(hop, failure)
+            self._stop_at(hop.record, subscriber, exc)
         try:
-            await self.runtime.dead_letter(hop, failure, producer=_producer_of(subscriber))
+            if isinstance(exit_, Reroute):
+                await self.runtime.reroute(hop, exit_.topic, failure, producer=producer)
+            else:
+                await self.runtime.dead_letter(
+                    hop,
+                    failure,
+                    producer=producer,
+                    dead_letter_topic=stage.dead_letter_topic if stage else None,
+                    owner=stage.owner if stage else None,
+                )
         except DeadLetterWriteError as write_error:
             self._stop_at(hop.record, subscriber, write_error)
         raise AckMessage from exc

@@ -42,6 +42,18 @@ class MiddlewareMetrics:
             ["topic"],
             registry=self.registry,
         )
+        self.stage_attempts = Counter(
+            "hopchain_stage_attempts_total",
+            "Attempts at a stage's work, by kind (first, transport, contract) and outcome.",
+            ["stage", "kind", "outcome"],
+            registry=self.registry,
+        )
+        self.stage_decisions = Counter(
+            "hopchain_stage_decisions_total",
+            "Hops appended by a stage, by decision (forwarded, recovered, degraded, ...).",
+            ["stage", "decision"],
+            registry=self.registry,
+        )
         self.processing = Histogram(
             "hopchain_processing_seconds",
             "Time from receiving a valid record to the end of its handler.",

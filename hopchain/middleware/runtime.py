@@ -24,6 +24,7 @@ from hopchain.exceptions import (
     ReasonCode,
 )
 from hopchain.middleware.context import HopContext, current_origin
+from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
 from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas import (
@@ -85,6 +86,8 @@ class HopchainRuntime:
             consumer stops; the offset is never committed past an unparked record.
         dead_letter_backoff: seconds before the first retry of a dead-letter write,
             doubled each time.
+        dedupe: where ``HopContext.once`` remembers committed effects (in memory if None;
+            use a durable store for side-effecting stages).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class HopchainRuntime:
         metrics_registry: CollectorRegistry | None = None,
         dead_letter_attempts: int = 3,
         dead_letter_backoff: float = 0.2,
+        dedupe: DedupeStore | None = None,
     ) -> None:
         if dead_letter_attempts < 1:
             raise ValueError("dead_letter_attempts must be at least 1")
@@ -109,6 +113,10 @@ class HopchainRuntime:
         self.metrics = MiddlewareMetrics(metrics_registry)
         self.dead_letter_attempts = dead_letter_attempts
         self.dead_letter_backoff = dead_letter_backoff
+        self.dedupe: DedupeStore = dedupe if dedupe is not None else MemoryDedupeStore()
+        self.aborted = asyncio.Event()
+        """Set when a stage aborted: a run can wait on it and exit non-zero."""
+        self.abort_reason: str | None = None
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -180,6 +188,8 @@ class HopchainRuntime:
         *,
         producer: DeadLetterProducer,
         observation: str = "",
+        dead_letter_topic: str | None = None,
+        owner: str | None = None,
     ) -> DeadLetterInfo:
         """Park a valid record whose handling failed, with a hop saying so.
 
@@ -187,22 +197,22 @@ class HopchainRuntime:
         ``dead_lettered`` hop travels in the ``hopchain-dlq-envelope`` header.
         """
         contract = self.registry.get(hop.record.topic)
+        topic = dead_letter_topic or contract.dead_letter_topic
+        owner = owner or contract.owner
         envelope = self.append(
             hop,
             decision=Decision.DEAD_LETTERED,
-            destination=contract.dead_letter_topic,
+            destination=topic,
             failure=failure,
-            observation=observation or f"parked for {contract.owner}: {failure.error_type.value}",
+            observation=observation or f"parked for {owner}: {failure.error_type.value}",
         )
-        info = self._info(
-            hop.record, failure, group=hop.group, owner=contract.owner, envelope=envelope
-        )
+        info = self._info(hop.record, failure, group=hop.group, owner=owner, envelope=envelope)
         logger.error(
             "dead-lettered %s: %s after %d attempt(s); parking in %s",
             hop.record.describe(),
             failure.error_type.value,
             len(failure.attempts),
-            contract.dead_letter_topic,
+            topic,
             extra={
                 "hopchain_event": "dead_lettered",
                 "topic": hop.record.topic,
@@ -211,12 +221,63 @@ class HopchainRuntime:
                 "error_type": failure.error_type.value,
                 "component": self.component,
                 "envelope_id": hop.envelope.id,
-                "dead_letter_topic": contract.dead_letter_topic,
+                "dead_letter_topic": topic,
                 "dead_letter_id": info.dead_letter_id,
             },
         )
-        await self._park(hop.record, info, contract.dead_letter_topic, producer)
+        await self._park(hop.record, info, topic, producer)
         return info
+
+    async def reroute(
+        self, hop: HopContext, topic: str, failure: Failure, *, producer: DeadLetterProducer
+    ) -> None:
+        """Send the input payload to an alternate topic, with a ``rerouted`` hop.
+
+        Raises:
+            DeadLetterWriteError: the alternate topic did not acknowledge the write.
+        """
+        hop.failure = failure
+        record, _ = self.outgoing(
+            topic,
+            hop.payload,
+            incoming=hop,
+            trace_id=hop.trace_id,
+            span_id=hop.span_id,
+            decision=Decision.REROUTED,
+        )
+        try:
+            await producer.send_and_wait(
+                topic, value=record.value, key=hop.record.key, headers=list(record.headers)
+            )
+        except Exception as exc:
+            raise DeadLetterWriteError(
+                source_topic=hop.record.topic,
+                partition=hop.record.partition,
+                offset=hop.record.offset,
+                dead_letter_topic=topic,
+            ) from exc
+
+    def abort(self, hop: HopContext, failure: Failure) -> None:
+        """Record that a stage stopped on this record; the caller stops consuming."""
+        stage = hop.stage or self.component
+        self.metrics.stage_decisions.labels(stage, Decision.ABORTED.value).inc()
+        self.abort_reason = (
+            f"stage {stage!r} aborted on {hop.record.describe()}: {failure.error_type.value}"
+        )
+        logger.critical(
+            "%s; no later offset is committed, a restart resumes at this record",
+            self.abort_reason,
+            extra={
+                "hopchain_event": "aborted",
+                "topic": hop.record.topic,
+                "partition": hop.record.partition,
+                "offset": hop.record.offset,
+                "error_type": failure.error_type.value,
+                "component": self.component,
+                "stage": stage,
+            },
+        )
+        self.aborted.set()
 
     def _info(
         self,
@@ -326,14 +387,20 @@ class HopchainRuntime:
         self,
         hop: HopContext,
         *,
-        decision: Decision,
+        decision: Decision | None,
         destination: str | None,
         failure: Failure | None = None,
         observation: str = "",
         attempts: Iterable[Attempt] | None = None,
         contract: tuple[str, int] | None = None,
     ) -> Envelope:
-        """The received envelope with this component's hop appended."""
+        """The received envelope with this component's hop appended.
+
+        What the hop says defaults to what the stage policy recorded on ``hop``: its
+        decision (forwarded, recovered, degraded), failure and degradation marker.
+        """
+        decided = decision or hop.effective_decision
+        self.metrics.stage_decisions.labels(hop.stage or self.component, decided.value).inc()
         base = hop.envelope
         if contract is not None:
             base = base.model_copy(
@@ -343,7 +410,7 @@ class HopchainRuntime:
             base,
             component=self.component,
             instance=self.instance,
-            decision=decision,
+            decision=decided,
             span_id=hop.span_id,
             observation=observation,
             received_from=hop.record.position,
@@ -351,7 +418,8 @@ class HopchainRuntime:
             destination=destination,
             attempts=tuple(hop.attempts if attempts is None else attempts),
             effects=tuple(hop.effects),
-            failure=failure,
+            failure=failure or hop.failure,
+            degradation=hop.degradation,
             keyring=self.keyring,
         )
 
@@ -389,7 +457,7 @@ class HopchainRuntime:
         if incoming is not None:
             envelope = self.append(
                 incoming,
-                decision=decision or Decision.FORWARDED,
+                decision=decision,
                 destination=topic,
                 observation=observation,
                 contract=(contract.name, contract.version),

@@ -111,6 +111,8 @@ class Decision(StrEnum):
 class AttemptKind(StrEnum):
     """Which retry budget an attempt was charged to."""
 
+    FIRST = "first"
+    """The first try of the hop: charged to no budget."""
     TRANSPORT = "transport"
     """The same request again after a backoff: no new information was given."""
     CONTRACT = "contract"

@@ -1,0 +1,342 @@
+"""Declared stages: a handler wrapped in its failure policy.
+
+::
+
+    pipeline = Pipeline("claims")
+    classify = pipeline.stage(
+        "classify", input="claims.extracted", output="claims.classified", owner="ml-team",
+        side_effects_free=True, contract_retries=1,
+        on_exhausted=Degrade(Classified(kind="unknown"), reason="classifier gave up"),
+    )
+
+    @broker.subscriber("claims.extracted", group_id="classify")
+    @broker.publisher("claims.classified")
+    @classify
+    async def handle(claim: Extracted) -> Classified: ...
+
+Reading ``hopchain policy show app:pipeline`` tells what each stage does when it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, ParamSpec, TypeVar
+
+from faststream.exceptions import HandlerException
+from pydantic import BaseModel, ValidationError
+
+from hopchain.exceptions import ConfigurationError, ReasonCode
+from hopchain.middleware.context import HopContext, RetryFeedback, current_hop
+from hopchain.middleware.failures import ExceptionMapper, classify_exception, failure_from_exception
+from hopchain.middleware.policy import (
+    DeadLetter,
+    Degrade,
+    Exit,
+    TransportRetry,
+    default_exit,
+)
+from hopchain.schemas import (
+    Attempt,
+    AttemptKind,
+    AttemptOutcome,
+    Decision,
+    Degradation,
+    ErrorType,
+    Failure,
+    ValidationIssue,
+)
+
+__all__ = ["Pipeline", "Stage", "StageExit"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CONTRACT_RETRYABLE = frozenset({ErrorType.CONTRACT_VIOLATION, ErrorType.CONFLICT})
+
+
+class StageExit(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """A stage gave up; the middleware takes the declared exit. Never escapes the consumer."""
+
+    def __init__(self, stage: Stage, exit_: Exit, failure: Failure) -> None:
+        super().__init__(f"stage {stage.name!r} takes exit {exit_!r} on {failure.error_type.value}")
+        self.stage = stage
+        self.exit = exit_
+        self.failure = failure
+
+
+class _OutputInvalid(Exception):  # noqa: N818 - internal signal
+    def __init__(self, issues: tuple[ValidationIssue, ...]) -> None:
+        super().__init__(f"{len(issues)} contract issue(s) in the stage output")
+        self.issues = issues
+
+
+def _issues(exc: ValidationError) -> tuple[ValidationIssue, ...]:
+    issues = []
+    for error in exc.errors(include_url=False, include_input=False)[:20]:
+        path = "$" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]
+        )
+        issues.append(
+            ValidationIssue(code=ReasonCode.PAYLOAD_INVALID, message=error["msg"], path=path)
+        )
+    return tuple(issues)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage and the policy it declares for its failures.
+
+    Attributes:
+        name: the stage's name (hops, metrics and dead letters carry it).
+        input: the topic it reads.
+        output: the topic its result goes to; None for a sink.
+        owner: who is paged for its dead letters.
+        side_effects_free: whether running it again can do no harm. Only such stages get
+            contract retries (which re-run them).
+        idempotent: a stage with side effects that passes its idempotency key to its
+            target (see ``HopContext.once``), so transport retries are safe.
+        contract_retries: re-runs with the validation errors as feedback.
+        transport: retries in place for transient failures; defaults to 3 with backoff
+            for stages that are safe to retry, and none otherwise.
+        on_exhausted: the exit when the budgets run out (or for rejected input).
+        on_error: exits per error type, overriding the defaults (unauthorized and
+            environment abort; internal and malformed dead-letter).
+        mappers: hooks that map third-party exceptions to error types.
+        rules: rules of the output, repeated to a contract retry in its brief.
+        dead_letter_topic: where to park; defaults to the input topic's dead-letter topic.
+    """
+
+    name: str
+    input: str
+    output: str | None
+    owner: str
+    side_effects_free: bool
+    idempotent: bool = False
+    contract_retries: int = 0
+    transport: TransportRetry | None = None
+    on_exhausted: Exit = field(default_factory=DeadLetter)
+    on_error: Mapping[ErrorType, Exit] = field(default_factory=lambda: MappingProxyType({}))
+    mappers: tuple[ExceptionMapper, ...] = ()
+    rules: tuple[str, ...] = ()
+    dead_letter_topic: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.contract_retries < 0:
+            raise ConfigurationError(f"stage {self.name!r}: contract_retries must be >= 0")
+        if self.contract_retries and not self.side_effects_free:
+            raise ConfigurationError(
+                f"stage {self.name!r} has side effects but declares {self.contract_retries} "
+                "contract retries: a contract retry re-runs the stage; set "
+                "side_effects_free=True only if re-running it can do no harm"
+            )
+        retry_safe = self.side_effects_free or self.idempotent
+        if self.transport is None:
+            object.__setattr__(self, "transport", TransportRetry(retries=3 if retry_safe else 0))
+        elif self.transport.retries and not retry_safe:
+            raise ConfigurationError(
+                f"stage {self.name!r} has side effects and is not idempotent by key, but "
+                f"declares {self.transport.retries} transport retries: make it idempotent "
+                "(pass the stage key to the target, idempotent=True) or declare retries=0"
+            )
+
+    @property
+    def transport_policy(self) -> TransportRetry:
+        """The transport retry policy in force."""
+        return self.transport or TransportRetry(retries=0)
+
+    def exit_for(self, error_type: ErrorType) -> Exit:
+        """The exit this stage takes for a failure of ``error_type`` once out of budget."""
+        return self.on_error.get(error_type) or default_exit(error_type, self.on_exhausted)
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Any]:
+        """Wrap a handler in this stage's policy, keeping its signature for FastStream."""
+
+        @functools.wraps(func)
+        async def run(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return await self.run(func, *args, **kwargs)
+
+        return run
+
+    async def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run the handler under this policy for the record being handled."""
+        hop = current_hop()
+        if hop is None:
+            raise ConfigurationError(
+                f"stage {self.name!r} ran outside a hopchain consumer; install the middleware "
+                "(KafkaBroker(..., middlewares=[HopchainRuntime(...)])) or use EnvelopeConsumer"
+            )
+        hop.stage = self.name
+        return await _Attempts(self, hop).run(func, args, kwargs)
+
+
+class _Attempts:
+    """One record's attempts at a stage: counts both budgets and records every attempt."""
+
+    def __init__(self, stage: Stage, hop: HopContext) -> None:
+        self.stage = stage
+        self.hop = hop
+        self.transport_used = 0
+        self.contract_used = 0
+
+    async def run(self, func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        kind = AttemptKind.FIRST
+        while True:
+            started_at = datetime.now(UTC)
+            started = time.perf_counter()
+            try:
+                result = func(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                output = self._checked(result)
+            except HandlerException:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is typed and decided
+                error_type, issues = self._classify(exc)
+                self._record(kind, AttemptOutcome.FAILED, started_at, started, error_type, exc)
+                next_kind = await self._retry_kind(error_type, issues)
+                if next_kind is None:
+                    return self._exhausted(exc, error_type)
+                kind = next_kind
+            else:
+                self._record(kind, AttemptOutcome.SUCCEEDED, started_at, started)
+                self.hop.feedback = None
+                return output
+
+    def _checked(self, result: Any) -> Any:
+        output_topic = self.stage.output
+        registry = self.hop.registry
+        if output_topic is None or registry is None or result is None:
+            return result
+        model = registry.get(output_topic).model
+        try:
+            if isinstance(result, BaseModel):
+                return model.model_validate_json(result.__pydantic_serializer__.to_json(result))
+            return model.model_validate(result)
+        except ValidationError as exc:
+            raise _OutputInvalid(_issues(exc)) from None
+
+    def _classify(self, exc: Exception) -> tuple[ErrorType, tuple[ValidationIssue, ...]]:
+        if isinstance(exc, _OutputInvalid):
+            return ErrorType.CONTRACT_VIOLATION, exc.issues
+        if isinstance(exc, ValidationError):
+            # The handler failed to build its own output: the stage broke its contract.
+            return ErrorType.CONTRACT_VIOLATION, _issues(exc)
+        return classify_exception(exc, self.stage.mappers), ()
+
+    def _record(  # noqa: PLR0917 - one call site per outcome, read side by side
+        self,
+        kind: AttemptKind,
+        outcome: AttemptOutcome,
+        started_at: datetime,
+        started: float,
+        error_type: ErrorType | None = None,
+        exc: Exception | None = None,
+    ) -> None:
+        description = None
+        if exc is not None:
+            description = (
+                f"{len(exc.issues)} output field(s) failed the contract"
+                if isinstance(exc, _OutputInvalid)
+                else type(exc).__name__
+            )
+        self.hop.attempts.append(
+            Attempt(
+                description=description,
+                duration_ms=int((time.perf_counter() - started) * 1000),
+                error_type=error_type,
+                kind=kind,
+                number=len(self.hop.attempts) + 1,
+                outcome=outcome,
+                started_at=started_at,
+            )
+        )
+        metrics = self.hop.metrics
+        if metrics is not None:
+            metrics.stage_attempts.labels(self.stage.name, kind.value, outcome.value).inc()
+
+    async def _retry_kind(
+        self, error_type: ErrorType, issues: tuple[ValidationIssue, ...]
+    ) -> AttemptKind | None:
+        stage = self.stage
+        if error_type is ErrorType.TRANSIENT:
+            policy = stage.transport_policy
+            if self.transport_used < policy.retries:
+                self.transport_used += 1
+                await asyncio.sleep(policy.backoff.delay(self.transport_used))
+                return AttemptKind.TRANSPORT
+            return None
+        if error_type in _CONTRACT_RETRYABLE and self.contract_used < stage.contract_retries:
+            self.contract_used += 1
+            self.hop.feedback = RetryFeedback(
+                attempt=len(self.hop.attempts), issues=issues, rules=stage.rules
+            )
+            return AttemptKind.CONTRACT
+        return None
+
+    def _exhausted(self, exc: Exception, error_type: ErrorType) -> Any:
+        stage, hop = self.stage, self.hop
+        failure = failure_from_exception(exc, hop, mappers=stage.mappers, error_type=error_type)
+        if isinstance(exc, _OutputInvalid | ValidationError):
+            failure = failure.model_copy(
+                update={
+                    "description": f"output failed its contract after {len(hop.attempts)} "
+                    "attempt(s)",
+                    "validation_errors": exc.issues
+                    if isinstance(exc, _OutputInvalid)
+                    else _issues(exc),
+                }
+            )
+        exit_ = stage.exit_for(error_type)
+        if isinstance(exit_, Degrade):
+            substitute = exit_.make(hop.payload, failure)
+            hop.decision = Decision.DEGRADED
+            hop.failure = failure
+            hop.degradation = Degradation(
+                error_type=error_type, reason=exit_.reason[:1000], stage=stage.name
+            )
+            return substitute
+        raise StageExit(stage, exit_, failure) from exc
+
+
+@dataclass
+class Pipeline:
+    """The stages of one pipeline, so their policies can be read in one place."""
+
+    name: str
+    stages: list[Stage] = field(default_factory=list)
+
+    def stage(self, name: str, **declaration: Any) -> Stage:
+        """Declare a stage of this pipeline (the arguments of :class:`Stage`)."""
+        if any(existing.name == name for existing in self.stages):
+            raise ConfigurationError(f"pipeline {self.name!r} already has a stage {name!r}")
+        declared = Stage(name=name, **declaration)
+        self.stages.append(declared)
+        return declared
+
+    def __iter__(self) -> Iterator[Stage]:
+        return iter(self.stages)
+
+    def by_name(self) -> Mapping[str, Stage]:
+        """Stages by name."""
+        return {stage.name: stage for stage in self.stages}
+
+
+def stages_of(obj: object) -> Sequence[Stage]:
+    """The stages of a pipeline, a stage, or an iterable of stages (for the CLI)."""
+    if isinstance(obj, Stage):
+        return [obj]
+    if isinstance(obj, Pipeline):
+        return list(obj.stages)
+    candidate = getattr(obj, "pipeline", None) or getattr(obj, "stages", None)
+    if candidate is not None and candidate is not obj:
+        return stages_of(candidate)
+    if isinstance(obj, list | tuple) and all(isinstance(item, Stage) for item in obj):
+        return list(obj)
+    raise ConfigurationError(f"{type(obj).__name__} is not a Pipeline, a Stage or a list of stages")
