@@ -9,6 +9,7 @@ tests that need it; it never skips them (under CI or anywhere else).
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,6 +39,23 @@ class BrokerReport:
 
 
 _BROKER_REPORT = pytest.StashKey[BrokerReport]()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A CI time-out or `kill` sends SIGTERM, whose default action ends Python without running
+    # fixture finalizers, which would leave the broker JVM behind. As an interrupt, pytest
+    # still tears the session down and the broker is stopped.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGTERM) is _interrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
