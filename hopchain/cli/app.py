@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from hopchain.__about__ import __version__
-from hopchain.cli import dev
+from hopchain.cli import dev, trace
 from hopchain.cli.common import ExitCode
 
 __all__ = ["app", "main"]
@@ -21,6 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.command("trace")(trace.trace_command)
 
 
 def _print_version(value: bool) -> None:  # noqa: FBT001 - Click passes the flag positionally

@@ -1,0 +1,196 @@
+"""``hopchain trace ID``: what happened to a record, hop by hop, and who decided what."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from aiokafka.admin import AIOKafkaAdminClient
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from hopchain.cli.common import ExitCode
+from hopchain.lookup import Sighting, TraceResult, as_json, find_record
+from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
+from hopchain.settings import HopchainSettings
+
+__all__ = ["render", "trace_command"]
+
+# Exit codes beyond the shared ones.
+NOT_FOUND = 4
+INTEGRITY_BROKEN = 6
+
+
+async def _dead_letter_topics(bootstrap: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = await admin.list_topics()
+    finally:
+        await admin.close()
+    return sorted(name for name in names if name.endswith(DEAD_LETTER_SUFFIX))
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _hop_table(sighting: Sighting) -> Table:
+    envelope = sighting.envelope
+    assert envelope is not None  # noqa: S101 - only called for readable sightings
+    integrity = sighting.integrity
+    table = Table(title="hops", show_lines=True, expand=True)
+    for column in ("#", "component", "decision", "from", "to", "received", "decided", "spent"):
+        table.add_column(column, no_wrap=column in {"#", "received", "decided"})
+    table.add_column("what it said", ratio=2)
+    table.add_column("integrity")
+    for hop in envelope.chain:
+        table.add_row(*_hop_row(hop, integrity.broken_at if integrity else None))
+    return table
+
+
+def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
+    source = (
+        f"{hop.received_from.topic}[{hop.received_from.partition}]@{hop.received_from.offset}"
+        if hop.received_from
+        else "(origin)"
+    )
+    spent = (
+        f"{(hop.decided_at - hop.received_at).total_seconds() * 1000:.0f} ms"
+        if hop.received_at
+        else "-"
+    )
+    said: list[str] = []
+    if hop.observation:
+        said.append(hop.observation)
+    said += [
+        f"attempt {a.number} {a.kind.value}: {a.outcome.value}"
+        + (f" ({a.error_type.value})" if a.error_type else "")
+        for a in hop.attempts
+    ]
+    said += [f"effect {e.kind.value} {e.target} id={e.identifier}" for e in hop.effects]
+    if hop.degradation:
+        d = hop.degradation
+        said.append(f"DEGRADED by {d.stage}: {d.error_type.value} - {d.reason}")
+    if hop.failure:
+        f = hop.failure
+        said.append(
+            f"failure {f.error_type.value}; locally resolvable: {f.locally_resolvable}; "
+            f"{f.description}"
+            + (f"; hint (only a hint): {f.recovery_hint}" if f.recovery_hint else "")
+        )
+    if broken_at is None or hop.seq < broken_at:
+        mark = Text("ok", style="green")
+    elif hop.seq == broken_at:
+        mark = Text("BROKEN", style="bold red")
+    else:
+        mark = Text("unverified", style="yellow")
+    return [
+        str(hop.seq),
+        hop.component,
+        hop.decision.value,
+        source,
+        hop.destination or "-",
+        _when(hop.received_at),
+        _when(hop.decided_at),
+        spent,
+        "\n".join(said) or "-",
+        mark,
+    ]
+
+
+def render(result: TraceResult, console: Console) -> None:
+    """Print the path for people."""
+    path = result.path
+    console.print(
+        f"[bold]{result.needle}[/]: {len(result.sightings)} record(s) in "
+        f"{result.topics_scanned} topic(s), {result.records_scanned} records read in "
+        f"{result.seconds:.2f} s"
+    )
+    if path is not None and path.envelope is not None:
+        env = path.envelope
+        console.print(
+            f"envelope {env.id}  trace {env.trace_id}  intent {env.intent_key}\n"
+            f"run {env.run_id}  work item {env.work_item_id}  contract {env.contract} "
+            f"v{env.contract_version}"
+        )
+        console.print(_hop_table(path))
+        if path.integrity and not path.integrity.ok:
+            console.print(
+                f"[bold red]integrity broken at hop {path.integrity.broken_at}: "
+                f"{path.integrity.code}[/] - {path.integrity.detail}"
+            )
+    where = Table(title="where it is now")
+    for column in ("topic", "partition", "offset", "hops", "dead letter", "integrity"):
+        where.add_column(column)
+    for s in result.sightings:
+        where.add_row(
+            s.topic,
+            str(s.partition),
+            str(s.offset),
+            str(len(s.envelope.chain)) if s.envelope else "?",
+            f"{s.dead_letter.dead_letter_id} ({s.dead_letter.error_type.value}, "
+            f"owner {s.dead_letter.owner})"
+            if s.dead_letter
+            else "-",
+            "ok"
+            if s.integrity and s.integrity.ok
+            else (s.unreadable or f"broken at hop {s.integrity.broken_at}" if s.integrity else "-"),
+        )
+    console.print(where)
+
+
+def trace_command(
+    record_id: Annotated[
+        str, typer.Argument(help="Envelope id, trace id, intent key or dead-letter id.")
+    ],
+    topics: Annotated[
+        list[str] | None,
+        typer.Option("--topic", "-t", help="A topic to search too (repeatable)."),
+    ] = None,
+    *,
+    dead_letters: Annotated[
+        bool,
+        typer.Option(
+            "--dead-letters/--no-dead-letters",
+            help="Also search every topic whose name ends in .dlq.",
+        ),
+    ] = True,
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap",
+            envvar="HOPCHAIN_KAFKA_BOOTSTRAP",
+            help="Kafka bootstrap servers (default HOPCHAIN_KAFKA_BOOTSTRAP or 127.0.0.1:9092).",
+        ),
+    ] = None,
+    as_json_output: Annotated[
+        bool, typer.Option("--json", help="Print JSON for tools instead of tables.")
+    ] = False,
+) -> None:
+    """Show a record's path hop by hop, verify its chain, and say where it is now.
+
+    Exit codes: 0 found and intact, 4 not found, 6 found with a broken chain.
+    """
+    settings = HopchainSettings()
+    server = bootstrap or settings.kafka_bootstrap
+
+    async def run() -> TraceResult:
+        names = list(topics or [])
+        if dead_letters:
+            names += [t for t in await _dead_letter_topics(server) if t not in names]
+        return await find_record(server, record_id, names, keyring=settings.keyring())
+
+    result = asyncio.run(run())
+    if as_json_output:
+        typer.echo(as_json(result))
+    else:
+        render(result, Console())
+    if not result.sightings:
+        raise typer.Exit(NOT_FOUND)
+    if any(s.integrity is not None and not s.integrity.ok for s in result.sightings):
+        raise typer.Exit(INTEGRITY_BROKEN)
+    raise typer.Exit(ExitCode.OK)

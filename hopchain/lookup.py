@@ -1,0 +1,228 @@
+"""Finding every copy of a work item's record across topics, and checking its chain.
+
+An id may be an envelope id, a trace id or an intent key. Topics are read from the beginning
+to the end offsets captured at the start; a record is parsed only when the id's bytes occur
+in its headers or value, so scanning costs little more than reading.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from hopchain.exceptions import EnvelopeError
+from hopchain.schemas import ENVELOPE_HEADER, Envelope, Keyring, verify_chain
+from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
+
+__all__ = ["Integrity", "Sighting", "TraceResult", "find_record", "integrity_of", "matches"]
+
+_DLQ_ENVELOPE = DLQ_PREFIX + "envelope"
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """Whether a chain verifies, and where it breaks if it does not."""
+
+    ok: bool
+    broken_at: int | None = None
+    code: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One record, somewhere, that belongs to the work item."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    envelope: Envelope | None
+    integrity: Integrity | None
+    dead_letter: DeadLetterInfo | None = None
+    unreadable: str | None = None
+
+
+@dataclass
+class TraceResult:
+    """Everything found for one id."""
+
+    needle: str
+    sightings: list[Sighting] = field(default_factory=list)
+    topics_scanned: int = 0
+    records_scanned: int = 0
+    seconds: float = 0.0
+
+    @property
+    def path(self) -> Sighting | None:
+        """The sighting with the longest readable chain: the furthest the record got."""
+        readable = [s for s in self.sightings if s.envelope is not None]
+        if not readable:
+            return None
+        return max(
+            readable, key=lambda s: (len(s.envelope.chain) if s.envelope else 0, s.timestamp_ms)
+        )
+
+
+def matches(envelope: Envelope, needle: str) -> bool:
+    """Whether the envelope is the work item named by ``needle``."""
+    return needle in {envelope.id, envelope.trace_id, envelope.intent_key}
+
+
+def integrity_of(envelope: Envelope, keyring: Keyring | None) -> Integrity:
+    """Verify the chain; on a break, say at which hop and why."""
+    try:
+        verify_chain(envelope, keyring)
+    except EnvelopeError as exc:
+        index = None
+        if exc.path.startswith("$.chain["):
+            index = int(exc.path[len("$.chain[") : exc.path.index("]")])
+        return Integrity(ok=False, broken_at=index, code=exc.code.value, detail=exc.detail)
+    return Integrity(ok=True)
+
+
+def _envelope_text(headers: dict[str, bytes], value: bytes | None) -> bytes | None:
+    for name in (_DLQ_ENVELOPE, ENVELOPE_HEADER):
+        raw = headers.get(name)
+        if raw:
+            return raw
+    if value and value[:1] == b"{" and b'"chain"' in value:
+        return value  # body mode: the value is the envelope
+    return None
+
+
+def _sighting(record: Any, needle: str, keyring: Keyring | None) -> Sighting | None:
+    headers: dict[str, bytes] = {}
+    for name, raw in record.headers or ():
+        headers.setdefault(name, raw or b"")
+    dead_letter = None
+    if DLQ_PREFIX + "id" in headers:
+        try:
+            dead_letter = read_dead_letter_headers(list(record.headers))
+        except (KeyError, ValueError):
+            dead_letter = None
+    text = _envelope_text(headers, record.value)
+    envelope, unreadable = None, None
+    if text is not None:
+        try:
+            envelope = Envelope.model_validate_json(text)
+        except ValidationError as exc:
+            unreadable = f"envelope does not validate: {exc.error_count()} error(s)"
+    matched = (
+        (envelope is not None and matches(envelope, needle))
+        or (dead_letter is not None and dead_letter.dead_letter_id == needle)
+        # The id's bytes are in a record whose envelope no longer validates: show it.
+        or (envelope is None and unreadable is not None)
+    )
+    if not matched:
+        return None
+    return Sighting(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        timestamp_ms=record.timestamp,
+        envelope=envelope,
+        integrity=integrity_of(envelope, keyring) if envelope is not None else None,
+        dead_letter=dead_letter,
+        unreadable=unreadable,
+    )
+
+
+async def find_record(
+    bootstrap: str,
+    needle: str,
+    topics: list[str],
+    *,
+    keyring: Keyring | None = None,
+    client_options: dict[str, Any] | None = None,
+) -> TraceResult:
+    """Read ``topics`` to their current end and collect every sighting of ``needle``."""
+    result = TraceResult(needle=needle)
+    started = time.perf_counter()
+    probe = needle.encode()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        **(client_options or {}),
+    )
+    await consumer.start()
+    try:
+        # The consumer's own metadata covers subscribed topics only; ask for all of them.
+        cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            for partition in sorted(cluster.partitions_for_topic(topic) or ())
+        ]
+        result.topics_scanned = len(topics)
+        if not partitions:
+            return result
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        pending = {tp for tp in partitions if ends[tp] > 0}
+        while pending:
+            batches = await consumer.getmany(*pending, timeout_ms=1000, max_records=5000)
+            for tp, records in batches.items():
+                for record in records:
+                    result.records_scanned += 1
+                    if _has(probe, record):
+                        sighting = _sighting(record, needle, keyring)
+                        if sighting is not None:
+                            result.sightings.append(sighting)
+                if records and records[-1].offset + 1 >= ends[tp]:
+                    pending.discard(tp)
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+    finally:
+        await consumer.stop()
+    result.sightings.sort(key=lambda s: (s.timestamp_ms, s.topic, s.offset))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _has(probe: bytes, record: Any) -> bool:
+    if record.value and probe in record.value:
+        return True
+    return any(raw and probe in raw for _, raw in record.headers or ())
+
+
+def as_json(result: TraceResult) -> str:
+    """The result for tools: every sighting with its envelope and integrity."""
+    document = {
+        "id": result.needle,
+        "topics_scanned": result.topics_scanned,
+        "records_scanned": result.records_scanned,
+        "seconds": round(result.seconds, 3),
+        "sightings": [
+            {
+                "topic": s.topic,
+                "partition": s.partition,
+                "offset": s.offset,
+                "timestamp_ms": s.timestamp_ms,
+                "dead_letter_id": s.dead_letter.dead_letter_id if s.dead_letter else None,
+                "integrity": None
+                if s.integrity is None
+                else {
+                    "ok": s.integrity.ok,
+                    "broken_at": s.integrity.broken_at,
+                    "code": s.integrity.code,
+                    "detail": s.integrity.detail,
+                },
+                "unreadable": s.unreadable,
+                "envelope": json.loads(s.envelope.model_dump_json()) if s.envelope else None,
+                "failure": json.loads(s.dead_letter.failure.model_dump_json())
+                if s.dead_letter
+                else None,
+            }
+            for s in result.sightings
+        ],
+    }
+    return json.dumps(document, indent=2)
