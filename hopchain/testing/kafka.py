@@ -208,8 +208,11 @@ class LocalKafka:
         self._spawn(java, jars, properties)
         try:
             self._wait_ready()
-        except BaseException:
+        except BaseException as exc:
             self._terminate()
+            # A broker that failed keeps its logs for reading; an interrupted start does not.
+            if self._temp_data and not isinstance(exc, LocalKafkaError):
+                shutil.rmtree(data_dir, ignore_errors=True)
             raise
         state = BrokerState(
             pid=self._pid_or_fail(),
