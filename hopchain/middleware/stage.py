@@ -162,6 +162,12 @@ class Stage:
         async def run(*args: P.args, **kwargs: P.kwargs) -> Any:
             return await self.run(func, *args, **kwargs)
 
+        # The handler's parameters stay visible to FastStream; its return annotation does
+        # not, because the stage returns the checked output (or a declared substitute).
+        run.__signature__ = inspect.signature(func).replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.Signature.empty
+        )
+        run.__annotations__ = {k: v for k, v in func.__annotations__.items() if k != "return"}
         return run
 
     async def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,1 @@
+"""A claims pipeline (extract -> classify -> file) wrapped with hopchain, with faults."""

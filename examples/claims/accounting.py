@@ -1,0 +1,107 @@
+"""Counting where every document went, from what the topics hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from examples.claims.pipeline import DEAD_LETTER_TOPICS, FILED
+from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope
+from hopchain.schemas.deadletter import read_dead_letter_headers
+
+
+@dataclass
+class Accounting:
+    """Outcomes read back from Kafka."""
+
+    delivered: set[str] = field(default_factory=set)
+    delivered_records: int = 0
+    recovered: set[str] = field(default_factory=set)
+    degraded: set[str] = field(default_factory=set)
+    dead_lettered: Counter[tuple[str, str]] = field(default_factory=Counter)
+    dead_lettered_items: set[str] = field(default_factory=set)
+    rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
+    dead_letter_ids: list[str] = field(default_factory=list)
+
+    @property
+    def rejected_total(self) -> int:
+        """Records refused at a boundary (no readable envelope)."""
+        return sum(self.rejected.values())
+
+    @property
+    def accounted(self) -> int:
+        """Documents whose fate is known."""
+        return len(self.delivered) + len(self.dead_lettered_items) + self.rejected_total
+
+    @property
+    def duplicates(self) -> int:
+        """Delivered records beyond one per work item (redeliveries)."""
+        return self.delivered_records - len(self.delivered)
+
+
+async def _read_all(bootstrap: str, topics: list[str]) -> list[Any]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in topics
+            for p in sorted(cluster.partitions_for_topic(topic) or ())
+        ]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        records: list[Any] = []
+        pending = {tp for tp in partitions if ends[tp] > 0}
+        while pending:
+            batch = await consumer.getmany(*pending, timeout_ms=500)
+            for items in batch.values():
+                records.extend(items)
+            for tp in list(pending):
+                if await consumer.position(tp) >= ends[tp]:
+                    pending.discard(tp)
+        return records
+    finally:
+        await consumer.stop()
+
+
+def _envelope(raw: bytes | None) -> Envelope | None:
+    if not raw:
+        return None
+    try:
+        return Envelope.model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+async def account(bootstrap: str) -> Accounting:
+    """Read the delivered topic and every dead-letter topic to their current ends."""
+    result = Accounting()
+    for record in await _read_all(bootstrap, [FILED]):
+        envelope = _envelope(dict(record.headers).get(ENVELOPE_HEADER))
+        if envelope is None:
+            continue
+        item = envelope.work_item_id
+        result.delivered_records += 1
+        result.delivered.add(item)
+        if any(hop.decision is Decision.RECOVERED for hop in envelope.chain):
+            result.recovered.add(item)
+        if envelope.degradations:
+            result.degraded.add(item)
+    for record in await _read_all(bootstrap, list(DEAD_LETTER_TOPICS)):
+        info = read_dead_letter_headers(list(record.headers))
+        result.dead_letter_ids.append(info.dead_letter_id)
+        if info.reason is not None or info.envelope is None:
+            reason = info.reason.value if info.reason else "unreadable"
+            result.rejected[(reason, info.owner)] += 1
+        else:
+            result.dead_lettered[(info.error_type.value, info.owner)] += 1
+            result.dead_lettered_items.add(info.envelope.work_item_id)
+    return result
