@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from hopchain.__about__ import __version__
-from hopchain.cli import dev, trace
+from hopchain.cli import dev, policy, trace
 from hopchain.cli.common import ExitCode
 
 __all__ = ["app", "main"]
@@ -21,6 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.add_typer(policy.app, name="policy")
 app.command("trace")(trace.trace_command)
 
 
