@@ -25,6 +25,7 @@ from hopchain.testing.kafka import (
     default_run_dir,
     probe_broker,
 )
+from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
 __all__ = [
     "BrokerState",
@@ -34,11 +35,15 @@ __all__ = [
     "broker_metadata",
     "broker_status",
     "cached_kafka_version",
+    "capture_spans",
     "create_topics",
     "default_run_dir",
     "delete_topics",
     "formatted_ports",
+    "parent_span_id",
     "probe_broker",
+    "span_id_of",
+    "spans_by_id",
     "stop_broker",
     "unique_topic_name",
     "wait_for_broker",

@@ -1,0 +1,266 @@
+"""`hopchain trace` against a real broker: a 3-hop pipeline whose third hop dead-letters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from pydantic import BaseModel
+from typer.testing import CliRunner, Result
+
+from hopchain.cli.app import app
+from hopchain.lookup import find_record
+from hopchain.middleware import HopchainRuntime, RejectedInput, origin
+from hopchain.schemas import (
+    ENVELOPE_HEADER,
+    ContractRegistry,
+    Decision,
+    Envelope,
+    TopicContract,
+)
+from hopchain.testing import (
+    TopicFactory,
+    capture_spans,
+    create_topics,
+    parent_span_id,
+    spans_by_id,
+)
+
+pytestmark = pytest.mark.kafka
+
+
+class Claim(BaseModel):
+    claim_id: str
+    text: str
+
+
+async def _invoke(*args: Any, **kwargs: Any) -> Result:
+    # The command runs its own event loop, so it runs in a thread beside the test's.
+    return await asyncio.to_thread(CliRunner().invoke, *args, **kwargs)
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.2)
+    pytest.fail(f"condition not met within {seconds} s")
+
+
+async def _count(bootstrap: str, topic: str) -> int:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        partitions = consumer.assignment() or set()
+        while not partitions:
+            await asyncio.sleep(0.1)
+            partitions = consumer.assignment()
+        ends = await consumer.end_offsets(list(partitions))
+        return sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+async def _pipeline(bootstrap: str, names: list[str]) -> tuple[ContractRegistry, list[KafkaBroker]]:
+    registry = ContractRegistry(
+        [TopicContract(topic=name, model=Claim, owner=f"owner-{i}") for i, name in enumerate(names)]
+    )
+    brokers = []
+    for index in (0, 1):
+        broker = KafkaBroker(
+            bootstrap,
+            middlewares=[HopchainRuntime(registry, component=f"stage-{index + 1}")],
+            ack_policy=AckPolicy.ACK,
+        )
+
+        async def forward(claim: Claim) -> Claim:
+            return claim
+
+        broker.subscriber(names[index], group_id=f"g{index}", auto_offset_reset="earliest")(
+            broker.publisher(names[index + 1])(forward)
+        )
+        brokers.append(broker)
+    last = KafkaBroker(
+        bootstrap,
+        middlewares=[HopchainRuntime(registry, component="stage-3")],
+        ack_policy=AckPolicy.ACK,
+    )
+
+    async def refuse(claim: Claim) -> None:
+        raise RejectedInput("claims of this kind are filed by hand", recovery_hint="manual desk")
+
+    last.subscriber(names[2], group_id="g2", auto_offset_reset="earliest")(refuse)
+    brokers.append(last)
+    return registry, brokers
+
+
+async def test_trace_shows_every_hop_and_one_connected_trace(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    spans = capture_spans()
+    intent = f"ik-{uuid.uuid4().hex}"
+    names = [await new_topic() for _ in range(3)]
+    await create_topics(kafka_bootstrap, *[f"{name}.dlq" for name in names])
+    registry, brokers = await _pipeline(kafka_bootstrap, names)
+    feeder = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")]
+    )
+    for broker in [*brokers, feeder]:
+        await broker.start()
+    try:
+        with origin(run_id="run-7", work_item_id="claim-7", intent_key=intent):
+            await feeder.publish(Claim(claim_id="c7", text="water damage"), names[0])
+
+        async def parked() -> bool:
+            return await _count(kafka_bootstrap, f"{names[2]}.dlq") == 1
+
+        await _eventually(parked)
+    finally:
+        for broker in [*brokers, feeder]:
+            await broker.stop()
+
+    result = await _invoke(
+        app,
+        ["trace", intent, "--bootstrap", kafka_bootstrap, "--json"]
+        + [arg for name in names for arg in ("--topic", name)],
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    where = [(s["topic"], len(s["envelope"]["chain"])) for s in document["sightings"]]
+    assert where == [(names[0], 1), (names[1], 2), (names[2], 3), (f"{names[2]}.dlq", 4)]
+    parked_copy = document["sightings"][-1]
+    chain = parked_copy["envelope"]["chain"]
+    assert [(h["component"], h["decision"]) for h in chain] == [
+        ("feeder", "originated"),
+        ("stage-1", "forwarded"),
+        ("stage-2", "forwarded"),
+        ("stage-3", "dead_lettered"),
+    ]
+    assert all(s["integrity"]["ok"] for s in document["sightings"])
+    failure = parked_copy["failure"]
+    assert failure["error_type"] == "rejected_input"
+    assert failure["recovery_hint"] == "manual desk"
+    assert failure["work_item_id"] == "claim-7"
+
+    # One trace, one span per hop, each hop's parent the hop before it.
+    trace_id = parked_copy["envelope"]["trace_id"]
+    by_id = spans_by_id(spans)
+    hop_spans = [by_id[hop["span_id"]] for hop in chain]
+    assert {format(s.context.trace_id, "032x") for s in hop_spans if s.context} == {trace_id}
+    assert [parent_span_id(s) for s in hop_spans[1:]] == [h["span_id"] for h in chain[:-1]]
+    assert chain[0]["span_id"] == parked_copy["envelope"]["origin_span_id"]
+
+    people = await _invoke(
+        app,
+        ["trace", intent, "--bootstrap", kafka_bootstrap]
+        + [arg for name in names for arg in ("--topic", name)],
+        env={"COLUMNS": "200"},
+    )
+    assert people.exit_code == 0, people.output
+    for word in ("feeder", "stage-1", "stage-2", "stage-3", "dead_lettered", "rejected_input"):
+        assert word in people.output
+
+
+async def test_a_tampered_record_shows_the_hop_where_integrity_breaks(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    intent = f"ik-{uuid.uuid4().hex}"
+    names = [await new_topic() for _ in range(3)]
+    registry, brokers = await _pipeline(kafka_bootstrap, names)
+    feeder = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")]
+    )
+    # Only the first stage runs, so the record stops on the second topic with two hops.
+    for broker in (brokers[0], feeder):
+        await broker.start()
+    try:
+        with origin(run_id="run-8", work_item_id="claim-8", intent_key=intent):
+            await feeder.publish(Claim(claim_id="c8", text="hail"), names[0])
+
+        async def forwarded() -> bool:
+            return await _count(kafka_bootstrap, names[1]) == 1
+
+        await _eventually(forwarded)
+    finally:
+        for broker in (brokers[0], feeder):
+            await broker.stop()
+
+    consumer = AIOKafkaConsumer(
+        names[1], bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        record = await asyncio.wait_for(consumer.getone(), 15)
+    finally:
+        await consumer.stop()
+    headers: list[tuple[str, Any]] = list(record.headers)
+    raw = dict(headers)[ENVELOPE_HEADER]
+    envelope = Envelope.model_validate_json(raw)
+    forged_hop = envelope.chain[1].model_copy(update={"observation": "nothing to see here"})
+    forged = envelope.model_copy(update={"chain": (envelope.chain[0], forged_hop)})
+    forged_headers = [
+        (name, forged.model_dump_json().encode() if name == ENVELOPE_HEADER else value)
+        for name, value in headers
+    ]
+    tampered_topic = await new_topic()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(tampered_topic, record.value, headers=forged_headers)
+    finally:
+        await producer.stop()
+
+    found = await find_record(kafka_bootstrap, intent, [names[1], tampered_topic])
+    intact, tampered = found.sightings
+    assert intact.integrity is not None
+    assert intact.integrity.ok
+    assert tampered.integrity is not None
+    assert (tampered.integrity.ok, tampered.integrity.broken_at, tampered.integrity.code) == (
+        False,
+        1,
+        "bad_digest",
+    )
+    assert tampered.envelope is not None
+    assert tampered.envelope.chain[1].decision is Decision.FORWARDED
+
+    result = await _invoke(
+        app,
+        [
+            "trace",
+            intent,
+            "--bootstrap",
+            kafka_bootstrap,
+            "--no-dead-letters",
+            "--topic",
+            tampered_topic,
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 6, result.output
+    assert "integrity broken at hop 1: bad_digest" in result.output
+
+
+async def test_an_unknown_id_exits_4(kafka_bootstrap: str, new_topic: TopicFactory) -> None:
+    topic = await new_topic()
+    result = await _invoke(
+        app,
+        [
+            "trace",
+            "no-such-id",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--no-dead-letters",
+            "--topic",
+            topic,
+        ],
+    )
+    assert result.exit_code == 4, result.output
