@@ -59,7 +59,10 @@ class Backoff:
 
     def delay(self, retry: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
-        base = min(self.maximum, self.initial * self.multiplier ** (retry - 1))
+        try:
+            base = min(self.maximum, self.initial * self.multiplier ** (retry - 1))
+        except OverflowError:  # a long budget: the growth left float range long ago
+            base = self.maximum
         draw = (rng or random).random()
         return base * (1 - self.jitter * draw)
 
