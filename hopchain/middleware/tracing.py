@@ -19,7 +19,14 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas.ids import new_span_id, new_trace_id
 
-__all__ = ["HopSpan", "KafkaHeadersGetter", "consume_span", "mark_error", "publish_span"]
+__all__ = [
+    "HopSpan",
+    "KafkaHeadersGetter",
+    "consume_span",
+    "hop_span",
+    "mark_error",
+    "publish_span",
+]
 
 _TRACER_NAME = "hopchain"
 
@@ -123,3 +130,31 @@ def mark_error(span: trace.Span, code: str) -> None:
     """Mark a hop's span as failed with a reason code (never payload contents)."""
     span.set_status(Status(StatusCode.ERROR, code))
     span.set_attribute("error.type", code)
+
+
+@contextmanager
+def hop_span(
+    name: str, *, trace_id: str, parent_span_id: str, topic: str, component: str
+) -> Iterator[HopSpan]:
+    """A PRODUCER span in an existing trace, child of a given hop's span.
+
+    For hops written outside a consumer, such as a redrive by an operator: the record
+    stays in the trace it started in.
+    """
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=int(trace_id, 16),
+            span_id=int(parent_span_id, 16),
+            is_remote=True,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )
+    )
+    tracer = trace.get_tracer(_TRACER_NAME)
+    with tracer.start_as_current_span(
+        name,
+        context=trace.set_span_in_context(parent),
+        kind=SpanKind.PRODUCER,
+        attributes=_attributes(topic, "send", {"hopchain.component": component}),
+    ) as span:
+        trace_hex, span_hex = _ids(span, trace_id)
+        yield HopSpan(trace_hex, span_hex, span)
