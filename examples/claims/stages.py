@@ -163,6 +163,7 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
     else:
         msg = f"unknown stage {stage!r}; choose extract, classify or file"
         raise SystemExit(msg)
+    runtime.check_broker(broker)
     return broker, runtime
 
 

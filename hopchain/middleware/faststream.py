@@ -55,6 +55,19 @@ def _producer_of(subscriber: Any) -> DeadLetterProducer:
     return producer
 
 
+def check_subscriber(subscriber: Any, registry: Any) -> None:
+    """Refuse a subscriber that commits before processing, or reads a topic with no contract."""
+    policy = getattr(subscriber, "ack_policy", None)
+    topics = [getattr(t, "name", str(t)) for t in getattr(subscriber, "topics", [])]
+    if policy in _REFUSED_ACK_POLICIES:
+        raise ConfigurationError(
+            f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; hopchain needs "
+            "offsets committed after processing: use AckPolicy.ACK (e.g. "
+            "KafkaBroker(..., ack_policy=AckPolicy.ACK))"
+        )
+    registry.require(topics)
+
+
 class HopchainMiddleware(BaseMiddleware[Any, Any]):
     """Per-message middleware made by :class:`HopchainRuntime` for each record and publish."""
 
@@ -76,13 +89,8 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
             # Dead-letter topics are read as they are: re-parking their records would loop.
             return
         subscriber = self.context.get("handler_")
-        policy = getattr(subscriber, "ack_policy", None)
-        if policy in _REFUSED_ACK_POLICIES:
-            raise ConfigurationError(
-                f"subscriber of {record.topic!r} uses ack_policy={policy}; hopchain needs "
-                "offsets committed after processing: use AckPolicy.ACK (e.g. "
-                "KafkaBroker(..., ack_policy=AckPolicy.ACK))"
-            )
+        if getattr(subscriber, "ack_policy", None) in _REFUSED_ACK_POLICIES:
+            check_subscriber(subscriber, self.runtime.registry)
         group = getattr(subscriber, "group_id", None) or ""
         try:
             decoded = self.runtime.accept(record)

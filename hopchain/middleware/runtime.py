@@ -124,6 +124,20 @@ class HopchainRuntime:
         """Refuse to start when a topic has no contract (names the topic and the fix)."""
         self.registry.require(topics)
 
+    def check_broker(self, broker: Any) -> None:
+        """Check a FastStream broker before it starts: call it after declaring subscribers.
+
+        Every subscribed topic needs a contract, and every subscriber must commit after
+        processing (not ``ACK_FIRST`` or ``MANUAL``), or a crash could lose a record.
+
+        Raises:
+            ConfigurationError: naming the subscriber or topic and the fix.
+        """
+        from hopchain.middleware.faststream import check_subscriber  # noqa: PLC0415
+
+        for subscriber in broker.subscribers:
+            check_subscriber(subscriber, self.registry)
+
     def accept(self, record: ConsumedRecord) -> Decoded:
         """Validate a consumed record.
 
