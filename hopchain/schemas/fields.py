@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, ConfigDict, Field
 
 from hopchain.schemas.ids import SPAN_ID_PATTERN, TRACE_ID_PATTERN
 
@@ -28,9 +30,33 @@ MODEL_CONFIG = ConfigDict(
 )
 
 
-UtcDatetime = AwareDatetime
-"""An aware timestamp. hopchain writes UTC; the JSON form is what the serializer writes:
-``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``, the fraction present only when it is not zero."""
+_CANONICAL_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.(?!0{6})[0-9]{6})?Z"
+)
+
+
+def _canonical_timestamp(value: object) -> object:
+    # One Python call per timestamp, on every hop read: keep it to a regex and a C parser.
+    # Text is accepted in the one spelling the serializer writes, and parsed here (the strict
+    # validator after this one takes only datetimes). Other spellings of the same instant
+    # ("t", " ", "z", "+00:00", ".5", ",5") would be normalised before a hop's digest is
+    # computed, so a verifier that hashes the text it received would disagree with this one.
+    if isinstance(value, str):
+        if _CANONICAL_TIMESTAMP.fullmatch(value) is None:
+            msg = "timestamps are written in UTC as YYYY-MM-DDTHH:MM:SS[.ffffff]Z"
+            raise ValueError(msg)
+        return datetime.fromisoformat(value)
+    # Datetimes given in code are kept in UTC, so they serialise to that one spelling too.
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        offset = value.utcoffset()
+        if offset is not None and offset != timedelta(0):
+            return value.astimezone(UTC)
+    return value
+
+
+UtcDatetime = Annotated[AwareDatetime, BeforeValidator(_canonical_timestamp)]
+"""An aware timestamp, kept in UTC. Its only JSON form is the one the serializer writes:
+``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``, six fractional digits present only when not all zero."""
 
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 """A name or id: one line of printable text, at most 200 characters."""
