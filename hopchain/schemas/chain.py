@@ -101,7 +101,9 @@ def append_hop(
         seq=len(envelope.chain),
         span_id=span_id,
     )
-    digest = hop_digest(draft, known_fields_only=True)
+    # Models passed in (a failure, attempts) may carry fields of a newer minor version;
+    # the fast encoding writes those unsorted, so it is only used when there are none.
+    digest = hop_digest(draft, known_fields_only=not has_unknown_fields(draft))
     signature = keyring.sign(component, digest) if keyring is not None else None
     hop = draft.model_copy(update={"digest": digest, "signature": signature})
     return envelope.model_copy(update={"chain": (*envelope.chain, hop), "head": digest})
