@@ -102,6 +102,12 @@ class ContractRegistry:
             raise ConfigurationError(
                 f"topic {contract.topic!r} is a dead-letter topic; it cannot carry a contract"
             )
+        if contract.dead_letter_topic in self._by_topic:
+            raise ConfigurationError(
+                f"topic {contract.topic!r} would park its dead letters in "
+                f"{contract.dead_letter_topic!r}, which carries a contract of its own; "
+                "name another dead_letter_topic"
+            )
         self._by_topic[contract.topic] = contract
         self._dead_letter_owners.setdefault(contract.dead_letter_topic, contract.owner)
         return contract
