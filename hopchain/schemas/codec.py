@@ -20,6 +20,7 @@ from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, Re
 from hopchain.schemas.chain import verify_chain
 from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
+from hopchain.schemas.hop import Hop
 from hopchain.schemas.integrity import Keyring, has_unknown_fields
 from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
 
@@ -109,18 +110,27 @@ def _reason_for(error: ErrorDetails, *, payload: bool) -> ReasonCode:  # noqa: P
     if kind == "extra_forbidden":
         return ReasonCode.UNKNOWN_FIELD
     if kind == "enum":
+        # A word outside the vocabulary is an unknown word; a number or an object is not a word.
+        if not isinstance(error.get("input"), str):
+            return ReasonCode.WRONG_TYPE
         return _VOCABULARY_CODES.get(str(last), ReasonCode.UNKNOWN_VOCABULARY)
     if kind == "string_too_long" and last == "description":
         return ReasonCode.DESCRIPTION_TOO_LONG
-    if kind.endswith(("_type", "_parsing")) and kind != "timezone_aware":
+    # "*_parsing": text of the right JSON type that does not read as the value (a date that
+    # is not a date); "*_type": the wrong JSON type altogether.
+    if kind.endswith("_type"):
         return ReasonCode.WRONG_TYPE
     return ReasonCode.INVALID_VALUE
 
 
-def _from_validation(exc: ValidationError, *, prefix: Sequence[int | str] = ()) -> EnvelopeError:
-    error = exc.errors(include_url=False, include_input=False)[0]
+def _from_validation(
+    exc: ValidationError, *, prefix: Sequence[int | str] = (), payload: bool | None = None
+) -> EnvelopeError:
+    # The input is read only to tell a wrong word from a wrong type; it is never reported.
+    error = exc.errors(include_url=False, include_context=False)[0]
     loc = error["loc"]
-    payload = bool(prefix) or bool(loc and loc[0] == "payload")
+    if payload is None:
+        payload = bool(prefix) or bool(loc and loc[0] == "payload")
     code = _reason_for(error, payload=payload)
     extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return EnvelopeError(code, f"{error['msg']}{extra}", _json_path([*prefix, *loc]))
@@ -129,6 +139,69 @@ def _from_validation(exc: ValidationError, *, prefix: Sequence[int | str] = ()) 
 def _version_of(raw: bytes) -> tuple[int, int] | None:
     match = _VERSION.search(raw)
     return (int(match[1]), int(match[2])) if match else None
+
+
+def _check_major(major: int, minor: int) -> None:
+    if major > SCHEMA_MAJOR:
+        raise EnvelopeError(
+            ReasonCode.NEWER_MAJOR_VERSION,
+            f"envelope schema {major}.{minor} is newer than this reader's "
+            f"{SCHEMA_MAJOR}.x; upgrade hopchain to read it",
+            "$.schema_version",
+        )
+    if major < SCHEMA_MAJOR:
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE,
+            f"envelope schema {major}.{minor} is not readable by {SCHEMA_MAJOR}.{SCHEMA_MINOR}",
+            "$.schema_version",
+        )
+
+
+def _unknown_field(model: BaseModel, path: str) -> str | None:
+    """JSON path of the first field the model (or one nested in it) does not declare."""
+    if model.__pydantic_extra__:
+        return f"{path}.{next(iter(model.__pydantic_extra__))}"
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            found = _unknown_field(value, f"{path}.{name}")
+        elif isinstance(value, tuple):
+            found = next(
+                (
+                    inner
+                    for index, item in enumerate(value)
+                    if isinstance(item, BaseModel)
+                    and (inner := _unknown_field(item, f"{path}.{name}[{index}]")) is not None
+                ),
+                None,
+            )
+        else:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _check_fields(envelope: Envelope, start: int = 0) -> bool:
+    """Refuse another major version, and unknown fields in a minor version this code knows.
+
+    Only hops from ``start`` on are looked at (earlier ones were checked when received).
+    Returns whether any unknown field was seen (a newer minor version's, kept and passed on).
+    """
+    major, minor = (int(part) for part in envelope.schema_version.split("."))
+    _check_major(major, minor)
+    unknown = bool(envelope.__pydantic_extra__) or any(
+        has_unknown_fields(hop) for hop in envelope.chain[start:]
+    )
+    if unknown and minor <= SCHEMA_MINOR:
+        path = _unknown_field(envelope, "$") or "$"
+        raise EnvelopeError(
+            ReasonCode.UNKNOWN_FIELD,
+            f"field {path.rsplit('.', 1)[-1]!r} is not defined in envelope schema "
+            f"{envelope.schema_version}; a writer adding fields must raise the minor version",
+            path,
+        )
+    return unknown
 
 
 class EnvelopeCodec:
@@ -168,7 +241,7 @@ class EnvelopeCodec:
         if not value:
             raise EnvelopeError(ReasonCode.EMPTY_VALUE, "the record value is empty")
         text_headers = self._read_headers(headers)
-        size = len(value) + sum(len(k) + len(v) for k, v in text_headers.items())
+        size = len(value) + sum(len(name.encode()) + len(raw or b"") for name, raw in headers)
         if size > self.limits.max_record_bytes:
             raise EnvelopeError(
                 ReasonCode.OVERSIZE,
@@ -262,40 +335,23 @@ class EnvelopeCodec:
 
     @staticmethod
     def _validate(model: type[EnvelopeT], raw: bytes) -> EnvelopeT:
-        version = _version_of(raw)
-        if version is not None and version[0] > SCHEMA_MAJOR:
-            raise EnvelopeError(
-                ReasonCode.NEWER_MAJOR_VERSION,
-                f"envelope schema {version[0]}.{version[1]} is newer than this reader's "
-                f"{SCHEMA_MAJOR}.x; upgrade hopchain to read it",
-                "$.schema_version",
-            )
         try:
-            return model.model_validate_json(raw)
+            envelope = model.model_validate_json(raw)
         except ValidationError as exc:
+            # A newer major version may have another shape altogether: say so rather than
+            # report the first field that differs. The version is looked for only then.
+            version = _version_of(raw)
+            if version is not None:
+                _check_major(*version)
             raise _from_validation(exc) from None
+        major, minor = (int(part) for part in envelope.schema_version.split("."))
+        _check_major(major, minor)
+        return envelope
 
     def _check_envelope(self, contract: TopicContract, envelope: Envelope) -> None:
-        major, minor = (int(part) for part in envelope.schema_version.split("."))
-        if major != SCHEMA_MAJOR:
-            raise EnvelopeError(
-                ReasonCode.NEWER_MAJOR_VERSION
-                if major > SCHEMA_MAJOR
-                else ReasonCode.INVALID_VALUE,
-                f"envelope schema {envelope.schema_version} is not readable by "
-                f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}",
-                "$.schema_version",
-            )
         # A newer minor version may add optional fields: they are kept (digests cover them)
         # and passed on. In a version this reader knows, an unknown field is an error.
-        unknown = bool(envelope.__pydantic_extra__) or any(
-            has_unknown_fields(hop) for hop in envelope.chain
-        )
-        if unknown and minor <= SCHEMA_MINOR:
-            raise EnvelopeError(
-                ReasonCode.UNKNOWN_FIELD,
-                f"the envelope has fields schema {envelope.schema_version} does not define",
-            )
+        unknown = _check_fields(envelope)
         if envelope.contract != contract.name or envelope.contract_version != contract.version:
             raise EnvelopeError(
                 ReasonCode.CONTRACT_MISMATCH,
@@ -352,7 +408,8 @@ class EnvelopeCodec:
                 f"{contract.model.__name__}",
                 "$.payload",
             )
-        payload_json = payload.__pydantic_serializer__.to_json(payload)
+        # No serializer warnings: a wrong value is reported, typed, by the re-read below.
+        payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
         try:
             # Re-read what would be sent: a model built with model_construct() or changed
             # after validation must not reach the wire unchecked.
@@ -366,6 +423,8 @@ class EnvelopeCodec:
                 f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
                 "$.contract",
             )
+        _check_fields(envelope, start=verified_hops)
+        _revalidate(envelope, start=verified_hops)
         if len(envelope.chain) > self.limits.max_hops:
             raise EnvelopeError(
                 ReasonCode.HOP_LIMIT,
@@ -397,6 +456,28 @@ class EnvelopeCodec:
                 f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         return record
+
+
+def _revalidate(envelope: Envelope, start: int) -> None:
+    """Re-read the envelope's own fields and its hops from ``start`` as they would be sent.
+
+    A model built with model_construct() or model_copy(update=...) skips validation; like the
+    payload, it must not reach the wire unchecked. Hops before ``start`` were read, and so
+    validated, when the record was received.
+    """
+    serializer = envelope.__pydantic_serializer__
+    try:
+        Envelope.model_validate_json(
+            serializer.to_json(envelope, exclude={"chain"}, warnings=False)
+        )
+    except ValidationError as exc:
+        raise _from_validation(exc, payload=False) from None
+    for index in range(start, len(envelope.chain)):
+        hop = envelope.chain[index]
+        try:
+            Hop.model_validate_json(hop.__pydantic_serializer__.to_json(hop, warnings=False))
+        except ValidationError as exc:
+            raise _from_validation(exc, prefix=("chain", index), payload=False) from None
 
 
 def _degraded_header(envelope: Envelope) -> str:
