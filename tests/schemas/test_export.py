@@ -1,0 +1,135 @@
+"""The exported JSON Schema, checked by an independent validator as a non-Python service would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
+from strategies import (
+    BODY_TOPIC,
+    HEADERS_TOPIC,
+    TOPICS,
+    Sample,
+    envelope_bytes,
+    envelopes,
+    example_envelope,
+    payloads,
+    sample_codec,
+    sample_payload,
+    sample_registry,
+)
+
+from hopchain.schemas import Envelope, envelope_schema, export_schemas, topic_schema
+from hopchain.schemas.export import DIALECT
+
+
+def validator(schema: dict[str, Any]) -> Draft202012Validator:
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+ENVELOPE = validator(envelope_schema())
+TOPIC = {topic: validator(topic_schema(sample_registry(), topic)) for topic in TOPICS}
+
+
+def errors(checker: Draft202012Validator, document: object) -> list[str]:
+    """Every message, including those under ``anyOf`` (an optional field's alternatives)."""
+    found: list[str] = []
+    pending = list(checker.iter_errors(document))
+    while pending:
+        error = pending.pop()
+        found.append(error.message)
+        pending.extend(error.context or [])
+    return found
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(envelope=envelopes(), payload=payloads, topic=st.sampled_from(TOPICS))
+def test_what_the_library_writes_is_valid_against_the_exported_schemas(
+    envelope: Envelope, payload: Sample, topic: str
+) -> None:
+    record = sample_codec().encode(topic, envelope, payload)
+
+    assert errors(TOPIC[topic], json.loads(record.value)) == []
+    assert errors(ENVELOPE, json.loads(envelope_bytes(record))) == []
+
+
+def envelope_document() -> dict[str, Any]:
+    record = sample_codec().encode(HEADERS_TOPIC, example_envelope(), sample_payload())
+    document: dict[str, Any] = json.loads(envelope_bytes(record))
+    return document
+
+
+def body_document() -> dict[str, Any]:
+    record = sample_codec().encode(BODY_TOPIC, example_envelope(), sample_payload())
+    document: dict[str, Any] = json.loads(record.value)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda doc: doc["chain"][1].__setitem__("decision", "ignored"), "'ignored' is not one of"),
+        (lambda doc: doc["chain"][1]["failure"].__setitem__("error_type", "flaky"), "'flaky'"),
+        (lambda doc: doc["chain"][0].pop("component"), "'component' is a required property"),
+        (lambda doc: doc.pop("trace_id"), "'trace_id' is a required property"),
+        (lambda doc: doc["chain"][0].__setitem__("seq", "0"), "'0' is not of type 'integer'"),
+        (lambda doc: doc.__setitem__("head", "not-a-digest"), "does not match"),
+        (
+            lambda doc: doc["chain"][1]["failure"].__setitem__("description", "x" * 2001),
+            "is too long",
+        ),
+    ],
+)
+@pytest.mark.parametrize("where", ["envelope", "body"])
+def test_known_bad_envelopes_are_refused_by_the_exported_schemas(
+    edit: Any, expected: str, where: str
+) -> None:
+    document = envelope_document() if where == "envelope" else body_document()
+    checker = ENVELOPE if where == "envelope" else TOPIC[BODY_TOPIC]
+
+    edit(document)
+
+    assert any(expected in message for message in errors(checker, document)), errors(
+        checker, document
+    )
+
+
+def test_a_body_record_without_its_payload_or_with_a_bad_one_is_refused() -> None:
+    document = body_document()
+    document["payload"]["count"] = "three"
+    assert errors(TOPIC[BODY_TOPIC], document)
+    del document["payload"]
+    assert "'payload' is a required property" in errors(TOPIC[BODY_TOPIC], document)
+
+
+def test_a_headers_mode_topic_schema_is_the_payload_alone() -> None:
+    assert errors(TOPIC[HEADERS_TOPIC], sample_payload().model_dump(mode="json")) == []
+    assert errors(TOPIC[HEADERS_TOPIC], {"sample_id": "s"})
+
+
+def test_export_writes_the_envelope_and_one_schema_per_topic(tmp_path: Path) -> None:
+    written = export_schemas(sample_registry(), tmp_path / "schemas")
+
+    assert [path.name for path in written] == [
+        "envelope.schema.json",
+        "samples.body.v1.schema.json",
+        "samples.v1.schema.json",
+    ]
+    for path in written:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        Draft202012Validator.check_schema(document)
+        assert document["$schema"] == DIALECT
+    body = json.loads((tmp_path / "schemas" / "samples.body.v1.schema.json").read_text())
+    assert "team-samples" in body["description"]
+    assert "samples.body.dlq" in body["description"]
+    # Writing again gives the same bytes: the files can be committed and diffed.
+    before = [path.read_bytes() for path in written]
+    assert [
+        path.read_bytes() for path in export_schemas(sample_registry(), tmp_path / "schemas")
+    ] == before
