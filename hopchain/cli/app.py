@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from hopchain.__about__ import __version__
-from hopchain.cli import dev, policy, trace
+from hopchain.cli import dev, policy, schema, trace
 from hopchain.cli.common import ExitCode
 
 __all__ = ["app", "main"]
@@ -22,6 +22,7 @@ app = typer.Typer(
 )
 app.add_typer(dev.app, name="dev")
 app.add_typer(policy.app, name="policy")
+app.add_typer(schema.app, name="schema")
 app.command("trace")(trace.trace_command)
 
 
