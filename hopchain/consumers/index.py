@@ -1,0 +1,176 @@
+"""The in-memory index of dead letters and their resolutions, rebuilt from Kafka on start.
+
+Dead letters and resolutions are read from different topics, so either may arrive first:
+the index keeps both and a dead letter counts as unresolved exactly while no resolution
+for its id is known. Depth per ``(owner, source_topic, error_type)`` is kept as a count;
+the oldest unresolved dead letter of each group is found through a heap whose resolved
+entries are dropped lazily, so a scrape costs one step per group, not one per dead letter.
+
+Every method takes the index's lock: the HTTP server reads it from its own thread while
+the consumer loop writes it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from hopchain.consumers.records import DeadLetter
+from hopchain.consumers.resolutions import Resolution
+
+__all__ = ["Added", "DeadLetterIndex", "GroupStats", "Labels"]
+
+Labels = tuple[str, str, str]
+"""``(owner, source_topic, error_type)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """What adding a dead letter changed.
+
+    Attributes:
+        new: False when a dead letter with the same id was indexed already (kept first).
+        resolution: the resolution already known for it, if any: it arrives resolved.
+    """
+
+    new: bool
+    resolution: Resolution | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """Depth and oldest unresolved dead letter of one label group."""
+
+    labels: Labels
+    depth: int
+    oldest_parked_at: float | None
+
+
+@dataclass(slots=True)
+class _Group:
+    depth: int = 0
+    heap: list[tuple[float, str]] = field(default_factory=list)
+
+
+class DeadLetterIndex:
+    """Dead letters by id, with their resolutions and per-label depth and age."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._letters: dict[str, DeadLetter] = {}
+        self._resolutions: dict[str, Resolution] = {}
+        self._groups: dict[Labels, _Group] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._letters)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def add(self, letter: DeadLetter) -> Added:
+        """Index a dead letter; a second record with an indexed id is ignored."""
+        with self._lock:
+            if letter.dead_letter_id in self._letters:
+                return Added(new=False)
+            self._letters[letter.dead_letter_id] = letter
+            group = self._groups.get(letter.labels)
+            if group is None:
+                group = self._groups[letter.labels] = _Group()
+            resolution = self._resolutions.get(letter.dead_letter_id)
+            if resolution is None:
+                self._open(group, letter)
+            return Added(new=True, resolution=resolution)
+
+    def resolve(self, resolution: Resolution) -> DeadLetter | None:
+        """Record a resolution; returns the dead letter when it was unresolved until now."""
+        with self._lock:
+            dead_letter_id = resolution.dead_letter_id
+            was_resolved = dead_letter_id in self._resolutions
+            self._resolutions[dead_letter_id] = resolution
+            letter = self._letters.get(dead_letter_id)
+            if letter is None or was_resolved:
+                return None
+            self._groups[letter.labels].depth -= 1
+            return letter
+
+    def withdraw(self, dead_letter_id: str) -> DeadLetter | None:
+        """Forget a resolution (a tombstone); returns the dead letter if it is open again."""
+        with self._lock:
+            if self._resolutions.pop(dead_letter_id, None) is None:
+                return None
+            letter = self._letters.get(dead_letter_id)
+            if letter is None:
+                return None
+            self._open(self._groups[letter.labels], letter)
+            return letter
+
+    @staticmethod
+    def _open(group: _Group, letter: DeadLetter) -> None:
+        group.depth += 1
+        heapq.heappush(group.heap, (letter.parked_at, letter.dead_letter_id))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get(self, dead_letter_id: str) -> tuple[DeadLetter, Resolution | None] | None:
+        """The dead letter with its resolution, or None when no such id is indexed."""
+        with self._lock:
+            letter = self._letters.get(dead_letter_id)
+            if letter is None:
+                return None
+            return letter, self._resolutions.get(dead_letter_id)
+
+    def resolution(self, dead_letter_id: str) -> Resolution | None:
+        """The resolution recorded for an id, whether or not its dead letter was read."""
+        with self._lock:
+            return self._resolutions.get(dead_letter_id)
+
+    def select(
+        self,
+        accept: Callable[[DeadLetter], bool] | None = None,
+        *,
+        include_resolved: bool = False,
+    ) -> list[tuple[DeadLetter, Resolution | None]]:
+        """Dead letters (unresolved only, by default) that ``accept``, oldest first."""
+        with self._lock:
+            chosen = [
+                (letter, self._resolutions.get(letter.dead_letter_id))
+                for letter in self._letters.values()
+                if (include_resolved or letter.dead_letter_id not in self._resolutions)
+                and (accept is None or accept(letter))
+            ]
+        chosen.sort(key=lambda pair: (pair[0].parked_at, pair[0].dead_letter_id))
+        return chosen
+
+    def groups(self) -> list[GroupStats]:
+        """Depth and oldest unresolved ``parked_at`` of every label group ever seen."""
+        with self._lock:
+            return [
+                GroupStats(labels, group.depth, self._oldest(group))
+                for labels, group in sorted(self._groups.items())
+            ]
+
+    def _oldest(self, group: _Group) -> float | None:
+        heap = group.heap
+        while heap:
+            parked_at, dead_letter_id = heap[0]
+            if dead_letter_id not in self._resolutions:
+                return parked_at
+            heapq.heappop(heap)
+        return None
+
+    def counts(self) -> dict[str, int]:
+        """How many dead letters are indexed, unresolved, and how many resolutions are known."""
+        with self._lock:
+            unresolved = sum(group.depth for group in self._groups.values())
+            return {
+                "dead_letters": len(self._letters),
+                "unresolved": unresolved,
+                "resolutions": len(self._resolutions),
+            }
+
+    def ids(self) -> Iterable[str]:
+        """Every indexed id (a copy)."""
+        with self._lock:
+            return list(self._letters)

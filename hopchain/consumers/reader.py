@@ -1,0 +1,339 @@
+"""Reading the dead-letter topics and the resolutions topic into the index.
+
+There is no consumer group and nothing is committed: every start reads every partition
+from its beginning, which is how the index is rebuilt without a database. The end offsets
+captured at start-up say when the rebuild is done (``hopchain_dlq_ready``); after that the
+reader keeps following the topics, and looks for new topics and partitions now and then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from hopchain.consumers.config import DlqSettings
+from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.metrics import DlqMetrics
+from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
+from hopchain.consumers.resolutions import decode_resolution
+from hopchain.consumers.topics import TopicPlan, plan_topics
+from hopchain.schemas.contracts import ContractRegistry
+
+__all__ = ["IndexReader", "Snapshot", "load_index"]
+
+logger = logging.getLogger("hopchain.dlq")
+
+_MAX_RECORDS = 5000
+_POLL_MS = 200
+_LAG_EVERY_SECONDS = 1.0
+_LOUD_UNREADABLE = 10
+"""Unreadable records logged at WARNING before the rest go to DEBUG (the counter counts all)."""
+
+
+class IndexReader:
+    """Follows every dead-letter topic of a plan, and the resolutions topic, into an index.
+
+    Args:
+        settings: connection settings.
+        plan: which topics to read.
+        index: where dead letters and resolutions go.
+        metrics: counters and gauges to keep up to date.
+        admin: an admin client to look up topics and partitions (started by the caller).
+    """
+
+    def __init__(
+        self,
+        settings: DlqSettings,
+        plan: TopicPlan,
+        index: DeadLetterIndex,
+        metrics: DlqMetrics,
+        admin: AIOKafkaAdminClient,
+    ) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.index = index
+        self.metrics = metrics
+        self.admin = admin
+        self.owners: dict[str, str | None] = {}
+        self.targets: dict[TopicPartition, int] = {}
+        self.records_read = 0
+        self._consumer: Any = None
+        self._assigned: set[TopicPartition] = set()
+        self._missing: set[str] = set()
+        self._pending: set[TopicPartition] = set()
+        self._ready = asyncio.Event()
+        self._unreadable_logged = 0
+        self._lag_at = 0.0
+        self._refresh_at = 0.0
+
+    @property
+    def ready(self) -> bool:
+        """Whether every partition was read up to its end offset captured at start-up."""
+        return self._ready.is_set()
+
+    @property
+    def dead_letter_topics(self) -> dict[str, str | None]:
+        """Every dead-letter topic being read, with its configured owner."""
+        return dict(self.owners)
+
+    async def start(self) -> None:
+        """Find the topics and partitions, start reading each from its beginning."""
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            client_id="hopchain-dlq-reader",
+            request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        await self._consumer.start()
+        await self.refresh_topics()
+        partitions = sorted(self._assigned)
+        self.targets = await self._consumer.end_offsets(partitions) if partitions else {}
+        self._pending = set(self.targets)
+        self._refresh_at = time.monotonic() + self.settings.dlq_refresh_seconds
+        await self._check_ready()
+
+    async def wait_ready(self) -> None:
+        """Return once every partition was read up to its start-up end offset."""
+        await self._ready.wait()
+
+    async def stop(self) -> None:
+        """Close the consumer."""
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    # -- topics ------------------------------------------------------------------------------
+
+    async def refresh_topics(self) -> None:
+        """Add topics the pattern matches now, and partitions added to known topics."""
+        existing = set(await self.admin.list_topics())
+        wanted = self.plan.matching(existing)
+        names = [*wanted, self.plan.resolutions_topic]
+        for name in names:
+            if name not in existing and name not in self._missing:
+                self._missing.add(name)
+                logger.warning(
+                    "topic %s does not exist (yet): nothing to read from it; `hopchain dlq "
+                    "serve` creates it unless HOPCHAIN_DLQ_CREATE_TOPICS=false",
+                    name,
+                )
+        present = [name for name in names if name in existing]
+        self._missing &= set(names) - existing
+        described = await self.admin.describe_topics(present) if present else []
+        partitions = {
+            TopicPartition(topic["topic"], partition["partition"])
+            for topic in described
+            if topic["error_code"] == 0
+            for partition in topic["partitions"]
+        }
+        new = partitions - self._assigned
+        for topic, owner in wanted.items():
+            if topic in existing and topic not in self.owners:
+                self.owners[topic] = owner
+                logger.info(
+                    "reading dead-letter topic %s (owner %s)", topic, owner or "from headers"
+                )
+        if not new:
+            return
+        positions = {tp: await self._consumer.position(tp) for tp in self._assigned}
+        self._consumer.assign(sorted(partitions | self._assigned))
+        for tp, position in positions.items():
+            self._consumer.seek(tp, position)
+        await self._consumer.seek_to_beginning(*sorted(new))
+        self._assigned |= new
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def poll(self) -> int:
+        """Read one batch into the index; returns how many records it held."""
+        batch: Mapping[TopicPartition, list[Any]] = await self._consumer.getmany(
+            timeout_ms=_POLL_MS, max_records=_MAX_RECORDS
+        )
+        count = 0
+        for records in batch.values():
+            for record in records:
+                self._apply(record)
+            count += len(records)
+        self.records_read += count
+        if self._pending:
+            await self._check_ready()
+        now = time.monotonic()
+        if now >= self._lag_at:
+            self._lag_at = now + _LAG_EVERY_SECONDS
+            await self._update_lag()
+        return count
+
+    async def catch_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Read until every partition reached its start-up end offset.
+
+        Raises:
+            TimeoutError: not caught up within ``timeout`` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            while not self.ready:
+                await self.poll()
+        await self._update_lag()
+
+    async def follow(self) -> None:
+        """Read for ever, looking for new topics and partitions every refresh interval."""
+        while True:
+            await self.poll()
+            if time.monotonic() >= self._refresh_at:
+                self._refresh_at = time.monotonic() + self.settings.dlq_refresh_seconds
+                try:
+                    await self.refresh_topics()
+                except Exception as exc:  # noqa: BLE001 - keep serving what is already known
+                    logger.warning("could not look for new dead-letter topics: %s", exc)
+
+    async def _check_ready(self) -> None:
+        for tp in list(self._pending):
+            if await self._consumer.position(tp) >= self.targets[tp]:
+                self._pending.discard(tp)
+        if not self._pending and not self.ready:
+            self._ready.set()
+            self.metrics.ready.set(1)
+            await self._update_lag()
+            counts = self.index.counts()
+            logger.info(
+                "caught up: %d dead letters (%d unresolved), %d resolutions, %d records read",
+                counts["dead_letters"],
+                counts["unresolved"],
+                counts["resolutions"],
+                self.records_read,
+            )
+
+    async def _update_lag(self) -> None:
+        for tp in self._assigned:
+            highwater = self._consumer.highwater(tp)
+            if highwater is None:
+                highwater = self.targets.get(tp)
+            if highwater is None:
+                continue
+            position = await self._consumer.position(tp)
+            self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, highwater - position))
+
+    # -- applying ----------------------------------------------------------------------------
+
+    def _apply(self, raw: Any) -> None:
+        try:
+            if raw.topic == self.plan.resolutions_topic:
+                self._apply_resolution(raw)
+            else:
+                self._apply_dead_letter(DeadLetterRecord.from_aiokafka(raw))
+        except Exception:  # no input may stop the consumer
+            logger.exception(
+                "could not index %s[%s]@%s; skipped", raw.topic, raw.partition, raw.offset
+            )
+            self.metrics.unreadable.labels(raw.topic).inc()
+
+    def _apply_dead_letter(self, record: DeadLetterRecord) -> None:
+        letter = parse_dead_letter(record, self.owners.get(record.topic))
+        added = self.index.add(letter)
+        if not added.new:
+            return
+        self.metrics.parked.labels(*letter.labels).inc()
+        if added.resolution is not None:
+            self.metrics.resolved.labels(*letter.labels, added.resolution.resolution.value).inc()
+        if letter.problem is not None:
+            self.metrics.unreadable.labels(record.topic).inc()
+            self._log_unreadable(
+                "indexed %s as %s (owner %s, error type malformed): %s",
+                record.describe(),
+                letter.dead_letter_id,
+                letter.owner,
+                letter.problem,
+            )
+
+    def _apply_resolution(self, raw: Any) -> None:
+        try:
+            resolution = decode_resolution(raw.key, raw.value)
+        except ValueError as exc:
+            self.metrics.unreadable.labels(raw.topic).inc()
+            self._log_unreadable(
+                "skipped %s[%s]@%s in the resolutions topic: %s",
+                raw.topic,
+                raw.partition,
+                raw.offset,
+                exc,
+            )
+            return
+        if resolution is None:
+            self.index.withdraw(raw.key.decode())
+            return
+        letter = self.index.resolve(resolution)
+        if letter is not None:
+            self.metrics.resolved.labels(*letter.labels, resolution.resolution.value).inc()
+
+    def _log_unreadable(self, message: str, *args: object) -> None:
+        self._unreadable_logged += 1
+        level = logging.WARNING if self._unreadable_logged <= _LOUD_UNREADABLE else logging.DEBUG
+        logger.log(level, message, *args)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An index rebuilt from Kafka up to the end offsets seen when reading started.
+
+    Attributes:
+        index: the dead letters and resolutions.
+        metrics: the metrics the rebuild produced (on a registry of their own).
+        topics: every dead-letter topic read, with its configured owner.
+        records_read: records read from all topics.
+        seconds: how long the rebuild took.
+    """
+
+    index: DeadLetterIndex
+    metrics: DlqMetrics
+    topics: dict[str, str | None]
+    records_read: int
+    seconds: float
+
+
+async def load_index(
+    settings: DlqSettings,
+    *,
+    contracts: ContractRegistry | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 - bounds a whole rebuild, not one call
+) -> Snapshot:
+    """Rebuild the index straight from Kafka, without the service, and stop reading.
+
+    Raises:
+        TimeoutError: the topics were not read to their end within ``timeout`` seconds.
+        ConfigurationError: the topics are misconfigured.
+    """
+    started = time.monotonic()
+    plan = plan_topics(settings, contracts)
+    index = DeadLetterIndex()
+    metrics = DlqMetrics(index)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        client_id="hopchain-dlq-admin",
+        request_timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
+    )
+    await admin.start()
+    try:
+        reader = IndexReader(settings, plan, index, metrics, admin)
+        try:
+            await reader.start()
+            await reader.catch_up(timeout)
+        finally:
+            await reader.stop()
+    finally:
+        await admin.close()
+    return Snapshot(
+        index=index,
+        metrics=metrics,
+        topics=reader.dead_letter_topics,
+        records_read=reader.records_read,
+        seconds=time.monotonic() - started,
+    )

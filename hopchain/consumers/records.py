@@ -1,0 +1,316 @@
+"""Reading a dead-letter record into an index entry, whatever the record holds.
+
+A record written by hopchain carries ``hopchain-dlq-*`` headers, read back with
+:func:`~hopchain.schemas.deadletter.read_dead_letter_headers`. A record that does not (written
+by another tool, or damaged) is still a dead letter somebody has to look at: it is indexed
+with what can be salvaged, as error type ``malformed``, and never stops the consumer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
+from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.traceparent import parse_traceparent
+from hopchain.schemas.vocabulary import Decision, ErrorType
+
+__all__ = [
+    "NULL_VALUE_HEADER",
+    "REDRIVE_COUNT_HEADER",
+    "REDRIVE_OF_HEADER",
+    "UNKNOWN",
+    "DeadLetter",
+    "DeadLetterRecord",
+    "coordinate_id",
+    "original_headers",
+    "parse_dead_letter",
+    "redrive_count",
+]
+
+UNKNOWN = "unknown"
+"""Owner (and source topic) of a dead letter nobody can be named for."""
+
+REDRIVE_COUNT_HEADER = "hopchain-redrive-count"
+"""How many times the record has been redriven; a redrive refuses beyond the limit."""
+REDRIVE_OF_HEADER = "hopchain-redrive-of"
+"""The dead-letter id a redriven record was republished from."""
+NULL_VALUE_HEADER = DLQ_PREFIX + "value"
+"""Set to ``null`` when a record with neither key nor value was parked with an empty value."""
+
+_ID_HEADER = DLQ_PREFIX + "id"
+_OWNER_HEADER = DLQ_PREFIX + "owner"
+_TOPIC_HEADER = DLQ_PREFIX + "source-topic"
+_PARKED_AT_HEADER = DLQ_PREFIX + "parked-at"
+_MAX_ID_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRecord:
+    """The bytes and coordinates of one record read from a dead-letter topic, as read."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+    @classmethod
+    def from_aiokafka(cls, record: Any) -> DeadLetterRecord:
+        """Wrap an ``aiokafka.ConsumerRecord``."""
+        return cls(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp if record.timestamp is not None else -1,
+            key=record.key,
+            value=record.value,
+            headers=tuple(record.headers or ()),
+        )
+
+    def describe(self) -> str:
+        """``topic[partition]@offset``."""
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead letter as the index keeps it: who owns it, why it was parked, where it is.
+
+    Attributes:
+        dead_letter_id: the ``hopchain-dlq-id``; ``topic:partition:offset`` when unreadable.
+        owner: who is paged for it.
+        source_topic: the topic it was read from before it was parked.
+        error_type: the failure's type (``malformed`` for a record hopchain cannot read).
+        reason: the rejection's reason code, when it was rejected at a boundary.
+        parked_at: when it was parked, in Unix seconds.
+        topic, partition, offset: where it is in its dead-letter topic.
+        envelope_id, trace_id, intent_key: the work item's identity, when known.
+        component: the component that parked it.
+        redrive_count: how many times the record was redriven before it was parked.
+        problem: why the ``hopchain-dlq-*`` headers could not be read; None when they could.
+    """
+
+    dead_letter_id: str
+    owner: str
+    source_topic: str
+    error_type: str
+    reason: str | None
+    parked_at: float
+    topic: str
+    partition: int
+    offset: int
+    envelope_id: str | None = None
+    trace_id: str | None = None
+    intent_key: str | None = None
+    component: str | None = None
+    redrive_count: int = 0
+    problem: str | None = None
+
+    @property
+    def labels(self) -> tuple[str, str, str]:
+        """``(owner, source_topic, error_type)``: the labels of its depth and age series."""
+        return (self.owner, self.source_topic, self.error_type)
+
+    @property
+    def parked_datetime(self) -> datetime:
+        """``parked_at`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.parked_at, UTC)
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON-ready dict with ``parked_at`` as ISO 8601 text."""
+        return {
+            "id": self.dead_letter_id,
+            "owner": self.owner,
+            "source_topic": self.source_topic,
+            "error_type": self.error_type,
+            "reason": self.reason,
+            "parked_at": self.parked_datetime.isoformat(),
+            "dead_letter_topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "envelope_id": self.envelope_id,
+            "trace_id": self.trace_id,
+            "intent_key": self.intent_key,
+            "component": self.component,
+            "redrive_count": self.redrive_count,
+            "problem": self.problem,
+        }
+
+
+def coordinate_id(topic: str, partition: int, offset: int) -> str:
+    """The id of a dead letter without a readable id: ``topic:partition:offset``.
+
+    Kafka topic names cannot hold ``:``, so this never collides with another record's.
+    """
+    return f"{topic}:{partition}:{offset}"
+
+
+def original_headers(
+    headers: tuple[tuple[str, bytes | None], ...],
+) -> tuple[tuple[str, bytes | None], ...]:
+    """The headers the record had before it was parked (every ``hopchain-dlq-*`` removed)."""
+    return tuple((name, value) for name, value in headers if not name.startswith(DLQ_PREFIX))
+
+
+def _text(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _last_header(headers: tuple[tuple[str, bytes | None], ...], name: str) -> str | None:
+    found: str | None = None
+    for header, value in headers:
+        if header == name:
+            found = _text(value)
+    return found
+
+
+def _identifier(value: str | None) -> str | None:
+    if not value or len(value) > _MAX_ID_LENGTH or not value.isprintable():
+        return None
+    return value
+
+
+def redrive_count(
+    headers: tuple[tuple[str, bytes | None], ...], envelope: Envelope | None = None
+) -> int:
+    """How many times a record was redriven: its header, or the chain's redriven hops."""
+    counted = 0
+    raw = _last_header(headers, REDRIVE_COUNT_HEADER)
+    if raw is not None and raw.strip().isdigit():
+        counted = int(raw.strip())
+    if envelope is not None:
+        counted = max(counted, sum(hop.decision is Decision.REDRIVEN for hop in envelope.chain))
+    return counted
+
+
+def _lenient_identity(record: DeadLetterRecord) -> tuple[str | None, str | None, str | None]:
+    """Envelope id, trace id and intent key from an envelope that may not validate."""
+    raw = _last_header(record.headers, ENVELOPE_HEADER)
+    text = raw
+    if text is None and record.value is not None and record.value[:1] == b"{":
+        text = _text(record.value)  # body mode: the value is the envelope
+    fields: dict[str, Any] = {}
+    if text is not None and '"intent_key"' in text:
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict):
+            fields = parsed
+    envelope_id = _identifier(fields.get("id") if isinstance(fields.get("id"), str) else None)
+    trace_id = fields.get("trace_id") if isinstance(fields.get("trace_id"), str) else None
+    intent = fields.get("intent_key") if isinstance(fields.get("intent_key"), str) else None
+    if trace_id is None:
+        parent = parse_traceparent(_last_header(record.headers, TRACEPARENT_HEADER) or "")
+        trace_id = parent.trace_id if parent is not None else None
+    return envelope_id, _identifier(trace_id), _identifier(intent)
+
+
+def _from_info(
+    record: DeadLetterRecord, info: DeadLetterInfo, topic_owner: str | None
+) -> DeadLetter:
+    dead_letter_id = _identifier(info.dead_letter_id)
+    if dead_letter_id is None:
+        raise ValueError("hopchain-dlq-id is empty or not one line of text")
+    envelope = info.envelope
+    if envelope is not None:
+        identity: tuple[str | None, str | None, str | None] = (
+            envelope.id,
+            envelope.trace_id,
+            envelope.intent_key,
+        )
+    else:
+        identity = _lenient_identity(record)
+    return DeadLetter(
+        dead_letter_id=dead_letter_id,
+        owner=info.owner or topic_owner or UNKNOWN,
+        source_topic=info.source_topic or UNKNOWN,
+        error_type=info.error_type.value,
+        reason=info.reason.value if info.reason is not None else None,
+        parked_at=info.parked_at.timestamp(),
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        envelope_id=identity[0],
+        trace_id=identity[1],
+        intent_key=identity[2],
+        component=info.component,
+        redrive_count=redrive_count(record.headers, envelope),
+    )
+
+
+def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) -> DeadLetter:
+    """What can be said about a record whose ``hopchain-dlq-*`` headers cannot be read."""
+    headers = record.headers
+    parked_at = record.timestamp_ms / 1000 if record.timestamp_ms >= 0 else 0.0
+    raw_parked = _last_header(headers, _PARKED_AT_HEADER)
+    if raw_parked is not None:
+        try:
+            parsed = datetime.fromisoformat(raw_parked)
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is not None:
+                parked_at = parsed.timestamp()
+    envelope_id, trace_id, intent_key = _lenient_identity(record)
+    return DeadLetter(
+        dead_letter_id=_identifier(_last_header(headers, _ID_HEADER))
+        or coordinate_id(record.topic, record.partition, record.offset),
+        owner=_identifier(_last_header(headers, _OWNER_HEADER)) or topic_owner or UNKNOWN,
+        source_topic=_identifier(_last_header(headers, _TOPIC_HEADER)) or UNKNOWN,
+        error_type=ErrorType.MALFORMED.value,
+        reason=None,
+        parked_at=parked_at,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        envelope_id=envelope_id,
+        trace_id=trace_id,
+        intent_key=intent_key,
+        redrive_count=redrive_count(headers),
+        problem=problem,
+    )
+
+
+def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) -> DeadLetter:
+    """Index entry of a dead-letter record. Never raises: unreadable records are salvaged.
+
+    Args:
+        record: the record as read from its dead-letter topic.
+        topic_owner: the owner configured for the dead-letter topic, used when the record
+            does not name one (``unknown`` when neither does).
+    """
+    try:
+        info = read_dead_letter_headers(record.headers)
+        return _from_info(record, info, topic_owner)
+    except KeyError as exc:
+        problem = f"no {exc.args[0]} header: not parked by hopchain, or damaged"
+    except Exception as exc:  # noqa: BLE001 - any input at all must be indexed, not crash
+        problem = f"hopchain-dlq-* headers unreadable: {type(exc).__name__}: {exc}"[:500]
+    try:
+        return _salvage(record, topic_owner, problem)
+    except Exception as exc:  # noqa: BLE001 - last resort: coordinates are always known
+        return DeadLetter(
+            dead_letter_id=coordinate_id(record.topic, record.partition, record.offset),
+            owner=topic_owner or UNKNOWN,
+            source_topic=UNKNOWN,
+            error_type=ErrorType.MALFORMED.value,
+            reason=None,
+            parked_at=max(record.timestamp_ms, 0) / 1000,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            problem=f"{problem}; salvage failed: {type(exc).__name__}"[:500],
+        )

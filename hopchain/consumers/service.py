@@ -1,0 +1,314 @@
+"""The dead-letter consumer service: index, metrics, health, triage over HTTP.
+
+Start-up, in order: work out the dead-letter topics (contracts, explicit topics, pattern);
+create the missing ones with unlimited retention and the compacted resolutions topic;
+start reading every partition from its beginning; check every topic's retention and report
+the unsafe ones loudly (log and ``hopchain_dlq_retention_unsafe``); serve HTTP. The
+service is ready (``/readyz``, ``hopchain_dlq_ready``) once it has read up to the end
+offsets it saw at start-up::
+
+    async with DeadLetterService(DlqSettings(dlq_topics={"orders.dlq": "payments"})) as dlq:
+        await dlq.wait_ready()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from types import TracebackType
+from typing import Any, Self
+
+from aiokafka.admin import AIOKafkaAdminClient
+from prometheus_client import CollectorRegistry
+
+from hopchain.consumers.config import DlqSettings
+from hopchain.consumers.http_server import DlqHttpServer, HttpBackend
+from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.metrics import DlqMetrics
+from hopchain.consumers.reader import IndexReader
+from hopchain.consumers.resolutions import Resolution
+from hopchain.consumers.topics import (
+    DEAD_LETTER_TOPIC_CONFIG,
+    RESOLUTIONS_TOPIC_CONFIG,
+    TopicPlan,
+    create_missing_topics,
+    plan_topics,
+    retention_problems,
+)
+from hopchain.consumers.triage import Triage
+from hopchain.schemas.contracts import ContractRegistry
+
+__all__ = ["DeadLetterService", "serve"]
+
+logger = logging.getLogger("hopchain.dlq")
+
+
+class DeadLetterService:
+    """Consumes every dead-letter topic, keeps the index, serves metrics and triage.
+
+    Args:
+        settings: what to read and where to serve (``HOPCHAIN_*`` variables by default).
+        contracts: a registry to take dead-letter topics and owners from (instead of, or
+            besides, ``settings.dlq_contracts``).
+        registry: the Prometheus registry to put the metrics on (a new one if None).
+        clock: Unix time, for the age computed at scrape time.
+    """
+
+    def __init__(
+        self,
+        settings: DlqSettings | None = None,
+        *,
+        contracts: ContractRegistry | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings if settings is not None else DlqSettings()
+        self.contracts = contracts
+        self.index = DeadLetterIndex()
+        self.metrics = DlqMetrics(self.index, registry, clock=clock)
+        self.retention: dict[str, list[str]] = {}
+        self.plan: TopicPlan | None = None
+        self._admin: AIOKafkaAdminClient | None = None
+        self._reader: IndexReader | None = None
+        self._triage: Triage | None = None
+        self._http: DlqHttpServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reported: dict[str, list[str]] = {}
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create topics, start reading, check retention and serve HTTP.
+
+        Raises:
+            ConfigurationError: the topics are misconfigured or cannot be created.
+        """
+        settings = self.settings
+        self._loop = asyncio.get_running_loop()
+        try:
+            self.plan = plan_topics(settings, self.contracts)
+            self._admin = AIOKafkaAdminClient(
+                bootstrap_servers=settings.kafka_bootstrap,
+                client_id="hopchain-dlq-admin",
+                request_timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
+            )
+            await self._admin.start()
+            if settings.dlq_create_topics:
+                wanted = dict.fromkeys(self.plan.named, DEAD_LETTER_TOPIC_CONFIG)
+                wanted[self.plan.resolutions_topic] = RESOLUTIONS_TOPIC_CONFIG
+                await create_missing_topics(
+                    self._admin,
+                    wanted,
+                    partitions=settings.dlq_topic_partitions,
+                    replication_factor=settings.dlq_replication_factor,
+                    timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
+                )
+            self._reader = IndexReader(settings, self.plan, self.index, self.metrics, self._admin)
+            await self._reader.start()
+            await self.check_retention()
+            self._triage = Triage(settings, self.index, on_resolution=self._resolved)
+            await self._triage.start()
+            self._http = DlqHttpServer(self._backend(), settings.dlq_host, settings.dlq_port)
+            self._http.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._tasks = [
+            asyncio.create_task(self._follow(), name="hopchain-dlq-follow"),
+            asyncio.create_task(self._watch_retention(), name="hopchain-dlq-retention"),
+        ]
+        logger.info(
+            "dead-letter consumer serving on http://%s:%d (%d dead-letter topic(s))",
+            self._http.host,
+            self._http.port,
+            len(self._reader.dead_letter_topics),
+        )
+
+    async def stop(self) -> None:
+        """Stop serving and reading; safe to call more than once."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._http is not None:
+            await asyncio.to_thread(self._http.stop)
+            self._http = None
+        if self._triage is not None:
+            await self._triage.stop()
+            self._triage = None
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def wait_ready(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Return once the index was rebuilt up to the start-up end offsets.
+
+        Raises:
+            TimeoutError: not ready within ``timeout`` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            await self.reader.wait_ready()
+
+    async def run_until(self, stop: asyncio.Event) -> bool:
+        """Serve until ``stop`` is set; True when the consumer loop ended first (failed)."""
+        if not self._tasks:
+            raise RuntimeError("the dead-letter service is not started")
+        follow = self._tasks[0]
+        waiter = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({waiter, follow}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        return follow.done()
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def reader(self) -> IndexReader:
+        """The topic reader (after :meth:`start`)."""
+        if self._reader is None:
+            raise RuntimeError("the dead-letter service is not started")
+        return self._reader
+
+    @property
+    def triage(self) -> Triage:
+        """Redrive and discard (after :meth:`start`)."""
+        if self._triage is None:
+            raise RuntimeError("the dead-letter service is not started")
+        return self._triage
+
+    @property
+    def port(self) -> int:
+        """The HTTP port actually bound (after :meth:`start`)."""
+        if self._http is None:
+            raise RuntimeError("the dead-letter service is not started")
+        return self._http.port
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the HTTP endpoints."""
+        if self._http is None:
+            raise RuntimeError("the dead-letter service is not started")
+        return f"http://{self._http.host}:{self._http.port}"
+
+    def alive(self) -> bool:
+        """Whether the consumer loop is running."""
+        return bool(self._tasks) and not self._tasks[0].done()
+
+    def ready(self) -> bool:
+        """Whether the index was rebuilt up to the start-up end offsets."""
+        return self._reader is not None and self._reader.ready and self.alive()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _backend(self) -> HttpBackend:
+        return HttpBackend(
+            registry=self.metrics.registry,
+            index=self.index,
+            triage=self.triage,
+            alive=self.alive,
+            ready=self.ready,
+            run=self._run_threadsafe,
+            token=self.settings.dlq_token,
+            operation_timeout=self.settings.dlq_request_timeout_seconds * 2,
+        )
+
+    def _run_threadsafe(self, coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        if self._loop is None:
+            coroutine.close()
+            raise RuntimeError("the dead-letter service is not started")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def _resolved(self, resolution: Resolution) -> None:
+        letter = self.index.resolve(resolution)
+        if letter is not None:
+            self.metrics.resolved.labels(*letter.labels, resolution.resolution.value).inc()
+
+    async def _follow(self) -> None:
+        try:
+            await self.reader.follow()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.critical("the dead-letter consumer loop stopped", exc_info=True)
+            self.metrics.ready.set(0)
+
+    async def _watch_retention(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.dlq_refresh_seconds)
+            try:
+                await self.check_retention()
+            except Exception as exc:  # noqa: BLE001 - checked again next time
+                logger.warning("could not check topic retention: %s", exc)
+
+    async def check_retention(self) -> dict[str, list[str]]:
+        """Check every topic read for a retention that can delete records; report loudly.
+
+        Each unsafe topic is logged at ERROR when first found (and when its problems
+        change) and sets ``hopchain_dlq_retention_unsafe{topic}`` to 1.
+        """
+        if self._admin is None or self.plan is None:
+            return {}
+        found = await retention_problems(
+            self._admin, self.reader.dead_letter_topics, self.plan.resolutions_topic
+        )
+        for topic, problems in found.items():
+            self.metrics.retention_unsafe.labels(topic).set(1 if problems else 0)
+            if problems and self._reported.get(topic) != problems:
+                logger.error(
+                    "topic %s can lose records: %s. Fix it with: kafka-configs.sh --alter "
+                    "--entity-type topics --entity-name %s --add-config %s",
+                    topic,
+                    "; ".join(problems),
+                    topic,
+                    "cleanup.policy=compact"
+                    if topic == self.plan.resolutions_topic
+                    else "retention.ms=-1,retention.bytes=-1",
+                    extra={"hopchain_event": "retention_unsafe", "topic": topic},
+                )
+            self._reported[topic] = problems
+        self.retention = found
+        return found
+
+
+async def serve(
+    settings: DlqSettings,
+    *,
+    contracts: ContractRegistry | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the service until SIGINT or SIGTERM (or ``stop``); the process exit status.
+
+    Returns:
+        0 after a requested stop; 1 when the consumer loop failed (see the log).
+    """
+    stopping = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stopping.set)
+    async with DeadLetterService(settings, contracts=contracts) as service:
+        failed = await service.run_until(stopping)
+    return 1 if failed else 0

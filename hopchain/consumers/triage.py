@@ -1,0 +1,301 @@
+"""Triage operations on dead letters: fetch one, redrive it, discard it.
+
+Both resolutions are written to the compacted resolutions topic, keyed by dead-letter id,
+recording who, when and why. A redrive publishes first and records the resolution after:
+if the process dies in between, the record was republished but the dead letter still looks
+unresolved, so a second redrive could send it again. That is the safe side of the race
+(the intent key is unchanged, so idempotent stages recognise the repeat); resolving first
+would lose the record if the publish then failed.
+
+Operations in one process are serialised by a lock, and a redrive refuses a dead letter
+that already has a resolution (unless forced), so redriving the same dead letter twice
+sends one record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from hopchain.consumers.config import DlqSettings
+from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
+from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.records import DeadLetter, DeadLetterRecord, parse_dead_letter
+from hopchain.consumers.redrive import RedriveRecord, build_redrive, default_instance, read_parked
+from hopchain.consumers.resolutions import (
+    RedriveTarget,
+    Resolution,
+    ResolutionKind,
+    encode_resolution,
+)
+from hopchain.middleware.tracing import hop_span
+
+__all__ = ["Redriven", "Triage"]
+
+logger = logging.getLogger("hopchain.dlq")
+
+_FETCH_POLL_MS = 500
+
+
+@dataclass(frozen=True)
+class Redriven:
+    """The outcome of a redrive: the record sent and the resolution written."""
+
+    record: RedriveRecord
+    resolution: Resolution
+
+
+class Triage:
+    """Redrive and discard dead letters of an index, writing their resolutions to Kafka.
+
+    Args:
+        settings: connection settings, resolutions topic, redrive limit, component name.
+        index: the dead letters and their resolutions.
+        on_resolution: called with every resolution written (the service counts it and
+            updates the index at once); by default the index is updated.
+        instance: which running copy writes the ``redriven`` hops (``host:pid``).
+    """
+
+    def __init__(
+        self,
+        settings: DlqSettings,
+        index: DeadLetterIndex,
+        *,
+        on_resolution: Callable[[Resolution], object] | None = None,
+        instance: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.index = index
+        self.on_resolution = on_resolution or index.resolve
+        self.instance = instance or default_instance()
+        self._lock = asyncio.Lock()
+        self._producer: Any = None
+        self._consumer: Any = None
+
+    async def start(self) -> None:
+        """Connect the producer (the consumer that fetches records starts on first use)."""
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            client_id="hopchain-dlq-triage",
+            acks="all",
+            enable_idempotence=True,
+            request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
+        )
+        try:
+            await self._producer.start()
+        except Exception:
+            await self.stop()
+            raise
+
+    async def _fetcher(self) -> Any:
+        # Started on first use: aiokafka's consumer without a group cannot be stopped
+        # cleanly before it has run at all.
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.settings.kafka_bootstrap,
+                client_id="hopchain-dlq-fetch",
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
+            )
+            await consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
+    async def stop(self) -> None:
+        """Close the Kafka clients."""
+        for client in (self._consumer, self._producer):
+            if client is not None:
+                await client.stop()
+        self._producer = self._consumer = None
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def lookup(self, dead_letter_id: str) -> tuple[DeadLetter, Resolution | None]:
+        """The indexed dead letter and its resolution.
+
+        Raises:
+            DeadLetterNotFound: no dead letter with that id.
+        """
+        found = self.index.get(dead_letter_id)
+        if found is None:
+            raise DeadLetterNotFound(dead_letter_id)
+        return found
+
+    async def fetch(self, letter: DeadLetter) -> DeadLetterRecord:
+        """The dead letter's record, read again from its dead-letter topic.
+
+        Raises:
+            DeadLetterNotFound: the record is no longer there (retention or compaction).
+        """
+        tp = TopicPartition(letter.topic, letter.partition)
+        consumer = await self._fetcher()
+        consumer.assign([tp])
+        consumer.seek(tp, letter.offset)
+        async with asyncio.timeout(self.settings.dlq_request_timeout_seconds):
+            while True:
+                batch = await consumer.getmany(tp, timeout_ms=_FETCH_POLL_MS)
+                for raw in batch.get(tp, []):
+                    if raw.offset < letter.offset:
+                        continue
+                    if raw.offset > letter.offset:
+                        raise DeadLetterNotFound(
+                            letter.dead_letter_id,
+                            f"{letter.dead_letter_id} was at {letter.topic}[{letter.partition}]"
+                            f"@{letter.offset}, which Kafka no longer holds (retention or "
+                            "compaction deleted it)",
+                        )
+                    record = DeadLetterRecord.from_aiokafka(raw)
+                    if parse_dead_letter(record).dead_letter_id != letter.dead_letter_id:
+                        raise TriageError(
+                            f"{record.describe()} no longer holds {letter.dead_letter_id}; "
+                            "was the topic deleted and created again?"
+                        )
+                    return record
+
+    # -- resolving ---------------------------------------------------------------------------
+
+    async def redrive(
+        self, dead_letter_id: str, *, who: str, reason: str, force: bool = False
+    ) -> Redriven:
+        """Republish the dead letter to its source topic, then record the resolution.
+
+        Raises:
+            DeadLetterNotFound: no such dead letter, or its record is gone.
+            TriageRefused: it was resolved already, or redriven too often (not forced).
+            TriageError: it cannot be redriven (no source topic, a broken chain).
+        """
+        async with self._lock:
+            letter, earlier = self.lookup(dead_letter_id)
+            if earlier is not None and not force:
+                raise TriageRefused(dead_letter_id, _already(dead_letter_id, earlier, "redrive"))
+            record = await self.fetch(letter)
+            with _redrive_span(record, self.settings.dlq_component) as span_id:
+                redrive = build_redrive(
+                    record,
+                    who=who,
+                    reason=reason,
+                    component=self.settings.dlq_component,
+                    instance=self.instance,
+                    limit=self.settings.dlq_redrive_limit,
+                    force=force,
+                    span_id=span_id,
+                )
+                sent = await self._producer.send_and_wait(
+                    redrive.topic,
+                    value=redrive.value,
+                    key=redrive.key,
+                    headers=list(redrive.headers),
+                )
+            resolution = self._resolution(
+                letter,
+                ResolutionKind.REDRIVEN,
+                who,
+                reason,
+                RedriveTarget(
+                    topic=sent.topic,
+                    partition=sent.partition,
+                    offset=sent.offset,
+                    redrive_count=redrive.redrive_count,
+                    forced=force and (earlier is not None or redrive.over_limit),
+                    envelope_extended=redrive.envelope is not None,
+                ),
+            )
+            await self._write(resolution)
+            logger.info(
+                "%s redrove %s to %s[%d]@%d (redrive %d): %s",
+                who,
+                dead_letter_id,
+                sent.topic,
+                sent.partition,
+                sent.offset,
+                redrive.redrive_count,
+                reason,
+                extra={"hopchain_event": "redriven", "dead_letter_id": dead_letter_id},
+            )
+            return Redriven(redrive, resolution)
+
+    async def discard(
+        self, dead_letter_id: str, *, who: str, reason: str, force: bool = False
+    ) -> Resolution:
+        """Record that the dead letter is dropped on purpose; the record stays in Kafka.
+
+        Raises:
+            DeadLetterNotFound: no such dead letter.
+            TriageRefused: it was resolved already (not forced).
+        """
+        async with self._lock:
+            letter, earlier = self.lookup(dead_letter_id)
+            if earlier is not None and not force:
+                raise TriageRefused(dead_letter_id, _already(dead_letter_id, earlier, "discard"))
+            resolution = self._resolution(letter, ResolutionKind.DISCARDED, who, reason, None)
+            await self._write(resolution)
+            logger.info(
+                "%s discarded %s: %s",
+                who,
+                dead_letter_id,
+                reason,
+                extra={"hopchain_event": "discarded", "dead_letter_id": dead_letter_id},
+            )
+            return resolution
+
+    @staticmethod
+    def _resolution(
+        letter: DeadLetter,
+        kind: ResolutionKind,
+        who: str,
+        reason: str,
+        redrive: RedriveTarget | None,
+    ) -> Resolution:
+        return Resolution(
+            dead_letter_id=letter.dead_letter_id,
+            resolution=kind,
+            who=who,
+            at=datetime.now(UTC),
+            reason=reason,
+            dead_letter_topic=letter.topic,
+            partition=letter.partition,
+            offset=letter.offset,
+            redrive=redrive,
+        )
+
+    async def _write(self, resolution: Resolution) -> None:
+        key, value = encode_resolution(resolution)
+        await self._producer.send_and_wait(
+            self.settings.dlq_resolutions_topic, value=value, key=key
+        )
+        self.on_resolution(resolution)
+
+
+@contextmanager
+def _redrive_span(record: DeadLetterRecord, component: str) -> Iterator[str | None]:
+    """A span for the redriven hop, in the trace the record started in (when it has one)."""
+    info = read_parked(record)
+    envelope = info.envelope if info is not None else None
+    if info is None or envelope is None or not envelope.chain:
+        yield None
+        return
+    with hop_span(
+        f"{info.source_topic} redrive",
+        trace_id=envelope.trace_id,
+        parent_span_id=envelope.chain[-1].span_id,
+        topic=info.source_topic,
+        component=component,
+    ) as span:
+        yield span.span_id
+
+
+def _already(dead_letter_id: str, earlier: Resolution, action: str) -> str:
+    return (
+        f"{dead_letter_id} was already {earlier.resolution.value} by {earlier.who} at "
+        f"{earlier.at.isoformat()} ({earlier.reason}); refusing to {action} it again. "
+        "Pass --force to do it anyway"
+    )
