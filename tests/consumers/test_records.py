@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hopchain.consumers.records import (
+    REDRIVE_COUNT_HEADER,
+    UNKNOWN,
+    DeadLetterRecord,
+    coordinate_id,
+    parse_dead_letter,
+)
+from hopchain.consumers.synthetic import envelope_for, synthetic_dead_letter
+from hopchain.schemas import ErrorType
+
+
+def as_record(
+    headers: tuple[tuple[str, bytes | None], ...],
+    value: bytes | None = b"{}",
+    *,
+    offset: int = 7,
+    timestamp_ms: int = 1_700_000_000_000,
+) -> DeadLetterRecord:
+    return DeadLetterRecord(
+        topic="orders.dlq",
+        partition=2,
+        offset=offset,
+        timestamp_ms=timestamp_ms,
+        key=None,
+        value=value,
+        headers=headers,
+    )
+
+
+def test_a_stage_dead_letter_is_read_with_its_envelope_identity() -> None:
+    envelope = envelope_for("orders")
+    made = synthetic_dead_letter(
+        owner="payments",
+        source_topic="orders",
+        error_type=ErrorType.TRANSIENT,
+        parked_at=1_700_000_123.5,
+        envelope=envelope,
+    )
+
+    letter = parse_dead_letter(as_record(made.headers), topic_owner="someone-else")
+
+    assert letter.dead_letter_id == made.dead_letter_id
+    assert letter.owner == "payments"
+    assert letter.source_topic == "orders"
+    assert letter.error_type == "transient"
+    assert letter.reason is None
+    assert letter.parked_at == 1_700_000_123.5
+    assert (letter.topic, letter.partition, letter.offset) == ("orders.dlq", 2, 7)
+    assert letter.envelope_id == envelope.id
+    assert letter.trace_id == envelope.trace_id
+    assert letter.intent_key == envelope.intent_key
+    assert letter.problem is None
+
+
+def test_a_rejected_record_keeps_its_reason_and_the_identity_of_its_raw_envelope() -> None:
+    envelope = envelope_for("orders")
+    made = synthetic_dead_letter(owner="payments", source_topic="orders", parked_at=100.0)
+    raw_envelope = ("hopchain-envelope", envelope.model_dump_json().encode())
+
+    letter = parse_dead_letter(as_record((raw_envelope, *made.headers)))
+
+    assert letter.reason == "payload_invalid"
+    assert letter.envelope_id == envelope.id
+    assert letter.intent_key == envelope.intent_key
+
+
+def test_a_foreign_record_is_indexed_as_malformed_for_the_topic_owner_or_unknown() -> None:
+    record = as_record((("content-type", b"application/json"),), b"not ours", offset=41)
+
+    letter = parse_dead_letter(record)
+    owned = parse_dead_letter(record, topic_owner="payments")
+
+    assert letter.dead_letter_id == coordinate_id("orders.dlq", 2, 41) == "orders.dlq:2:41"
+    assert letter.owner == UNKNOWN
+    assert owned.owner == "payments"
+    assert letter.error_type == "malformed"
+    assert letter.source_topic == UNKNOWN
+    assert letter.parked_at == 1_700_000_000.0
+    assert letter.problem is not None
+    assert "hopchain-dlq-id" in letter.problem
+
+
+def test_damaged_dlq_headers_keep_what_can_be_salvaged() -> None:
+    made = synthetic_dead_letter(owner="payments", source_topic="orders", parked_at=100.0)
+    damaged = tuple(
+        (name, b"{not json" if name == "hopchain-dlq-failure" else value)
+        for name, value in made.headers
+    )
+
+    letter = parse_dead_letter(as_record(damaged))
+
+    assert letter.dead_letter_id == made.dead_letter_id
+    assert letter.owner == "payments"
+    assert letter.source_topic == "orders"
+    assert letter.error_type == "malformed"
+    assert letter.parked_at == 100.0
+    assert letter.problem is not None
+
+
+def test_the_redrive_count_comes_from_the_header_or_the_chain() -> None:
+    made = synthetic_dead_letter(
+        owner="payments",
+        source_topic="orders",
+        parked_at=time.time(),
+        extra_headers=((REDRIVE_COUNT_HEADER, b"2"),),
+    )
+    assert parse_dead_letter(as_record(made.headers)).redrive_count == 2
+
+
+header_names = st.sampled_from(
+    [
+        "hopchain-dlq-id",
+        "hopchain-dlq-owner",
+        "hopchain-dlq-error-type",
+        "hopchain-dlq-parked-at",
+        "hopchain-dlq-failure",
+        "hopchain-dlq-envelope",
+        "hopchain-dlq-source-topic",
+        "hopchain-dlq-source-partition",
+        "hopchain-envelope",
+        "traceparent",
+        REDRIVE_COUNT_HEADER,
+        "x-other",
+    ]
+)
+header_values = st.one_of(
+    st.none(),
+    st.binary(max_size=40),
+    st.text(max_size=40).map(str.encode),
+    st.sampled_from(
+        [b"{}", b'{"intent_key": 5, "id": []}', b"-1", b"2024-01-01T00:00:00", b"9" * 400]
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    headers=st.lists(st.tuples(header_names, header_values), max_size=12),
+    value=st.one_of(st.none(), st.binary(max_size=60), st.just(b'{"intent_key": "x"')),
+    timestamp_ms=st.integers(min_value=-1, max_value=2**41),
+)
+def test_any_record_at_all_is_indexed_and_never_raises(
+    headers: list[tuple[str, bytes | None]], value: bytes | None, timestamp_ms: int
+) -> None:
+    letter = parse_dead_letter(as_record(tuple(headers), value, timestamp_ms=timestamp_ms))
+
+    assert letter.dead_letter_id
+    assert letter.owner
+    assert letter.topic == "orders.dlq"
+    assert letter.error_type in {member.value for member in ErrorType}
