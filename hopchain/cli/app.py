@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from hopchain.__about__ import __version__
-from hopchain.cli import dev, policy, schema, trace
+from hopchain.cli import dev, dlq, policy, schema, trace
 from hopchain.cli.common import ExitCode
 
 __all__ = ["app", "main"]
@@ -21,6 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev.app, name="dev")
+app.add_typer(dlq.app, name="dlq")
 app.add_typer(policy.app, name="policy")
 app.add_typer(schema.app, name="schema")
 app.command("trace")(trace.trace_command)
