@@ -20,6 +20,7 @@ from hopchain.testing.broker_state import (
     stop_broker,
 )
 from hopchain.testing.kafka import (
+    SASL_MECHANISMS,
     LocalKafka,
     cached_kafka_version,
     default_run_dir,
@@ -28,6 +29,7 @@ from hopchain.testing.kafka import (
 from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
 __all__ = [
+    "SASL_MECHANISMS",
     "BrokerState",
     "BrokerStatus",
     "LocalKafka",

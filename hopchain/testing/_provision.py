@@ -298,9 +298,20 @@ def check_port_free(port: int, option: str) -> None:
 
 
 def render_properties(
-    home: Path, data_dir: Path, *, port: int, controller_port: int, node_id: int
+    home: Path,
+    data_dir: Path,
+    *,
+    port: int,
+    controller_port: int,
+    node_id: int,
+    extra_listeners: str = "",
+    sasl_settings: str = "",
 ) -> Path:
-    """Write ``server.properties`` for this node into ``data_dir`` and return its path."""
+    """Write ``server.properties`` for this node into ``data_dir`` and return its path.
+
+    ``extra_listeners`` (``,NAME://host:port`` entries) and ``sasl_settings`` (property
+    lines) fill the template's placeholders of the same names; both are empty by default.
+    """
     template = Template((home / PROPERTIES_TEMPLATE).read_text(encoding="utf-8"))
     try:
         text = template.substitute(
@@ -308,12 +319,19 @@ def render_properties(
             controller_port=controller_port,
             node_id=node_id,
             log_dir=data_dir / "kraft",
+            extra_listeners=extra_listeners,
+            sasl_settings=sasl_settings,
         )
     except (KeyError, ValueError) as exc:
         raise LocalKafkaError(
             f"{home / PROPERTIES_TEMPLATE} has an unknown placeholder ({exc}); the known ones "
-            "are port, controller_port, node_id and log_dir"
+            "are port, controller_port, node_id, log_dir, extra_listeners and sasl_settings"
         ) from exc
+    if extra_listeners and extra_listeners not in text:
+        raise LocalKafkaError(
+            f"{home / PROPERTIES_TEMPLATE} has no ${{extra_listeners}} placeholder in its "
+            "listeners lines, so the extra listener cannot be added; update it from deploy/kafka"
+        )
     target = data_dir / "server.properties"
     target.write_text(text, encoding="utf-8")
     return target

@@ -10,6 +10,14 @@ download archive: only ``java`` and ``mvn`` on PATH::
 The broker runs in its own process group with its output in ``<data dir>/kafka.out`` (and
 ``logs/server.log``). A pid file and ``broker.json`` in the data directory let another process
 find, report and stop it: that is what ``hopchain dev kafka status|stop`` use.
+
+Fault tests can :meth:`LocalKafka.restart` the broker on the same data directory and ports
+(clients reconnect to the same address), and authentication tests can ask for a second,
+SASL_PLAINTEXT listener with users that log in with PLAIN or SCRAM-SHA-256::
+
+    with LocalKafka(sasl_users={"alice": "alice-secret"}) as kafka:
+        connect_as("alice", "alice-secret", kafka.sasl_bootstrap)
+        kafka.restart()
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
@@ -44,6 +53,7 @@ from hopchain.testing._provision import (
     resolve_jars,
     tail_file,
 )
+from hopchain.testing._sasl import SASL_MECHANISMS, SaslListener
 from hopchain.testing.admin import wait_for_broker
 from hopchain.testing.broker_state import (
     CONSOLE_LOG,
@@ -64,7 +74,13 @@ from hopchain.testing.broker_state import (
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["LocalKafka", "cached_kafka_version", "default_run_dir", "probe_broker"]
+__all__ = [
+    "SASL_MECHANISMS",
+    "LocalKafka",
+    "cached_kafka_version",
+    "default_run_dir",
+    "probe_broker",
+]
 
 _POLL_SECONDS = 0.1
 _KILL_WAIT_SECONDS = 10.0
@@ -103,6 +119,12 @@ class LocalKafka:
         keep_data: keep the data directory after :meth:`stop`; default: keep it unless it is
             the temporary directory made for this instance.
         fresh: wipe ``data_dir`` before starting, so it is formatted anew.
+        sasl_users: user name -> password; when given, a SASL_PLAINTEXT listener on
+            ``sasl_port`` accepts these users with PLAIN and with SCRAM-SHA-256 (see
+            :attr:`sasl_bootstrap`). SCRAM credentials are written when the storage is
+            formatted, so a kept data directory keeps the users it was formatted with.
+            Passwords are stored in clear text in the data directory: for tests only.
+        sasl_port: port of the SASL listener; ``None`` or ``0`` picks a free one.
     """
 
     def __init__(
@@ -120,6 +142,8 @@ class LocalKafka:
         stop_timeout: float = 30.0,
         keep_data: bool | None = None,
         fresh: bool = False,
+        sasl_users: Mapping[str, str] | None = None,
+        sasl_port: int | None = None,
     ) -> None:
         self.home = find_kafka_home(kafka_home)
         self.cache_dir = Path(cache_dir).resolve() if cache_dir else default_cache_dir(self.home)
@@ -132,6 +156,8 @@ class LocalKafka:
         self.stop_timeout = stop_timeout
         self._keep_data = keep_data
         self._fresh = fresh
+        self._sasl = SaslListener(dict(sasl_users)) if sasl_users is not None else None
+        self._requested_sasl_port = sasl_port or None
         self._jars: ResolvedJars | None = None
         self._temp_data = False
         self._pid: int | None = None
@@ -139,6 +165,8 @@ class LocalKafka:
         self._exit_status: int | None = None
         self.port = 0
         self.controller_port = 0
+        self.sasl_port = 0
+        self.restarts = 0
         self.resolve_seconds = 0.0
         self.format_seconds = 0.0
         self.startup_seconds = 0.0
@@ -151,6 +179,21 @@ class LocalKafka:
         if not self.port:
             raise LocalKafkaError("the broker has no address yet; call start() first")
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` of the SASL_PLAINTEXT listener; valid once :meth:`start` returned.
+
+        Clients log in there with ``security_protocol="SASL_PLAINTEXT"``, mechanism ``PLAIN``
+        or ``SCRAM-SHA-256``, and one of ``sasl_users``.
+        """
+        if self._sasl is None:
+            raise LocalKafkaError(
+                "this broker has no SASL listener; pass sasl_users={name: password} to LocalKafka"
+            )
+        if not self.sasl_port:
+            raise LocalKafkaError("the broker has no address yet; call start() first")
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def version(self) -> str:
@@ -194,10 +237,31 @@ class LocalKafka:
         """
         if self._pid is not None:
             raise LocalKafkaError(f"this broker is already running ({self.bootstrap})")
+        return self._start(fresh=self._fresh)
+
+    def restart(self, *, kill: bool = False) -> Self:
+        """Stop the running broker and start it again on the same data directory and ports.
+
+        Topics, records and committed offsets survive; clients see the broker go away and
+        come back at the same address. ``kill`` ends the JVM with SIGKILL (no clean
+        shutdown: the broker recovers its logs on start) instead of SIGTERM.
+
+        Raises:
+            LocalKafkaError: the broker was not running, or did not come back (see
+                :meth:`start`).
+        """
+        if self._pid is None:
+            raise LocalKafkaError("only a running broker can be restarted; call start() first")
+        self._terminate(signal.SIGKILL if kill else signal.SIGTERM)
+        self._start(fresh=False)
+        self.restarts += 1
+        return self
+
+    def _start(self, *, fresh: bool) -> Self:
         try:
-            java, jars, properties = self._prepare()
+            java, jars, properties = self._prepare(fresh=fresh)
         except BaseException:
-            self.port = self.controller_port = 0
+            self.port = self.controller_port = self.sasl_port = 0
             if self._temp_data:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
                 self._data_dir = None
@@ -228,7 +292,7 @@ class LocalKafka:
         (data_dir / STATE_FILE).write_text(state.to_json(), encoding="utf-8")
         return self
 
-    def _prepare(self) -> tuple[str, ResolvedJars, Path]:
+    def _prepare(self, *, fresh: bool) -> tuple[str, ResolvedJars, Path]:
         """Everything before the JVM starts: tools, ports, jars, properties, storage format."""
         java = require_tool("java")
         data_dir = self.data_dir
@@ -238,9 +302,10 @@ class LocalKafka:
                 f"a broker (pid {state_pid}) already runs from {data_dir}; stop it with "
                 "`hopchain dev kafka stop` or use another data directory"
             )
-        if self._fresh:
+        if fresh:
             shutil.rmtree(data_dir, ignore_errors=True)
         self.port, self.controller_port = self._choose_ports(data_dir)
+        self.sasl_port = self._choose_sasl_port(data_dir)
         jars = self.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         remove_run_files(data_dir)
@@ -317,6 +382,26 @@ class LocalKafka:
             controller_port = free_port()
         return port, controller_port
 
+    def _choose_sasl_port(self, data_dir: Path) -> int:
+        if self._sasl is None:
+            return 0
+        formatted = read_format(data_dir)
+        port = self._requested_sasl_port
+        if formatted is not None:
+            if formatted.get("sasl_fingerprint") != self._sasl.fingerprint:
+                raise LocalKafkaError(
+                    f"{data_dir} was formatted with other SASL users (SCRAM credentials are "
+                    "written at format time); start fresh (--fresh) to format it again"
+                )
+            port = port or int(formatted.get("sasl_port") or 0) or None
+        if port is not None:
+            check_port_free(port, "sasl_port")
+        taken = {self.port, self.controller_port}
+        port = port or free_port()
+        while port in taken:
+            port = free_port()
+        return port
+
     def _java_base(self, java: str, jars: ResolvedJars, *, heap: str | None = None) -> list[str]:
         memory = [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC"] if heap else []
         return [
@@ -336,6 +421,8 @@ class LocalKafka:
             port=self.port,
             controller_port=self.controller_port,
             node_id=self.node_id,
+            extra_listeners=self._sasl.listener(self.sasl_port) if self._sasl else "",
+            sasl_settings=self._sasl.settings() if self._sasl else "",
         )
         if read_format(data_dir) is not None:
             return properties
@@ -346,17 +433,21 @@ class LocalKafka:
             raise LocalKafkaError(
                 f"StorageTool random-uuid printed no cluster id; see {data_dir / FORMAT_LOG}"
             )
+        scram = self._sasl.format_arguments() if self._sasl else []
         _run_tool(
-            [*tool, "format", "--standalone", "-t", cluster_id[0], "-c", str(properties)],
+            [*tool, "format", "--standalone", "-t", cluster_id[0], "-c", str(properties), *scram],
             data_dir,
+            secrets=[self._sasl.users[name] for name in self._sasl.users] if self._sasl else [],
         )
-        record = {
+        record: dict[str, object] = {
             "cluster_id": cluster_id[0],
             "port": self.port,
             "controller_port": self.controller_port,
             "node_id": self.node_id,
             "kafka_version": jars.kafka_version,
         }
+        if self._sasl is not None:
+            record.update(sasl_port=self.sasl_port, sasl_fingerprint=self._sasl.fingerprint)
         (data_dir / FORMAT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         self.format_seconds = time.monotonic() - started
         return properties
@@ -432,11 +523,11 @@ class LocalKafka:
             raise self._died_error(f"did not answer metadata requests ({exc})") from exc
         self.startup_seconds = time.monotonic() - started
 
-    def _terminate(self) -> None:
+    def _terminate(self, first_signal: signal.Signals = signal.SIGTERM) -> None:
         pid = self._pid
         if pid is None:
             return
-        signal_group(pid, signal.SIGTERM)
+        signal_group(pid, first_signal)
         if not self._wait_gone(self.stop_timeout):
             signal_group(pid, signal.SIGKILL)
             if not self._wait_gone(_KILL_WAIT_SECONDS):
@@ -462,8 +553,11 @@ def _tcp_connects(port: int) -> bool:
         return False
 
 
-def _run_tool(command: list[str], data_dir: Path) -> str:
-    """Run a short-lived Kafka tool JVM; its output is appended to ``format.out``."""
+def _run_tool(command: list[str], data_dir: Path, *, secrets: list[str] | None = None) -> str:
+    """Run a short-lived Kafka tool JVM; its output is appended to ``format.out``.
+
+    ``secrets`` (passwords on the command line) are masked in what is logged.
+    """
     try:
         result = subprocess.run(  # noqa: S603 - fixed argument list, no shell
             command,
@@ -477,8 +571,11 @@ def _run_tool(command: list[str], data_dir: Path) -> str:
             f"{command[-1]} did not finish within {_TOOL_TIMEOUT_SECONDS:.0f} s"
         ) from exc
     log = data_dir / FORMAT_LOG
+    shown = " ".join(command)
+    for secret in secrets or ():
+        shown = shown.replace(secret, "***")
     with log.open("a", encoding="utf-8") as handle:
-        handle.write(f"# {' '.join(command)}\n{result.stdout}{result.stderr}")
+        handle.write(f"# {shown}\n{result.stdout}{result.stderr}")
     if result.returncode != 0:
         raise LocalKafkaError(
             f"formatting the broker storage failed (exit {result.returncode}). "
