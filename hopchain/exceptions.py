@@ -9,7 +9,8 @@ Hierarchy::
 
     HopchainError
     ├── ConfigurationError          a setting or declaration is wrong; fix it and restart
-    │   └── UnknownTopicError       a topic is used without a registered contract
+    │   ├── UnknownTopicError       a topic is used without a registered contract
+    │   └── KafkaLoginError         the broker refused the client's login (credentials, mechanism)
     ├── EnvelopeError               a message broke the envelope or payload contract
     │   ├── DecodeError             ... found while reading a record (consume side)
     │   └── EnvelopeRejected        ... found before sending; nothing was sent (produce side)
@@ -28,6 +29,7 @@ __all__ = [
     "EnvelopeError",
     "EnvelopeRejected",
     "HopchainError",
+    "KafkaLoginError",
     "LocalKafkaError",
     "ReasonCode",
     "UnknownTopicError",
@@ -108,6 +110,37 @@ class UnknownTopicError(ConfigurationError):
             f"topic {topic!r} has no contract; register one with "
             f"ContractRegistry.register(TopicContract(topic={topic!r}, ...)). Known topics: {shown}"
         )
+
+
+class KafkaLoginError(ConfigurationError):
+    """The Kafka broker refused the client's login; the message says what to change.
+
+    Attributes:
+        address: the ``host:port`` whose listener refused.
+        problem: ``credentials`` (wrong user name or password), ``mechanism`` (the listener
+            does not enable the SASL mechanism), ``sasl_required`` (the listener wants a SASL
+            login, the client sent none) or ``not_sasl`` (the listener does not speak SASL).
+        mechanism: the SASL mechanism the client used, if any.
+        username: the user name the client presented, if any (never the password).
+        enabled_mechanisms: what the listener enables, when it said so.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        address: str,
+        problem: str,
+        mechanism: str | None = None,
+        username: str | None = None,
+        enabled_mechanisms: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.address = address
+        self.problem = problem
+        self.mechanism = mechanism
+        self.username = username
+        self.enabled_mechanisms = enabled_mechanisms
 
 
 class EnvelopeError(HopchainError):
