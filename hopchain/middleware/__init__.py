@@ -1,5 +1,6 @@
 """Middleware that validates, rejects, appends hops and traces, for FastStream and aiokafka."""
 
+from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
 from hopchain.middleware.context import HopContext, Origin, current_hop, origin
 from hopchain.middleware.failures import (
     Conflict,
@@ -22,6 +23,8 @@ __all__ = [
     "ConsumedRecord",
     "ContractViolation",
     "DeadLetterProducer",
+    "EnvelopeConsumer",
+    "EnvelopeProducer",
     "EnvironmentFailure",
     "ExceptionMapper",
     "HopContext",

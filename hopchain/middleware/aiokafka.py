@@ -1,0 +1,515 @@
+"""Envelope-aware helpers for services that use plain aiokafka instead of FastStream.
+
+They apply the same engine as the FastStream middleware (:class:`HopchainRuntime`): every
+record read is validated before the caller sees it, every invalid record is parked in its
+dead-letter topic byte for byte, and every record sent carries a validated envelope with
+exactly one new hop::
+
+    runtime = HopchainRuntime(registry, component="enrich")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(
+        "orders", bootstrap_servers=bootstrap, group_id="enrich", enable_auto_commit=False
+    )
+    await producer.start()
+    await consumer.start()
+    sender = EnvelopeProducer(producer, runtime)
+    records = EnvelopeConsumer(consumer, producer, runtime)
+    async for hop in records:
+        try:
+            await sender.send("enriched", enrich(hop.payload))
+        except Exception as exc:
+            await records.fail(hop, exc)  # parked with a typed failure, then committed
+        else:
+            await records.commit(hop)  # committed only now, after the handling
+
+A handler wrapped in a declared :class:`~hopchain.middleware.stage.Stage` works the same
+way: the record being read is ``current_hop()``, and ``fail()`` takes the exit the stage
+raises (dead-letter, reroute or abort).
+
+Commit behaviour: one record is handled at a time. Its offset is committed by
+:meth:`EnvelopeConsumer.commit` once the caller handled it, or after it was parked and the
+dead-letter write was acknowledged. Reading the next record before settling the current one
+is refused, so a forgotten record is never committed past by a later one. When a record
+cannot be parked, the consumer is rewound to it, nothing is committed and
+:class:`~hopchain.exceptions.DeadLetterWriteError` reaches the caller: the record is read
+again (after a restart, or by the next read on this consumer), never dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import ConsumerStoppedError, IllegalStateError
+from aiokafka.structs import RecordMetadata
+
+from hopchain.exceptions import (
+    ConfigurationError,
+    DeadLetterWriteError,
+    DecodeError,
+    EnvelopeRejected,
+    ReasonCode,
+)
+from hopchain.middleware.context import (
+    HopContext,
+    _reset_current_hop,
+    _set_current_hop,
+    current_hop,
+)
+from hopchain.middleware.failures import ExceptionMapper, failure_from_exception
+from hopchain.middleware.policy import Abort, DeadLetter, Reroute, default_exit
+from hopchain.middleware.record import ConsumedRecord
+from hopchain.middleware.runtime import HopchainRuntime
+from hopchain.middleware.stage import StageExit
+from hopchain.middleware.tracing import HopSpan, consume_span, mark_error, publish_span
+from hopchain.schemas import (
+    TRACEPARENT_HEADER,
+    TRACESTATE_HEADER,
+    EncodedRecord,
+    ErrorType,
+    Failure,
+    ValidationIssue,
+)
+from hopchain.schemas.deadletter import DeadLetterInfo
+
+__all__ = ["EnvelopeConsumer", "EnvelopeProducer"]
+
+logger = logging.getLogger("hopchain")
+
+_CONTENT_TYPE = "content-type"
+_TRACE_HEADERS = frozenset({TRACEPARENT_HEADER, TRACESTATE_HEADER})
+
+
+class EnvelopeProducer:
+    """Sends records with a validated envelope; refuses (and sends nothing) when invalid.
+
+    Args:
+        producer: a started ``AIOKafkaProducer`` without a value serializer: hopchain
+            hands it the encoded bytes.
+        runtime: the component's engine.
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, runtime: HopchainRuntime) -> None:
+        self.producer = producer
+        self.runtime = runtime
+
+    async def send(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        key: bytes | None = None,
+        hop: HopContext | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        partition: int | None = None,
+    ) -> RecordMetadata:
+        """Validate, envelope and send one record; wait for the broker's acknowledgement.
+
+        The new hop extends ``hop`` (default: the record being handled in this task, see
+        :func:`~hopchain.middleware.current_hop`); with neither, the record is an origin,
+        named by the enclosing :func:`~hopchain.middleware.origin` block.
+
+        Args:
+            topic: where to send; it must have a contract.
+            payload: the topic's payload model, or anything it validates from
+                (a dict, another model, JSON text or bytes).
+            key: the record key.
+            hop: the record this one derives from, when it is not the current one.
+            headers: extra headers; the ``hopchain-*`` and trace context headers are
+                written by hopchain and may not be set here. Values must be UTF-8.
+            partition: an explicit partition.
+
+        Raises:
+            EnvelopeRejected: the payload, the envelope or a header breaks the contract;
+                nothing was sent.
+        """
+        incoming = hop if hop is not None else current_hop()
+        extra = self._caller_headers(topic, headers)
+        if incoming is not None:
+            record, _ = self.runtime.outgoing(
+                topic,
+                payload,
+                incoming=incoming,
+                trace_id=incoming.trace_id,
+                span_id=incoming.span_id,
+                headers=extra,
+            )
+            metadata = await self._send(topic, record, headers, key=key, partition=partition)
+        else:
+            with publish_span(topic, component=self.runtime.component) as span:
+                record, _ = self.runtime.outgoing(
+                    topic,
+                    payload,
+                    incoming=None,
+                    trace_id=span.trace_id,
+                    span_id=span.span_id,
+                    headers=extra,
+                )
+                metadata = await self._send(topic, record, headers, key=key, partition=partition)
+        self.runtime.metrics.published.labels(topic, self.runtime.component).inc()
+        return metadata
+
+    def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
+        """The caller's headers as text, refusing what a hopchain reader would reject."""
+        text: dict[str, str] = {}
+        for name, raw in headers:
+            if name.lower() in _TRACE_HEADERS:
+                raise self._refuse(
+                    topic,
+                    ReasonCode.BAD_TRACEPARENT,
+                    f"header {name!r} is written by hopchain from the hop's span; "
+                    "a caller may not set it",
+                    f"$.headers.{name}",
+                )
+            try:
+                text[name] = raw.decode()
+            except UnicodeDecodeError as exc:
+                raise self._refuse(
+                    topic,
+                    ReasonCode.NOT_UTF8,
+                    f"header {name!r} is not UTF-8 (byte {exc.start}); hopchain readers "
+                    "refuse records with binary header values",
+                    f"$.headers.{name}",
+                ) from None
+        # Names reserved for hopchain are refused by the runtime, with the other checks.
+        return text
+
+    def _refuse(self, topic: str, code: ReasonCode, detail: str, path: str) -> EnvelopeRejected:
+        self.runtime.metrics.rejected.labels(topic, "produce", code.value).inc()
+        return EnvelopeRejected(code, detail, path, topic=topic)
+
+    async def _send(
+        self,
+        topic: str,
+        record: EncodedRecord,
+        caller_headers: Sequence[tuple[str, bytes]],
+        *,
+        key: bytes | None,
+        partition: int | None,
+    ) -> RecordMetadata:
+        headers = [*caller_headers, *record.headers]
+        if not any(name.lower() == _CONTENT_TYPE for name, _ in caller_headers):
+            # The value is JSON in both wire modes; say so, as FastStream publishers do.
+            headers.append((_CONTENT_TYPE, b"application/json"))
+        metadata: RecordMetadata = await self.producer.send_and_wait(
+            topic, value=record.value, key=key, partition=partition, headers=headers
+        )
+        return metadata
+
+
+@dataclass
+class _Handling:
+    """The record the caller is handling, with the scope that closes its span."""
+
+    hop: HopContext
+    span: HopSpan
+    scope: ExitStack
+    started: float
+
+
+def _failure(
+    exc: BaseException,
+    hop: HopContext,
+    *,
+    mappers: tuple[ExceptionMapper, ...],
+    error_type: ErrorType | None,
+) -> Failure:
+    if isinstance(exc, EnvelopeRejected) and error_type is None:
+        # The handler's output broke its contract: hopchain refused to send it.
+        issue = ValidationIssue(code=exc.code, message=exc.detail[:1000], path=exc.path)
+        failure = failure_from_exception(exc, hop, error_type=ErrorType.CONTRACT_VIOLATION)
+        return failure.model_copy(
+            update={
+                "description": f"output refused before publishing to {exc.topic}: "
+                f"{exc.code.value} at {exc.path}",
+                "validation_errors": (issue,),
+            }
+        )
+    return failure_from_exception(exc, hop, mappers=mappers, error_type=error_type)
+
+
+def _restore_hop(token: object) -> None:
+    try:
+        _reset_current_hop(token)
+    except ValueError:
+        # Settled from another task than the one that read it: just clear it there.
+        _set_current_hop(None)
+
+
+class EnvelopeConsumer:
+    """Reads valid records as :class:`HopContext`; parks invalid ones itself.
+
+    Args:
+        consumer: an ``AIOKafkaConsumer`` with a ``group_id`` and
+            ``enable_auto_commit=False`` (offsets are committed after handling), without
+            value or key deserializers.
+        producer: a started ``AIOKafkaProducer`` used to write dead letters.
+        runtime: the component's engine.
+        group: the consumer group recorded in dead letters; defaults to the consumer's.
+
+    Raises:
+        ConfigurationError: the consumer commits automatically, has no group, reads a
+            dead-letter topic, or reads a topic without a contract.
+    """
+
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        producer: AIOKafkaProducer,
+        runtime: HopchainRuntime,
+        group: str | None = None,
+    ) -> None:
+        if getattr(consumer, "_enable_auto_commit", False):
+            raise ConfigurationError(
+                "the consumer commits offsets on a timer, before records are handled, so a "
+                "crash would lose them; create it with "
+                "AIOKafkaConsumer(..., enable_auto_commit=False)"
+            )
+        consumer_group = getattr(consumer, "_group_id", None)
+        if not consumer_group:
+            raise ConfigurationError(
+                "the consumer has no group_id, so hopchain cannot commit offsets after "
+                "handling; create it with AIOKafkaConsumer(..., group_id=...)"
+            )
+        if group is not None and group != consumer_group:
+            raise ConfigurationError(
+                f"group {group!r} is not the consumer's group {consumer_group!r}; "
+                "leave group out to use the consumer's"
+            )
+        self.consumer = consumer
+        self.producer = producer
+        self.runtime = runtime
+        self.group: str = consumer_group
+        self._handling: _Handling | None = None
+        self._aborted = False
+        self._check_topics(consumer.subscription())
+
+    def _check_topics(self, topics: Collection[str]) -> None:
+        registry = self.runtime.registry
+        for topic in sorted(topics):
+            if registry.is_dead_letter_topic(topic):
+                raise ConfigurationError(
+                    f"topic {topic!r} is a dead-letter topic; read it with the dead-letter "
+                    "consumer (hopchain.consumers), not through the envelope middleware"
+                )
+        self.runtime.check_topics(topics)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __aiter__(self) -> EnvelopeConsumer:
+        return self
+
+    async def __anext__(self) -> HopContext:
+        try:
+            return await self.next()
+        except ConsumerStoppedError:
+            raise StopAsyncIteration from None
+
+    async def next(self) -> HopContext:
+        """Wait for the next valid record; invalid ones are parked on the way.
+
+        The returned hop is :func:`~hopchain.middleware.current_hop` in this task, and its
+        span is the current span, until it is settled with :meth:`commit` or :meth:`fail`.
+
+        Raises:
+            ConfigurationError: the record read before was not settled yet, or a record
+                came from a topic without a contract (the consumer is rewound to it).
+            DeadLetterWriteError: an invalid record could not be parked; the consumer is
+                rewound to it and its offset is not committed.
+            aiokafka.errors.ConsumerStoppedError: the consumer was stopped, or a stage
+                aborted (``async for`` then simply ends).
+        """
+        if self._aborted:
+            raise ConsumerStoppedError
+        if self._handling is not None:
+            raise ConfigurationError(
+                f"{self._handling.hop.record.describe()} was neither committed nor failed; "
+                "call commit(hop) or fail(hop, exc) before reading the next record "
+                "(a later commit would skip it)"
+            )
+        while True:
+            message = await self.consumer.getone()
+            record = ConsumedRecord.from_aiokafka(message)
+            try:
+                decoded = self.runtime.accept(record)
+            except DecodeError as error:
+                await self._park_rejected(record, error)
+                continue
+            except ConfigurationError:
+                self._rewind(record)
+                raise
+            scope = ExitStack()
+            span = scope.enter_context(
+                consume_span(
+                    record,
+                    trace_id=decoded.envelope.trace_id,
+                    group=self.group,
+                    envelope_id=decoded.envelope.id,
+                    component=self.runtime.component,
+                )
+            )
+            hop = HopContext(
+                envelope=decoded.envelope,
+                payload=decoded.payload,
+                record=record,
+                component=self.runtime.component,
+                span_id=span.span_id,
+                received_at=datetime.now(UTC),
+                group=self.group,
+                registry=self.runtime.registry,
+                dedupe=self.runtime.dedupe,
+                metrics=self.runtime.metrics,
+            )
+            scope.callback(_restore_hop, _set_current_hop(hop))
+            self._handling = _Handling(hop, span, scope, time.perf_counter())
+            return hop
+
+    async def _park_rejected(self, record: ConsumedRecord, error: DecodeError) -> None:
+        try:
+            await self.runtime.reject(record, error, group=self.group, producer=self.producer)
+        except DeadLetterWriteError as exc:
+            self._rewind(record, exc)
+            raise
+        # Parked and acknowledged by the broker: now, and only now, move past it.
+        await self._commit_past(record)
+
+    # -- settling ----------------------------------------------------------------------------
+
+    async def commit(self, hop: HopContext) -> None:
+        """Commit the record's offset: the caller has handled it.
+
+        Raises:
+            ConfigurationError: ``hop`` is not the record being handled.
+            aiokafka.errors.KafkaError: the commit failed (e.g. the partition was
+                reassigned); the record will be read again by whoever owns it.
+        """
+        handling = self._settle(hop)
+        with handling.scope:
+            try:
+                await self._commit_past(hop.record)
+            except Exception:
+                mark_error(handling.span.span, "commit_failed")
+                self._rewind(hop.record)
+                raise
+            labels = (hop.record.topic, self.runtime.component)
+            self.runtime.metrics.consumed.labels(*labels).inc()
+            self.runtime.metrics.processing.labels(*labels).observe(
+                time.perf_counter() - handling.started
+            )
+
+    async def fail(
+        self,
+        hop: HopContext,
+        exc: BaseException,
+        *,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> DeadLetterInfo | None:
+        """Settle a valid record whose handling failed: take the failure's exit, then commit.
+
+        A declared stage (:class:`~hopchain.middleware.stage.Stage`) raises its exit; any
+        other exception gets the default exit of its type, as in the FastStream middleware:
+        ``unauthorized`` and ``environment`` abort, everything else is dead-lettered. The
+        type comes from ``exc`` (a :class:`~hopchain.middleware.StageFailure` says it;
+        ``mappers`` and the defaults classify the rest) unless ``error_type`` is given; an
+        output that hopchain refused to send (``EnvelopeRejected``) is a
+        ``contract_violation``. Effects and attempts recorded on ``hop`` travel with the
+        failure; the exception's message does not, unless it is a typed failure's
+        description. To have a record handled again instead (its output could not reach
+        the broker, say), call :meth:`abandon`.
+
+        Returns:
+            What was written to the dead-letter topic; None when the record was rerouted,
+            or when the stage aborted: then nothing is committed, the consumer is rewound
+            to the record, ``runtime.aborted`` is set and this consumer reads no more.
+
+        Raises:
+            ConfigurationError: ``hop`` is not the record being handled.
+            DeadLetterWriteError: the record could not be parked (or rerouted); the consumer
+                is rewound to it and its offset is not committed.
+        """
+        handling = self._settle(hop)
+        with handling.scope:
+            if isinstance(exc, StageExit):
+                exit_, failure, stage = exc.exit, exc.failure, exc.stage
+            else:
+                failure = _failure(exc, hop, mappers=mappers, error_type=error_type)
+                exit_, stage = default_exit(failure.error_type, DeadLetter()), None
+            mark_error(handling.span.span, failure.error_type.value)
+            if isinstance(exit_, Abort):
+                self.runtime.abort(hop, failure)
+                self._aborted = True
+                self._rewind(hop.record)
+                return None
+            info: DeadLetterInfo | None = None
+            try:
+                if isinstance(exit_, Reroute):
+                    await self.runtime.reroute(hop, exit_.topic, failure, producer=self.producer)
+                else:
+                    info = await self.runtime.dead_letter(
+                        hop,
+                        failure,
+                        producer=self.producer,
+                        dead_letter_topic=stage.dead_letter_topic if stage else None,
+                        owner=stage.owner if stage else None,
+                    )
+            except DeadLetterWriteError as write_error:
+                self._rewind(hop.record, write_error)
+                raise
+            await self._commit_past(hop.record)
+            return info
+
+    def abandon(self) -> None:
+        """Give up the record being handled without settling it: it is read again next.
+
+        For ``finally`` blocks and shutdown paths; does nothing when no record is pending.
+        """
+        handling = self._handling
+        if handling is None:
+            return
+        self._handling = None
+        with handling.scope:
+            mark_error(handling.span.span, "abandoned")
+            self._rewind(handling.hop.record)
+
+    def _settle(self, hop: HopContext) -> _Handling:
+        handling = self._handling
+        if handling is None or handling.hop is not hop:
+            current = handling.hop.record.describe() if handling else "none"
+            raise ConfigurationError(
+                f"{hop.record.describe()} is not the record being handled (that is "
+                f"{current}); settle each record once, with commit(hop) or fail(hop, exc)"
+            )
+        self._handling = None
+        return handling
+
+    async def _commit_past(self, record: ConsumedRecord) -> None:
+        partition = TopicPartition(record.topic, record.partition)
+        await self.consumer.commit({partition: record.offset + 1})
+
+    def _rewind(self, record: ConsumedRecord, cause: Exception | None = None) -> None:
+        """Move the fetch position back to the record, so it is not skipped."""
+        try:
+            self.consumer.seek(TopicPartition(record.topic, record.partition), record.offset)
+        except IllegalStateError:
+            # No longer assigned here: its new owner starts from the committed offset.
+            return
+        if cause is not None:
+            logger.critical(
+                "rewound %s to %s; its offset is not committed: %s",
+                self.group,
+                record.describe(),
+                cause,
+                extra={
+                    "hopchain_event": "consumer_rewound",
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                },
+            )
