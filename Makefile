@@ -11,10 +11,10 @@ PY := $(BIN)/python
 HOPCHAIN := $(BIN)/hopchain
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
-DEMO_DATA_DIR := .cache/kafka/demo
+DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install lint test kafka kafka-stop kafka-status demo clean distclean
+.PHONY: help venv install lint test bench kafka kafka-stop kafka-status demo clean distclean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,11 @@ test: install ## Run the tests; a real Kafka broker is started and stopped by th
 	echo "make test: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
 	exit $$status
 
+# Not part of `make test`: minutes of load on a real broker. BENCH_RECORDS=5000 for a quick
+# run; the other BENCH_* settings are listed in bench/run.py.
+bench: install ## Benchmarks on a real broker (not part of test); writes BENCHMARKS.md
+	$(PY) -m bench.run
+
 kafka: install ## Start a development broker in the background (default 127.0.0.1:9092)
 	$(HOPCHAIN) dev kafka start
 
@@ -51,17 +56,13 @@ kafka-stop: install ## Stop the development broker
 kafka-status: install ## Show the development broker's status (exit 3 if not running)
 	$(HOPCHAIN) dev kafka status
 
-# The demo gets a broker of its own (fresh data, free ports), stopped however the demo ends.
-demo: install ## Start Kafka, run a visible 20-record round trip through FastStream, stop Kafka
-	@export HOPCHAIN_KAFKA_DATA_DIR=$(DEMO_DATA_DIR); \
-	trap '$(HOPCHAIN) dev kafka stop' EXIT; \
-	trap 'exit 130' INT TERM; \
-	$(HOPCHAIN) dev kafka start --fresh --port 0 --controller-port 0 && \
-	$(PY) examples/roundtrip.py
+# The demo starts its own broker (fresh data, free ports) unless HOPCHAIN_KAFKA_BOOTSTRAP is
+# set, and stops everything it started however it ends.
+demo: install ## The claims pipeline with faults, end to end, on a real Kafka broker
+	$(PY) -m examples.claims.demo $(DEMO_ARGS)
 
 clean: ## Stop brokers, remove caches (resolved Kafka jars, broker data, tool caches)
 	-@test -x $(HOPCHAIN) && $(HOPCHAIN) dev kafka stop
-	-@test -x $(HOPCHAIN) && $(HOPCHAIN) dev kafka stop --data-dir $(DEMO_DATA_DIR)
 	rm -rf .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 

@@ -26,6 +26,10 @@ class Accounting:
     dead_lettered_items: set[str] = field(default_factory=set)
     rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     dead_letter_ids: list[str] = field(default_factory=list)
+    parked_envelopes: dict[str, str] = field(default_factory=dict)
+    """Envelope id of each parked record that had one, by dead-letter topic (the last seen)."""
+    parked_by_label: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Dead letters by (owner, source topic, error type): what the service's depth shows."""
 
     @property
     def rejected_total(self) -> int:
@@ -98,6 +102,9 @@ async def account(bootstrap: str) -> Accounting:
     for record in await _read_all(bootstrap, list(DEAD_LETTER_TOPICS)):
         info = read_dead_letter_headers(list(record.headers))
         result.dead_letter_ids.append(info.dead_letter_id)
+        result.parked_by_label[(info.owner, info.source_topic, info.error_type.value)] += 1
+        if info.envelope is not None:
+            result.parked_envelopes[record.topic] = info.envelope.id
         if info.reason is not None or info.envelope is None:
             reason = info.reason.value if info.reason else "unreadable"
             result.rejected[(reason, info.owner)] += 1

@@ -22,16 +22,17 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from examples.claims.accounting import Accounting, account
 from examples.claims.feeder import FeedReport, feed
-from examples.claims.pipeline import DEAD_LETTER_TOPICS, TOPICS
+from examples.claims.pipeline import CLASSIFIED, DEAD_LETTER_TOPICS, PREFIX, TOPICS
 from hopchain.testing import LocalKafka, create_topics
 
-console = Console(highlight=False)
+console = Console(highlight=False, width=max(120, shutil.get_terminal_size().columns))
 STAGES = ("extract", "classify", "file")
 HTTP_OK = 200
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,10 @@ def _free_port() -> int:
 def _broker() -> Iterator[str]:
     external = os.environ.get("HOPCHAIN_KAFKA_BOOTSTRAP")
     if external:
-        console.print(f"using the Kafka broker at {external} (HOPCHAIN_KAFKA_BOOTSTRAP)")
+        console.print(
+            f"using the Kafka broker at {external} (HOPCHAIN_KAFKA_BOOTSTRAP); topics are "
+            f"prefixed {PREFIX!r}"
+        )
         yield external
         return
     console.print("starting a local Apache Kafka broker ...")
@@ -97,6 +101,18 @@ class Processes:
 
     def dead(self) -> dict[str, int]:
         return {n: c.returncode for n, c in self.children.items() if c.poll() is not None}
+
+
+def _depths(exposition: str) -> dict[tuple[str, str, str], int]:
+    """``hopchain_dlq_depth`` samples by (owner, source topic, error type)."""
+    depths: dict[tuple[str, str, str], int] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == "hopchain_dlq_depth" and sample.value:
+                labels = sample.labels
+                key = (labels["owner"], labels["source_topic"], labels["error_type"])
+                depths[key] = int(sample.value)
+    return depths
 
 
 def _scrape(port: int) -> str:
@@ -226,16 +242,27 @@ async def _run(args: argparse.Namespace, bootstrap: str, run_dir: Path) -> int:
         console.print(f"pipeline time: {elapsed:.1f} s for {report.sent} documents")
         _wait_ready(metrics_port)
         console.rule("dead-letter metrics, as Prometheus scrapes them")
-        for line in _scrape(metrics_port).splitlines():
+        scraped = _scrape(metrics_port)
+        for line in scraped.splitlines():
             if line.startswith(("hopchain_dlq_depth", "hopchain_dlq_oldest_age_seconds")):
-                console.print(line)
+                print(line)  # verbatim, as a scraper reads it
+        depth = _depths(scraped)
+        agree = depth == dict(result.parked_by_label)
+        console.print(
+            f"dead-letter service depth {'matches' if agree else 'DOES NOT match'} the "
+            f"dead-letter topics: {sum(depth.values())} in the service, "
+            f"{sum(result.parked_by_label.values())} in the topics",
+            style="green" if agree else "bold red",
+        )
         _hopchain("policy", "show", "examples.claims.pipeline:pipeline")
-        traced = next(
-            (i for i in result.dead_letter_ids if i),
-            None,
+        # Trace a claim that got furthest before it was parked: its whole path shows.
+        traced = result.parked_envelopes.get(f"{CLASSIFIED}.dlq") or next(
+            iter(result.parked_envelopes.values()), None
         )
         if traced is not None:
             _hopchain("trace", traced, "--bootstrap", bootstrap, *_topic_args())
+        if not agree:
+            exit_code = 1
         if result.accounted != report.sent:
             console.print(
                 f"[bold red]{report.sent - result.accounted} document(s) unaccounted for[/]"
@@ -252,7 +279,7 @@ def _topic_args() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo."""
+    """Run the demo (in a fresh interpreter when a broker is shared: see ``run``)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--documents", type=int, default=1000, help="documents to feed")
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic data")
@@ -270,5 +297,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def run(argv: list[str] | None = None) -> int:
+    """Entry point: on a shared broker, re-run with a topic prefix unique to this run.
+
+    The prefix must be set before the pipeline module is imported, by this process and the
+    stage processes, so the demo re-executes itself with it in the environment.
+    """
+    if os.environ.get("HOPCHAIN_KAFKA_BOOTSTRAP") and "CLAIMS_TOPIC_PREFIX" not in os.environ:
+        prefix = f"demo-{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}."
+        env = {**os.environ, "CLAIMS_TOPIC_PREFIX": prefix, "PYTHONPATH": str(REPO)}
+        command = [sys.executable, "-m", "examples.claims.demo", *(argv or sys.argv[1:])]
+        return subprocess.call(command, cwd=REPO, env=env)  # noqa: S603 - ourselves
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

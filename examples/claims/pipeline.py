@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -23,10 +24,12 @@ from hopchain.middleware.policy import Abort, Backoff, DeadLetter, Degrade, Tran
 from hopchain.middleware.stage import Pipeline
 from hopchain.schemas import ContractRegistry, ErrorType, TopicContract
 
-DOCUMENTS = "claims.documents"
-EXTRACTED = "claims.extracted"
-CLASSIFIED = "claims.classified"
-FILED = "claims.filed"
+# A prefix keeps runs apart on a shared broker (the demo sets it when it reuses one).
+PREFIX = os.environ.get("CLAIMS_TOPIC_PREFIX", "")
+DOCUMENTS = f"{PREFIX}claims.documents"
+EXTRACTED = f"{PREFIX}claims.extracted"
+CLASSIFIED = f"{PREFIX}claims.classified"
+FILED = f"{PREFIX}claims.filed"
 
 Category = Literal["auto", "home", "health", "travel", "unknown"]
 
