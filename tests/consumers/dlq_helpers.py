@@ -13,11 +13,56 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from hopchain.consumers import DlqSettings
+from hopchain.testing import unique_topic_name
+
 Series = dict[tuple[tuple[str, str], ...], float]
+SettingsFactory = Callable[..., DlqSettings]
+
+
+def settings_factory(kafka_bootstrap: str) -> SettingsFactory:
+    """Settings on the session broker: a free port and a resolutions topic of the test's own."""
+    resolutions = unique_topic_name("resolutions")
+
+    def make(**overrides: object) -> DlqSettings:
+        values: dict[str, object] = {
+            "kafka_bootstrap": kafka_bootstrap,
+            "dlq_port": 0,
+            "dlq_resolutions_topic": resolutions,
+            "dlq_refresh_seconds": 1.0,
+            "dlq_token": None,
+        }
+        values.update(overrides)
+        return DlqSettings.model_validate(values)
+
+    return make
+
+
+class _Figures:
+    """Measured figures, printed in pytest's terminal summary."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        terminalreporter.section("dead-letter consumer figures", sep="-")
+        for line in self.lines:
+            terminalreporter.write_line(line)
+
+
+def report_figure(config: pytest.Config, line: str) -> None:
+    """Note a measured figure for the terminal summary of this session."""
+    plugin = config.pluginmanager.get_plugin("hopchain-dlq-figures")
+    if plugin is None:
+        plugin = _Figures()
+        config.pluginmanager.register(plugin, "hopchain-dlq-figures")
+    plugin.lines.append(line)
 
 
 def scrape(url: str) -> dict[str, Series]:

@@ -8,13 +8,21 @@ import random
 import secrets
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from dlq_helpers import Series, call, group_key, scrape, wait_until
+from dlq_helpers import (
+    Series,
+    SettingsFactory,
+    call,
+    group_key,
+    report_figure,
+    scrape,
+    settings_factory,
+    wait_until,
+)
 
 from hopchain.consumers import DeadLetterService
 from hopchain.consumers.synthetic import (
@@ -26,10 +34,11 @@ from hopchain.consumers.synthetic import (
 from hopchain.schemas import ErrorType
 from hopchain.testing import create_topics, unique_topic_name
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
-    from hopchain.consumers import DlqSettings
+@pytest.fixture
+def dlq_settings(kafka_bootstrap: str) -> SettingsFactory:
+    return settings_factory(kafka_bootstrap)
+
 
 COUNT = 10_000
 OWNERS = ("team-a", "team-b", "team-c")
@@ -103,7 +112,7 @@ async def produce_by_topic(bootstrap: str, letters: list[SyntheticDeadLetter]) -
 @pytest.mark.kafka
 @pytest.mark.slow
 async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
-    dlq_settings: Callable[..., DlqSettings], figure: Callable[[str], None]
+    dlq_settings: SettingsFactory, pytestconfig: pytest.Config
 ) -> None:
     sources = {owner: unique_topic_name(f"orders-{owner}") for owner in OWNERS}
     token = secrets.token_hex(16)
@@ -169,17 +178,18 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
     finally:
         await second.stop()
 
-    figure(
+    report_figure(
+        pytestconfig,
         f"{COUNT:,} dead letters, 3 owners x 5 error types: produced and indexed live in "
         f"{ingest_seconds:.2f} s ({COUNT / ingest_seconds:,.0f}/s); rebuilt after a restart "
         f"in {rebuild_seconds:.2f} s ({COUNT / rebuild_seconds:,.0f}/s); depth exact for all "
-        f"{len(groups)} groups, age within 1 ms"
+        f"{len(groups)} groups, age within 1 ms",
     )
 
 
 @pytest.mark.kafka
 async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_service(
-    dlq_settings: Callable[..., DlqSettings], kafka_bootstrap: str
+    dlq_settings: SettingsFactory, kafka_bootstrap: str
 ) -> None:
     prefix = unique_topic_name("foreign")
     owned, unowned = f"{prefix}-owned.dlq", f"{prefix}-any.dlq"
@@ -229,7 +239,7 @@ async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_ser
 
 @pytest.mark.kafka
 async def test_topics_are_created_safe_and_unsafe_retention_is_reported(
-    dlq_settings: Callable[..., DlqSettings],
+    dlq_settings: SettingsFactory,
     kafka_bootstrap: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -273,7 +283,7 @@ async def test_topics_are_created_safe_and_unsafe_retention_is_reported(
 
 @pytest.mark.kafka
 async def test_mutating_endpoints_need_the_bearer_token_and_are_off_without_one(
-    dlq_settings: Callable[..., DlqSettings],
+    dlq_settings: SettingsFactory,
 ) -> None:
     topic = unique_topic_name("auth") + ".dlq"
     body = {"who": "mallory", "reason": "testing the lock"}

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from dlq_helpers import read_topic, wait_until
+from dlq_helpers import SettingsFactory, read_topic, settings_factory, wait_until
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
@@ -29,10 +29,14 @@ from hopchain.schemas import (
 from hopchain.testing import unique_topic_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from hopchain.consumers import DlqSettings
     from hopchain.testing import TopicFactory
+
+
+@pytest.fixture
+def dlq_settings(kafka_bootstrap: str) -> SettingsFactory:
+    return settings_factory(kafka_bootstrap)
+
 
 runner = CliRunner()
 
@@ -57,7 +61,7 @@ async def dlq(settings: DlqSettings, *args: str) -> Result:
 
 @pytest.mark.kafka
 async def test_redriving_twice_sends_one_record_with_a_redriven_hop_that_the_stage_accepts(
-    dlq_settings: Callable[..., DlqSettings], new_topic: TopicFactory, kafka_bootstrap: str
+    dlq_settings: SettingsFactory, new_topic: TopicFactory, kafka_bootstrap: str
 ) -> None:
     source = await new_topic()
     contracts = ContractRegistry([TopicContract(topic=source, model=Order, owner="billing")])
@@ -167,7 +171,7 @@ def listed(result: Result) -> list[dict[str, Any]]:
 
 @pytest.mark.kafka
 async def test_discard_records_who_and_why_and_survives_a_restart(
-    dlq_settings: Callable[..., DlqSettings],
+    dlq_settings: SettingsFactory,
 ) -> None:
     settings = dlq_settings(dlq_topics={unique_topic_name("claims") + ".dlq": "claims-team"})
     async with DeadLetterService(settings) as service:
@@ -214,7 +218,7 @@ async def test_discard_records_who_and_why_and_survives_a_restart(
 
 @pytest.mark.kafka
 async def test_exit_codes_mean_not_found_usage_and_refused(
-    dlq_settings: Callable[..., DlqSettings],
+    dlq_settings: SettingsFactory,
 ) -> None:
     settings = dlq_settings(
         dlq_topics={unique_topic_name("codes") + ".dlq": "team-a"}, dlq_redrive_limit=3
