@@ -82,6 +82,16 @@ class DlqSettings(BaseSettings):
     dlq_request_timeout_seconds: float = Field(default=30.0, gt=0)
     """Timeout of one Kafka request (metadata, fetch of a single record, produce)."""
 
+    @field_validator("dlq_token", mode="before")
+    @classmethod
+    def _no_empty_token(cls, value: object) -> object:
+        # An empty HOPCHAIN_DLQ_TOKEN= must disable the endpoints, not accept an empty token.
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, SecretStr) and not value.get_secret_value().strip():
+            return None
+        return value
+
     @field_validator("dlq_topic_pattern")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
