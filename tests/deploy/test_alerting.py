@@ -1,0 +1,249 @@
+"""End to end: a dead letter on the real broker pages its owner through real Prometheus and
+Alertmanager, using the shipped rules and routing (with the age threshold made tiny)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from deploy_tools import DEPLOY_DIR, tool
+
+from hopchain.consumers import DeadLetterService, DlqSettings
+from hopchain.consumers.synthetic import produce_dead_letters, synthetic_dead_letter
+from hopchain.schemas import ErrorType
+from hopchain.testing import unique_topic_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+AGE_RULE = "max by (owner, source_topic) (hopchain_dlq_oldest_age_seconds) > 3600\n        for: 5m"
+TINY_AGE_RULE = (
+    "max by (owner, source_topic) (hopchain_dlq_oldest_age_seconds) > 1\n        for: 1s"
+)
+WEBHOOK_BASE = "http://alerts.example.invalid:9000"
+DEADLINE_SECONDS = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def replace_once(text: str, old: str, new: str, where: str) -> str:
+    """Replace exactly one occurrence, so a changed config fails here instead of testing
+    something else."""
+    assert text.count(old) == 1, f"{where} no longer holds {old!r} exactly once"
+    return text.replace(old, new)
+
+
+class Webhook:
+    """A stdlib HTTP server that keeps every Alertmanager notification, by path."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with hook.lock:
+                    hook.received.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def firing(self, alertname: str) -> dict[str, dict[str, str]]:
+        """Firing alerts of that name seen so far, by receiver path: path -> labels."""
+        with self.lock:
+            return {
+                path: alert["labels"]
+                for path, body in self.received
+                for alert in body.get("alerts", [])
+                if alert.get("status") == "firing" and alert["labels"].get("alertname") == alertname
+            }
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    hook.thread.start()
+    yield hook
+    hook.server.shutdown()
+    hook.server.server_close()
+
+
+class Processes:
+    """Processes this test started, each with its log file; stopped (by handle) at the end."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+
+    def start(self, name: str, *command: str) -> None:
+        log = self.folder / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(  # noqa: S603 - binaries found on PATH, our arguments
+                command, stdout=out, stderr=subprocess.STDOUT, cwd=self.folder
+            )
+        self.running.append((name, process, log))
+
+    def check_alive(self) -> None:
+        for name, process, log in self.running:
+            if process.poll() is not None:
+                pytest.fail(f"{name} exited with {process.returncode}:\n{self.tail(log)}")
+
+    @staticmethod
+    def tail(log: Path) -> str:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name}\n{self.tail(log)}" for name, _, log in self.running)
+
+    def stop(self) -> None:
+        for _, process, _ in self.running:
+            process.terminate()
+        for _, process, _ in self.running:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    started = Processes(tmp_path)
+    yield started
+    started.stop()
+
+
+def prometheus_config(tmp_path: Path, deploy_dir: Path, dlq_port: int, am_port: int) -> Path:
+    rules = (deploy_dir / "prometheus" / "rules" / "hopchain.rules.yml").read_text()
+    rules_file = tmp_path / "hopchain.rules.yml"
+    rules_file.write_text(replace_once(rules, AGE_RULE, TINY_AGE_RULE, "the age rule"))
+    config = {  # JSON is YAML
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules_file)],
+        "alerting": {
+            "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]
+        },
+        "scrape_configs": [
+            {
+                "job_name": "hopchain-dlq",
+                "static_configs": [{"targets": [f"127.0.0.1:{dlq_port}"]}],
+            }
+        ],
+    }
+    path = tmp_path / "prometheus.yml"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def alertmanager_config(tmp_path: Path, deploy_dir: Path, webhook_base: str) -> Path:
+    text = (deploy_dir / "alertmanager" / "alertmanager.yml").read_text()
+    assert WEBHOOK_BASE in text
+    text = text.replace(WEBHOOK_BASE, webhook_base)
+    text = replace_once(text, "group_wait: 30s", "group_wait: 1s", "alertmanager.yml")
+    text = replace_once(text, "group_interval: 5m", "group_interval: 1s", "alertmanager.yml")
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(text)
+    return path
+
+
+async def wait_for_alerts(
+    webhook: Webhook, processes: Processes, expected: dict[str, str]
+) -> dict[str, dict[str, str]]:
+    """Wait until every receiver path in ``expected`` got the age alert of its owner."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        seen = webhook.firing("HopchainDeadLetterTooOld")
+        if all(path in seen for path in expected):
+            return seen
+        processes.check_alive()
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"no age alert reached {sorted(set(expected) - set(seen))} within "
+                f"{DEADLINE_SECONDS:.0f} s; received {webhook.received}\n{processes.logs()}",
+                pytrace=False,
+            )
+        await asyncio.sleep(0.25)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+async def test_an_old_dead_letter_pages_its_owner_through_prometheus_and_alertmanager(
+    *,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    webhook: Webhook,
+    processes: Processes,
+) -> None:
+    prometheus, alertmanager = tool("prometheus"), tool("alertmanager")
+    ml_topic, ops_topic = unique_topic_name("classified"), unique_topic_name("filed")
+    settings = DlqSettings(
+        kafka_bootstrap=kafka_bootstrap,
+        dlq_topics={f"{ml_topic}.dlq": "ml-team", f"{ops_topic}.dlq": "claims-ops"},
+        dlq_resolutions_topic=unique_topic_name("resolutions"),
+        dlq_port=0,
+        dlq_token=None,
+    )
+    started = time.monotonic()
+    async with DeadLetterService(settings) as service:
+        parked_at = time.time() - 10
+        for topic, owner in ((ml_topic, "ml-team"), (ops_topic, "claims-ops")):
+            letter = synthetic_dead_letter(
+                owner=owner,
+                source_topic=topic,
+                error_type=ErrorType.INTERNAL,
+                parked_at=parked_at,
+            )
+            await produce_dead_letters(kafka_bootstrap, f"{topic}.dlq", [letter])
+
+        am_port, prom_port = free_port(), free_port()
+        processes.start(
+            "alertmanager",
+            alertmanager,
+            f"--config.file={alertmanager_config(tmp_path, DEPLOY_DIR, webhook.base)}",
+            f"--storage.path={tmp_path / 'alertmanager-data'}",
+            f"--web.listen-address=127.0.0.1:{am_port}",
+            "--cluster.listen-address=",
+        )
+        processes.start(
+            "prometheus",
+            prometheus,
+            f"--config.file={prometheus_config(tmp_path, DEPLOY_DIR, service.port, am_port)}",
+            f"--storage.tsdb.path={tmp_path / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        )
+        seen = await wait_for_alerts(
+            webhook,
+            processes,
+            {"/hopchain/ml-team": "ml-team", "/hopchain/claims-ops": "claims-ops"},
+        )
+    elapsed = time.monotonic() - started
+
+    assert seen["/hopchain/ml-team"]["owner"] == "ml-team"
+    assert seen["/hopchain/ml-team"]["source_topic"] == ml_topic
+    assert seen["/hopchain/claims-ops"]["owner"] == "claims-ops"
+    assert "/hopchain/platform" not in seen
+    assert elapsed < DEADLINE_SECONDS + 30

@@ -1,0 +1,87 @@
+"""The shipped Prometheus rules and Alertmanager routing, checked by their own tools."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
+from deploy_tools import DEPLOY_DIR, tool
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def run(*command: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - binaries found on PATH, fixed arguments
+        command, capture_output=True, text=True, timeout=120, check=False, cwd=cwd
+    )
+
+
+def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:
+    tests = sorted((DEPLOY_DIR / "prometheus" / "tests").glob("*.yml"))
+    assert tests, "no rule unit tests in deploy/prometheus/tests"
+
+    result = run(tool("promtool"), "test", "rules", *map(str, tests))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_prometheus_config_and_rules_are_valid() -> None:
+    prometheus = DEPLOY_DIR / "prometheus"
+    config = run(tool("promtool"), "check", "config", str(prometheus / "prometheus.yml"))
+    assert config.returncode == 0, config.stdout + config.stderr
+    rules = run(
+        tool("promtool"), "check", "rules", str(prometheus / "rules" / "hopchain.rules.yml")
+    )
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert "SUCCESS: 11 rules found" in rules.stdout
+
+
+def test_alertmanager_config_is_valid() -> None:
+    result = run(
+        tool("amtool"), "check-config", str(DEPLOY_DIR / "alertmanager" / "alertmanager.yml")
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("labels", "receiver"),
+    [
+        (["owner=ml-team", "alertname=HopchainDeadLetterTooOld"], "ml-team"),
+        (["owner=claims-ops", "alertname=HopchainDeadLetterDepthGrowing"], "claims-ops"),
+        (["owner=intake-team"], "intake-team"),
+        (["owner=extraction-team"], "extraction-team"),
+        (["owner=unknown", "alertname=HopchainDeadLetterTooOld"], "platform"),
+        (["owner=a-team-nobody-routed"], "platform"),
+        (["alertname=HopchainDeadLetterConsumerDown", "job=hopchain-dlq"], "platform"),
+        (["alertname=HopchainStageRetryRateDrift", "stage=classify"], "platform"),
+    ],
+)
+def test_alerts_route_by_owner_and_nothing_is_dropped(labels: list[str], receiver: str) -> None:
+    result = run(
+        tool("amtool"),
+        "config",
+        "routes",
+        "test",
+        f"--config.file={DEPLOY_DIR / 'alertmanager' / 'alertmanager.yml'}",
+        *labels,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.split() == [receiver]
+
+
+def test_compose_uses_the_tested_config_files() -> None:
+    compose = (DEPLOY_DIR / "compose.yaml").read_text()
+    for mounted in (
+        "./prometheus:/etc/prometheus:ro",
+        "./alertmanager/alertmanager.yml:/etc/alertmanager/alertmanager.yml:ro",
+    ):
+        assert mounted in compose
+    assert "image: apache/kafka:" in compose
+    assert "dockerfile: deploy/Containerfile" in compose
+    assert (DEPLOY_DIR / "Containerfile").is_file()
