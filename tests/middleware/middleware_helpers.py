@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 from hopchain.exceptions import ReasonCode
-from hopchain.middleware import EnvelopeProducer, HopchainRuntime
+from hopchain.middleware import ConsumedRecord, EnvelopeProducer, HopchainRuntime, HopContext
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     TRACEPARENT_HEADER,
@@ -196,6 +196,49 @@ async def read_topic(bootstrap: str, topic: str, *, within: float = 30.0) -> lis
     finally:
         await consumer.stop()
     return sorted(records, key=lambda m: (m.partition, m.offset))
+
+
+def consumed(
+    topic: str,
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] = (),
+    *,
+    key: bytes | None = None,
+    offset: int = 0,
+    partition: int = 0,
+) -> ConsumedRecord:
+    """A record as a consumer read it."""
+    return ConsumedRecord(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        timestamp_ms=1_700_000_000_000 + offset,
+        key=key,
+        value=value,
+        headers=tuple(headers),
+    )
+
+
+def received_hop(runtime: HopchainRuntime, topic: str, number: int = 1) -> HopContext:
+    """The HopContext of a valid record of ``topic`` (an origin from component "feeder")."""
+    feeder = HopchainRuntime(runtime.registry, component="feeder")
+    encoded, _ = feeder.outgoing(
+        topic, doc(number), incoming=None, trace_id=new_trace_id(), span_id=new_span_id()
+    )
+    record = consumed(topic, encoded.value, encoded.headers, offset=number)
+    decoded = runtime.accept(record)
+    return HopContext(
+        envelope=decoded.envelope,
+        payload=decoded.payload,
+        record=record,
+        component=runtime.component,
+        span_id=new_span_id(),
+        received_at=datetime.now(UTC),
+        group="group-1",
+        registry=runtime.registry,
+        dedupe=runtime.dedupe,
+        metrics=runtime.metrics,
+    )
 
 
 # -- tracing -----------------------------------------------------------------------------------

@@ -206,6 +206,7 @@ async def test_consumer_hands_over_valid_records_and_parks_the_rest(
     ends = await end_offsets(kafka_bootstrap, topic)
     committed = await committed_offsets(kafka_bootstrap, group)
     assert {p: committed.get((topic, p)) for p in ends} == ends
+    assert "hopchain" in {r.name for r in caplog.records if r.levelno >= logging.ERROR}
     assert payload_leaks(caplog.records) == []
 
 
@@ -423,6 +424,7 @@ async def test_fail_parks_typed_failures_and_aborts_on_unauthorized(
     assert internal.envelope.chain[-1].decision is Decision.DEAD_LETTERED
     assert transient.error_type is ErrorType.TRANSIENT
     assert MARKER not in repr(internal) + repr(transient)
+    assert "hopchain" in {r.name for r in caplog.records if r.levelno >= logging.ERROR}
     assert payload_leaks(caplog.records) == []
 
 
