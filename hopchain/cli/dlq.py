@@ -47,6 +47,9 @@ __all__ = ["DlqExit", "app"]
 
 T = TypeVar("T")
 
+TABLE_LIMIT = 200
+"""Rows ``hopchain dlq list`` prints for people unless --limit says otherwise."""
+
 app = typer.Typer(
     help="The dead-letter consumer: serve metrics, list, show, redrive and discard dead letters.",
     no_args_is_help=True,
@@ -360,6 +363,16 @@ def list_(
     include_resolved: Annotated[
         bool, typer.Option("--all", help="Include resolved dead letters.")
     ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            help=f"Show at most this many, oldest first. Default: {TABLE_LIMIT} in the table, "
+            "all with --json.",
+            min=1,
+            show_default=False,
+        ),
+    ] = None,
     bootstrap: BootstrapOption = None,
     contracts: ContractsOption = None,
     pattern: PatternOption = None,
@@ -374,6 +387,9 @@ def list_(
     snapshot = _run(load_index(settings, timeout=timeout))
     now = time.time()
     letters = snapshot.index.select(chosen.predicate(now), include_resolved=include_resolved)
+    total = len(letters)
+    if limit is not None or not json_output:
+        letters = letters[: limit or TABLE_LIMIT]
     if json_output:
         _echo_json(
             [
@@ -383,8 +399,9 @@ def list_(
         )
         return
     _console.print(list_table(letters, now, include_resolved=include_resolved))
+    shown = f" (showing the oldest {len(letters)})" if total > len(letters) else ""
     _console.print(
-        f"{len(letters)} dead letter(s); {snapshot.records_read} records read from "
+        f"{total} dead letter(s){shown}; {snapshot.records_read} records read from "
         f"{len(snapshot.topics)} dead-letter topic(s) in {snapshot.seconds:.1f} s"
     )
 

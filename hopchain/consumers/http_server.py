@@ -6,7 +6,8 @@
 ``GET /readyz``                            200 once caught up to the start-up end offsets
 ``GET /dead-letters``                      unresolved dead letters as JSON (``owner``,
                                            ``source_topic``, ``topic``, ``error_type``,
-                                           ``min_age``, ``all`` query parameters)
+                                           ``min_age``, ``all``, ``limit`` (1000)
+                                           query parameters), oldest first
 ``GET /dead-letters/{id}``                 one dead letter and its resolution
 ``POST /dead-letters/{id}/discard``        body ``{"who", "reason", "force"}``
 ``POST /dead-letters/{id}/redrive``        body ``{"who", "reason", "force"}``
@@ -45,6 +46,7 @@ logger = logging.getLogger("hopchain.dlq.http")
 
 _MAX_BODY = 64 * 1024
 _MAX_REASON = 1000
+_DEFAULT_LIMIT = 1000
 _JSON = "application/json"
 
 
@@ -196,12 +198,15 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise _Refusal(HTTPStatus.BAD_REQUEST, str(exc)) from None
         include_resolved = one("all") in {"1", "true", "yes"}
+        raw_limit = one("limit") or str(_DEFAULT_LIMIT)
+        if not raw_limit.isdigit() or int(raw_limit) < 1:
+            raise _Refusal(HTTPStatus.BAD_REQUEST, "limit must be a positive whole number")
         letters = self.backend.index.select(chosen.predicate(), include_resolved=include_resolved)
         self._json(
             HTTPStatus.OK,
             [
                 {**letter.as_json(), "resolution": _resolution_json(resolution)}
-                for letter, resolution in letters
+                for letter, resolution in letters[: int(raw_limit)]
             ],
         )
 

@@ -1,0 +1,76 @@
+"""``hopchain dlq serve`` as a process of its own, as a container or an operator runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+
+import pytest
+from dlq_helpers import call, scrape, wait_until
+from typer.testing import CliRunner
+
+from hopchain.cli.app import app
+from hopchain.testing import unique_topic_name
+
+SERVING = re.compile(rb"serving on (http://127\.0\.0\.1:\d+)")
+
+
+@pytest.mark.kafka
+async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigterm(
+    kafka_bootstrap: str,
+) -> None:
+    topic = unique_topic_name("serve") + ".dlq"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "hopchain.cli",
+        "dlq",
+        "serve",
+        f"--bootstrap={kafka_bootstrap}",
+        f"--topic={topic}",
+        "--owner=team-a",
+        f"--resolutions-topic={unique_topic_name('resolutions')}",
+        "--port=0",
+        stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "HOPCHAIN_DLQ_TOKEN": ""},
+    )
+    assert process.stderr is not None
+    log = b""
+    try:
+        async with asyncio.timeout(60):
+            while (found := SERVING.search(log)) is None:
+                line = await process.stderr.readline()
+                assert line, f"serve exited early:\n{log.decode()}"
+                log += line
+        url = found[1].decode()
+        await wait_until(
+            lambda: asyncio.to_thread(lambda: call("GET", f"{url}/readyz")[0] == 200),
+            within=30,
+            what="/readyz to answer 200",
+        )
+        metrics = await asyncio.to_thread(scrape, url)
+        assert metrics["hopchain_dlq_ready"] == {(): 1.0}
+        assert metrics["hopchain_dlq_retention_unsafe"][(("topic", topic),)] == 0.0
+        status, _ = await asyncio.to_thread(
+            call, "POST", f"{url}/dead-letters/x/discard", {"who": "a", "reason": "b"}, "t"
+        )
+        assert status == 403  # an empty HOPCHAIN_DLQ_TOKEN leaves them disabled
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            rest = await process.stderr.read()
+            code = await process.wait()
+    assert code == 0, (log + rest).decode()
+    assert f"created topic {topic}".encode() in log
+
+
+def test_serve_refuses_an_owner_without_a_topic() -> None:
+    result = CliRunner().invoke(app, ["dlq", "serve", "--owner=team-a"])
+
+    assert result.exit_code == 2
+    assert "--owner names the owner of a --topic" in result.output
