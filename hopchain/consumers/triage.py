@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
@@ -35,6 +36,7 @@ from hopchain.consumers.resolutions import (
     ResolutionKind,
     encode_resolution,
 )
+from hopchain.consumers.topics import RESOLUTIONS_TOPIC_CONFIG, create_missing_topics
 from hopchain.middleware.tracing import hop_span
 
 __all__ = ["Redriven", "Triage"]
@@ -78,6 +80,7 @@ class Triage:
         self._lock = asyncio.Lock()
         self._producer: Any = None
         self._consumer: Any = None
+        self._resolutions_ready = False
 
     async def start(self) -> None:
         """Connect the producer (the consumer that fetches records starts on first use)."""
@@ -267,7 +270,32 @@ class Triage:
             redrive=redrive,
         )
 
+    async def _ensure_resolutions_topic(self) -> None:
+        # The CLI works without the service, which would otherwise have created the topic:
+        # create it (compacted) before the first resolution rather than let the broker
+        # auto-create it with a retention that deletes resolutions.
+        if self._resolutions_ready or not self.settings.dlq_create_topics:
+            return
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            client_id="hopchain-dlq-admin",
+            request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
+        )
+        await admin.start()
+        try:
+            await create_missing_topics(
+                admin,
+                {self.settings.dlq_resolutions_topic: RESOLUTIONS_TOPIC_CONFIG},
+                partitions=self.settings.dlq_topic_partitions,
+                replication_factor=self.settings.dlq_replication_factor,
+                timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
+            )
+        finally:
+            await admin.close()
+        self._resolutions_ready = True
+
     async def _write(self, resolution: Resolution) -> None:
+        await self._ensure_resolutions_topic()
         key, value = encode_resolution(resolution)
         await self._producer.send_and_wait(
             self.settings.dlq_resolutions_topic, value=value, key=key

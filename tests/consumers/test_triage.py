@@ -8,6 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from dlq_helpers import SettingsFactory, read_topic, settings_factory, wait_until
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
@@ -26,7 +28,7 @@ from hopchain.schemas import (
     TopicContract,
     verify_chain,
 )
-from hopchain.testing import unique_topic_name
+from hopchain.testing import create_topics, unique_topic_name
 
 if TYPE_CHECKING:
     from hopchain.consumers import DlqSettings
@@ -247,3 +249,32 @@ async def test_exit_codes_mean_not_found_usage_and_refused(
     refused = await dlq(settings, "redrive", looping.dead_letter_id, "--reason=once more")
     assert refused.exit_code == 5
     assert "in a loop" in refused.output
+
+
+@pytest.mark.kafka
+async def test_the_cli_alone_creates_the_compacted_resolutions_topic_on_first_use(
+    dlq_settings: SettingsFactory, kafka_bootstrap: str
+) -> None:
+    topic = unique_topic_name("alone") + ".dlq"
+    settings = dlq_settings(dlq_topics={topic: "team-a"})
+    await create_topics(kafka_bootstrap, topic, configs={"retention.ms": "-1"})
+    [letter] = [synthetic_dead_letter(owner="team-a", source_topic="alone", parked_at=1.0)]
+    await produce_dead_letters(kafka_bootstrap, topic, [letter])
+
+    listed_before = listed(await dlq(settings, "list", "--json"))
+    done = await dlq(settings, "discard", letter.dead_letter_id, "--who=dana", "--reason=noise")
+
+    assert [row["id"] for row in listed_before] == [letter.dead_letter_id]
+    assert done.exit_code == 0, done.output
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, settings.dlq_resolutions_topic)]
+        )
+    finally:
+        await admin.close()
+    [resource] = response.to_object()["resources"]
+    policy = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
+    assert policy["cleanup.policy"] == "compact"
+    assert listed(await dlq(settings, "list", "--json")) == []
