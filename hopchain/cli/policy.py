@@ -15,10 +15,7 @@ is not a pipeline.
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hopchain.cli.common import ExitCode, fail
+from hopchain.cli.loader import LoadError, load_object, load_registry
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.policy import (
     Abort,
@@ -47,30 +45,6 @@ app = typer.Typer(
     help="Stage failure policies: what each stage does when its work fails.",
     no_args_is_help=True,
 )
-
-
-def _load(spec: str, what: str) -> object:
-    """Import ``module:attr`` (the attribute may be dotted); exit 2 when that fails."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        fail(
-            f"expected {what} as MODULE:ATTR (e.g. claims.app:pipeline); got {spec!r}",
-            ExitCode.USAGE,
-        )
-    # Like `uvicorn` and `faststream run`, find modules of the directory the command runs in.
-    here = str(Path.cwd())
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    try:
-        loaded: object = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any failure while importing user code is reported
-        fail(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}", ExitCode.USAGE)
-    for part in attribute.split("."):
-        try:
-            loaded = getattr(loaded, part)
-        except AttributeError:
-            fail(f"module {module_name!r} has no attribute {attribute!r}", ExitCode.USAGE)
-    return loaded
 
 
 def _side_effects(stage: Stage) -> str:
@@ -264,20 +238,14 @@ def show(
     ] = False,
 ) -> None:
     """Show each stage's failure policy: budgets, exits and where its dead letters go."""
-    loaded = _load(target, "the pipeline")
     try:
+        loaded = load_object(target)
         stages = list(stages_of(loaded))
+        contracts = load_registry(registry) if registry is not None else None
+    except LoadError as exc:
+        fail(str(exc), ExitCode.USAGE)
     except ConfigurationError as exc:
         fail(f"{target}: {exc}", ExitCode.USAGE)
-    contracts: ContractRegistry | None = None
-    if registry is not None:
-        loaded_registry = _load(registry, "the registry")
-        if not isinstance(loaded_registry, ContractRegistry):
-            fail(
-                f"{registry} is a {type(loaded_registry).__name__}, not a ContractRegistry",
-                ExitCode.USAGE,
-            )
-        contracts = loaded_registry
     name = loaded.name if isinstance(loaded, Pipeline) else None
     if as_json:
         typer.echo(

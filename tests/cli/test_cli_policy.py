@@ -274,8 +274,8 @@ def test_a_narrow_terminal_gets_one_table_per_stage_with_names_whole() -> None:
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("no_colon_here", "expected the pipeline as MODULE:ATTR"),
-        ("hopchain_no_such_module:pipeline", "cannot import 'hopchain_no_such_module'"),
+        ("no_colon_here", "expected MODULE:ATTRIBUTE"),
+        ("hopchain_no_such_module:pipeline", "no module named 'hopchain_no_such_module'"),
         (f"{__name__}:NO_SUCH_PIPELINE", "has no attribute 'NO_SUCH_PIPELINE'"),
         (f"{__name__}:NOT_A_PIPELINE", "is not a Pipeline, a Stage or a list of stages"),
         (f"{__name__}:RiskBand", "is not a Pipeline, a Stage or a list of stages"),
@@ -304,7 +304,7 @@ def test_an_import_that_raises_exits_2(tmp_path: Path, monkeypatch: pytest.Monke
     result = show("broken_service:pipeline")
 
     assert result.exit_code == 2
-    assert "cannot import 'broken_service': RuntimeError: needs a database" in result.stderr
+    assert "importing 'broken_service' raised RuntimeError: needs a database" in result.stderr
 
 
 def test_the_command_finds_the_service_module_in_the_working_directory(tmp_path: Path) -> None:
