@@ -1,0 +1,1 @@
+"""Benchmarks of hopchain against plain FastStream and plain aiokafka: ``make bench``."""

@@ -1,0 +1,64 @@
+"""The records every benchmark sends: 1 KiB of JSON that carries its own send time."""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+import time
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+from hopchain.schemas import ContractRegistry, TopicContract, WireMode
+
+PAYLOAD_BYTES = 1024
+"""Size of one record's payload as JSON, exactly (the value in headers mode and plain runs)."""
+
+_FILLER = "".join(random.Random(1024).choices(string.ascii_letters + string.digits, k=2048))
+
+
+class Variant(StrEnum):
+    """What the 3-hop pipeline runs on."""
+
+    PLAIN = "plain"
+    """FastStream with its JSON codec and no middleware."""
+    HEADERS = "headers"
+    """FastStream with hopchain, envelope in Kafka headers."""
+    BODY = "body"
+    """FastStream with hopchain, envelope in the record value around the payload."""
+    AIOKAFKA = "aiokafka"
+    """Plain aiokafka, batched: the ceiling."""
+
+    @property
+    def hopchain_mode(self) -> WireMode | None:
+        """The wire mode when the variant runs hopchain."""
+        return {Variant.HEADERS: WireMode.HEADERS, Variant.BODY: WireMode.BODY}.get(self)
+
+
+class Item(BaseModel):
+    """The payload: a sequence number, the producer's clock at send time, and filler."""
+
+    seq: int
+    sent_ns: int
+    blob: str
+
+
+def make_item(seq: int, sent_ns: int | None = None) -> Item:
+    """An item whose JSON is exactly :data:`PAYLOAD_BYTES` long."""
+    stamp = time.time_ns() if sent_ns is None else sent_ns
+    overhead = len(f'{{"seq":{seq},"sent_ns":{stamp},"blob":""}}')
+    return Item(seq=seq, sent_ns=stamp, blob=_FILLER[: PAYLOAD_BYTES - overhead])
+
+
+def registry_for(topics: list[str], mode: WireMode) -> ContractRegistry:
+    """Every topic of the pipeline carries :class:`Item` in ``mode``."""
+    return ContractRegistry(
+        TopicContract(topic=topic, model=Item, owner="bench", mode=mode) for topic in topics
+    )
+
+
+def cpu_seconds() -> float:
+    """User plus system CPU time of this process so far."""
+    times = os.times()
+    return times.user + times.system
