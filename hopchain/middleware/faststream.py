@@ -11,10 +11,17 @@ runs, so a crash loses the record. hopchain refuses subscribers with ``ACK_FIRST
 handler returned and its outputs were acknowledged, or after it was parked and the
 dead-letter write was acknowledged. If parking fails, the consumer is rewound to the
 record and stopped, so the record is read again after a restart: never dropped.
+
+FastStream publishes a handler's return value after the consume scope has ended; if that
+publish fails, the record is not committed either. An output hopchain refuses to send
+(``EnvelopeRejected``) parks the record as a ``contract_violation``; any other failure
+(the broker is unreachable, the send timed out) rewinds the consumer to the record, which
+is handled again after a short pause: at least once, never committed unsent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import ExitStack
@@ -24,9 +31,20 @@ from typing import Any, NoReturn
 from aiokafka import TopicPartition
 from faststream import AckPolicy
 from faststream._internal.middlewares import BaseMiddleware
-from faststream.exceptions import AckMessage, HandlerException, SkipMessage, StopConsume
+from faststream.exceptions import (
+    AckMessage,
+    HandlerException,
+    NackMessage,
+    SkipMessage,
+    StopConsume,
+)
 
-from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
+from hopchain.exceptions import (
+    ConfigurationError,
+    DeadLetterWriteError,
+    DecodeError,
+    EnvelopeRejected,
+)
 from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
 from hopchain.middleware.failures import failure_from_exception
 from hopchain.middleware.policy import Abort, DeadLetter, Reroute, default_exit
@@ -34,13 +52,15 @@ from hopchain.middleware.record import ConsumedRecord
 from hopchain.middleware.runtime import DeadLetterProducer, HopchainRuntime
 from hopchain.middleware.stage import StageExit
 from hopchain.middleware.tracing import consume_span, mark_error, publish_span
-from hopchain.schemas import WireMode
+from hopchain.schemas import ErrorType, ValidationIssue, WireMode
 
 __all__ = ["HopchainMiddleware"]
 
 logger = logging.getLogger("hopchain")
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
+_RESEND_PAUSE_SECONDS = 1.0
+"""Pause before a record whose output could not be sent is handled again."""
 
 
 def _producer_of(subscriber: Any) -> DeadLetterProducer:
@@ -77,6 +97,7 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
         self.hop: HopContext | None = None
         self._scope = ExitStack()
         self._started = 0.0
+        self._unsent: BaseException | None = None
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -206,14 +227,53 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
         exc_val: BaseException | None = None,
         exc_tb: Any = None,  # noqa: ARG002
     ) -> bool | None:
-        """Close the hop's span and forget the record."""
-        if exc_val is not None and self.hop is not None:
-            span_error = getattr(exc_val, "code", None) or type(exc_val).__name__
-            from opentelemetry import trace  # noqa: PLC0415
+        """Close the hop's span and forget the record; never commit it with its output unsent."""
+        try:
+            if exc_val is not None and self.hop is not None:
+                span_error = getattr(exc_val, "code", None) or type(exc_val).__name__
+                from opentelemetry import trace  # noqa: PLC0415
 
-            mark_error(trace.get_current_span(), str(span_error))
-        self._scope.close()
+                mark_error(trace.get_current_span(), str(span_error))
+            if self.hop is not None and exc_val is not None and exc_val is self._unsent:
+                await self._output_not_sent(self.hop, exc_val)
+        finally:
+            self._scope.close()
         return False
+
+    async def _output_not_sent(self, hop: HopContext, exc: BaseException) -> NoReturn:
+        """The handler returned but its output was not published: park or redeliver."""
+        subscriber = self.context.get("handler_")
+        if isinstance(exc, EnvelopeRejected):
+            issue = ValidationIssue(code=exc.code, message=exc.detail[:1000], path=exc.path)
+            failure = failure_from_exception(
+                exc, hop, error_type=ErrorType.CONTRACT_VIOLATION
+            ).model_copy(
+                update={
+                    "description": f"output refused before publishing to {exc.topic}: "
+                    f"{exc.code.value} at {exc.path}",
+                    "validation_errors": (issue,),
+                }
+            )
+            try:
+                await self.runtime.dead_letter(hop, failure, producer=_producer_of(subscriber))
+            except DeadLetterWriteError as write_error:
+                self._stop_at(hop.record, subscriber, write_error)
+            raise AckMessage from exc
+        logger.error(
+            "the output of %s was not sent (%s); not committing it, handling it again",
+            hop.record.describe(),
+            type(exc).__name__,
+            extra={
+                "hopchain_event": "output_not_sent",
+                "topic": hop.record.topic,
+                "partition": hop.record.partition,
+                "offset": hop.record.offset,
+                "component": self.runtime.component,
+            },
+        )
+        await asyncio.sleep(_RESEND_PAUSE_SECONDS)
+        # FastStream's nack rewinds the consumer to this record, so it is read again next.
+        raise NackMessage from exc
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -229,15 +289,20 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
 
             incoming = current_hop()
         if incoming is not None:
-            record, _ = self.runtime.outgoing(
-                topic,
-                cmd.body,
-                incoming=incoming,
-                trace_id=incoming.trace_id,
-                span_id=incoming.span_id,
-                headers=cmd.headers,
-            )
-            result = await self._send(call_next, cmd, record.value, record.headers)
+            try:
+                record, _ = self.runtime.outgoing(
+                    topic,
+                    cmd.body,
+                    incoming=incoming,
+                    trace_id=incoming.trace_id,
+                    span_id=incoming.span_id,
+                    headers=cmd.headers,
+                )
+                result = await self._send(call_next, cmd, record.value, record.headers)
+            except Exception as exc:
+                # Seen again in after_processed: the record must not be committed unsent.
+                self._unsent = exc
+                raise
         else:
             with publish_span(topic, component=self.runtime.component) as span:
                 record, _ = self.runtime.outgoing(
