@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = ["Pipeline", "Stage", "StageExit"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_STAGE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _CONTRACT_RETRYABLE = frozenset({ErrorType.CONTRACT_VIOLATION, ErrorType.CONFLICT})
 
 
@@ -128,6 +130,11 @@ class Stage:
     dead_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
+        if not _STAGE_NAME.match(self.name):
+            raise ConfigurationError(
+                f"stage name {self.name!r} must be 1-100 letters, digits, '.', '_' or '-' "
+                "(it is a metric label and a header value)"
+            )
         if self.contract_retries < 0:
             raise ConfigurationError(f"stage {self.name!r}: contract_retries must be >= 0")
         if self.contract_retries and not self.side_effects_free:
@@ -301,7 +308,12 @@ class _Attempts:
             )
         exit_ = stage.exit_for(error_type)
         if isinstance(exit_, Degrade):
-            substitute = exit_.make(hop.payload, failure)
+            try:
+                substitute = self._checked(exit_.make(hop.payload, failure))
+            except _OutputInvalid as invalid:
+                # Publishing it would be refused after the handler returned, and the record
+                # committed with nothing sent: park it instead, as the owner's bug.
+                raise self._substitute_refused(failure, invalid) from exc
             hop.decision = Decision.DEGRADED
             hop.failure = failure
             hop.degradation = Degradation(
@@ -309,6 +321,21 @@ class _Attempts:
             )
             return substitute
         raise StageExit(stage, exit_, failure) from exc
+
+    def _substitute_refused(self, failure: Failure, invalid: _OutputInvalid) -> StageExit:
+        stage = self.stage
+        refused = failure.model_copy(
+            update={
+                "error_type": ErrorType.INTERNAL,
+                "description": f"stage {stage.name!r} could not degrade: its declared substitute "
+                f"fails the contract of {stage.output} ({len(invalid.issues)} issue(s)); the "
+                f"stage had failed with {failure.error_type.value}: {failure.description}"[:2000],
+                "validation_errors": invalid.issues,
+                "locally_resolvable": False,
+            }
+        )
+        exit_ = stage.exit_for(ErrorType.INTERNAL)
+        return StageExit(stage, DeadLetter() if isinstance(exit_, Degrade) else exit_, refused)
 
 
 @dataclass
