@@ -205,6 +205,12 @@ async def committed(bootstrap: str, group: str, topic: str) -> int | None:
     return None if found is None else int(found.offset)
 
 
+async def committed_reaches(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    async with asyncio.timeout(WAIT):
+        while await committed(bootstrap, group, topic) != offset:  # noqa: ASYNC110 - broker state
+            await asyncio.sleep(0.1)
+
+
 def decode(topics: Topics, record: ConsumerRecord[Any, Any]) -> Decoded:
     """Validate a downstream record the way a hopchain consumer would."""
     return EnvelopeCodec(topics.registry()).decode(record.topic, record.value, list(record.headers))
@@ -517,6 +523,54 @@ async def test_degraded_record_carries_its_marker_and_the_counter_moves_by_one(
     assert (before, after) == (0, 1)
     assert sample(runtime, "hopchain_stage_decisions_total", decision="forwarded", **labels) == 1
     assert await end_offset(kafka_bootstrap, topics.dead_letter) == 0
+
+
+class Unrelated(BaseModel):
+    """Not what the output topic carries."""
+
+    note: str
+
+
+@pytest.mark.kafka
+async def test_a_substitute_that_breaks_the_output_contract_is_parked_not_lost(
+    kafka_bootstrap: str, topics: Topics
+) -> None:
+    stage = declare(topics, on_exhausted=Degrade(Unrelated(note="n/a"), reason="anything will do"))
+    runtime = new_runtime(topics)
+    group = group_name()
+
+    async def score(claim: Claim) -> Any:
+        return {"claim_id": claim.claim_id}
+
+    [fed] = await feed(kafka_bootstrap, topics, "claim-6")
+    async with serving(kafka_bootstrap, runtime, stage, score, group=group):
+        [parked] = await read(kafka_bootstrap, topics.dead_letter, 1)
+        # Parked, then committed: the group moves past it only once it is safe.
+        await committed_reaches(kafka_bootstrap, group, topics.input, fed.offset + 1)
+
+    assert parked.value == fed.value
+    info = read_dead_letter_headers(list(parked.headers))
+    assert info.owner == OWNER
+    # The declaration is the owner's bug: internal, with what the substitute got wrong.
+    assert info.error_type is ErrorType.INTERNAL
+    failure = info.failure
+    assert failure.description.startswith(
+        "stage 'score' could not degrade: its declared substitute fails the contract of "
+    )
+    assert "the stage had failed with contract_violation" in failure.description
+    assert {issue.path for issue in failure.validation_errors} == {
+        "$.claim_id",
+        "$.label",
+        "$.score",
+    }
+    assert attempt_list(failure.attempts) == [("first", "failed", "contract_violation")]
+    assert info.envelope is not None
+    assert info.envelope.chain[-1].decision is Decision.DEAD_LETTERED
+    assert info.envelope.chain[-1].degradation is None
+    assert await end_offset(kafka_bootstrap, topics.output) == 0
+    assert (
+        sample(runtime, "hopchain_stage_decisions_total", stage="score", decision="degraded") == 0
+    )
 
 
 # -- d. abort: stop, commit nothing past the record, resume there after a restart -------------
