@@ -35,7 +35,12 @@ from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, ReasonCode
 from hopchain.middleware.context import HopContext, RetryFeedback, current_hop
-from hopchain.middleware.failures import ExceptionMapper, classify_exception, failure_from_exception
+from hopchain.middleware.failures import (
+    ExceptionMapper,
+    StageFailure,
+    classify_exception,
+    failure_from_exception,
+)
 from hopchain.middleware.policy import (
     DeadLetter,
     Degrade,
@@ -241,7 +246,18 @@ class _Attempts:
         if isinstance(exc, ValidationError):
             # The handler failed to build its own output: the stage broke its contract.
             return ErrorType.CONTRACT_VIOLATION, _issues(exc)
-        return classify_exception(exc, self.stage.mappers), ()
+        error_type = classify_exception(exc, self.stage.mappers)
+        if (
+            error_type is ErrorType.CONTRACT_VIOLATION
+            and isinstance(exc, StageFailure)
+            and exc.description
+        ):
+            # What the handler found wrong is the feedback a contract retry needs.
+            issue = ValidationIssue(
+                code=ReasonCode.PAYLOAD_INVALID, message=exc.description[:1000], path="$"
+            )
+            return error_type, (issue,)
+        return error_type, ()
 
     def _record(  # noqa: PLR0917 - one call site per outcome, read side by side
         self,
