@@ -335,6 +335,39 @@ async def test_output_fixed_on_the_contract_retry_is_forwarded_as_recovered(
     assert sample(runtime, "hopchain_stage_decisions_total", decision="recovered", **labels) == 1
 
 
+@pytest.mark.kafka
+async def test_a_contract_violation_the_handler_raises_is_fed_back_to_the_retry(
+    kafka_bootstrap: str, topics: Topics
+) -> None:
+    stage = declare(topics, contract_retries=1)
+    runtime = new_runtime(topics)
+    calls = Calls()
+
+    async def score(claim: Claim) -> Scored:
+        attempt, _ = calls.seen(claim)
+        if attempt == 1:
+            # The handler's own check (a model answered in prose): no pydantic error to quote.
+            raise ContractViolation("the answer named no peril")
+        return Scored(claim_id=claim.claim_id, label="storm", score=30)
+
+    await feed(kafka_bootstrap, topics, "claim-4")
+    async with serving(kafka_bootstrap, runtime, stage, score, group=group_name()):
+        [out] = await read(kafka_bootstrap, topics.output, 1)
+
+    hop = decode(topics, out).envelope.chain[-1]
+    assert attempt_list(hop.attempts) == [
+        ("first", "failed", "contract_violation"),
+        ("contract", "succeeded", None),
+    ]
+    assert hop.attempts[0].description == "ContractViolation"
+    _, retry = calls.feedback
+    assert retry is not None
+    assert [(issue.path, issue.message) for issue in retry.issues] == [
+        ("$", "the answer named no peril")
+    ]
+    assert "- $: the answer named no peril" in retry.brief()
+
+
 # -- b. the contract budget runs out: dead-letter for the stage's owner ------------------------
 
 
