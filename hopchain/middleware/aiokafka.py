@@ -253,6 +253,9 @@ class EnvelopeConsumer:
         runtime: the component's engine.
         group: the consumer group recorded in dead letters; defaults to the consumer's.
 
+    Settle each record in the task that read it: its span and ``current_hop()`` are that
+    task's context.
+
     Raises:
         ConfigurationError: the consumer commits automatically, has no group, reads a
             dead-letter topic, or reads a topic without a contract.
