@@ -52,7 +52,7 @@ class ReasonCode(StrEnum):
     BAD_JSON = "bad_json"
     """The text is not JSON (or not the JSON subset hopchain accepts: no NaN, no duplicates)."""
     TOO_DEEP = "too_deep"
-    """JSON nesting exceeds the configured depth; refused before parsing to protect the stack."""
+    """JSON nesting is deeper than the parser's fixed limit (about 200 levels)."""
     MISSING_FIELD = "missing_field"
     """A required envelope field is absent."""
     WRONG_TYPE = "wrong_type"

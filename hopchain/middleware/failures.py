@@ -143,6 +143,15 @@ def classify_exception(exc: BaseException, mappers: tuple[ExceptionMapper, ...] 
     return ErrorType.INTERNAL
 
 
+def _text(value: str) -> str:
+    """Bounded, encodable text: recording a failure must not itself fail.
+
+    Lone surrogates (from bytes decoded with ``surrogateescape``) cannot be written as
+    UTF-8, so they become "?".
+    """
+    return value[:_MAX_DESCRIPTION].encode("utf-8", "replace").decode("utf-8")
+
+
 def failure_from_exception(
     exc: BaseException,
     hop: HopContext,
@@ -162,11 +171,11 @@ def failure_from_exception(
     return Failure(
         attempts=tuple(hop.attempts),
         component=hop.component,
-        description=description[:_MAX_DESCRIPTION],
+        description=_text(description),
         effects=tuple(hop.effects),
         error_type=kind,
         locally_resolvable=resolvable,
-        recovery_hint=hint[:_MAX_DESCRIPTION] if hint else None,
+        recovery_hint=_text(hint) if hint else None,
         run_id=hop.run_id,
         work_item_id=hop.work_item_id,
     )

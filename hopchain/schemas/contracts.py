@@ -108,8 +108,15 @@ class ContractRegistry:
                 f"{contract.dead_letter_topic!r}, which carries a contract of its own; "
                 "name another dead_letter_topic"
             )
+        owner = self._dead_letter_owners.get(contract.dead_letter_topic, contract.owner)
+        if owner != contract.owner:
+            raise ConfigurationError(
+                f"dead-letter topic {contract.dead_letter_topic!r} is owned by {owner!r}; "
+                f"topic {contract.topic!r} (owner {contract.owner!r}) cannot share it, or "
+                f"{contract.owner!r} would never be paged: name another dead_letter_topic"
+            )
         self._by_topic[contract.topic] = contract
-        self._dead_letter_owners.setdefault(contract.dead_letter_topic, contract.owner)
+        self._dead_letter_owners[contract.dead_letter_topic] = contract.owner
         return contract
 
     def get(self, topic: str) -> TopicContract:
