@@ -247,13 +247,6 @@ class EnvelopeCodec:
                 ReasonCode.OVERSIZE,
                 f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
-        traceparent = text_headers.get(TRACEPARENT_HEADER)
-        if traceparent is None:
-            raise EnvelopeError(
-                ReasonCode.BAD_TRACEPARENT,
-                "no traceparent header; every hopchain record carries W3C trace context",
-                "$.headers.traceparent",
-            )
         try:
             value.decode()
         except UnicodeDecodeError as exc:
@@ -261,8 +254,17 @@ class EnvelopeCodec:
                 ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
             ) from None
 
+        # The envelope first: a record from a producer without hopchain is best told by
+        # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, text_headers)
         self._check_envelope(contract, envelope)
+        traceparent = text_headers.get(TRACEPARENT_HEADER)
+        if traceparent is None:
+            raise EnvelopeError(
+                ReasonCode.BAD_TRACEPARENT,
+                "no traceparent header; every hopchain record carries W3C trace context",
+                "$.headers.traceparent",
+            )
         parent = parse_traceparent(traceparent)
         if parent is None or parent.trace_id != envelope.trace_id:
             raise EnvelopeError(
