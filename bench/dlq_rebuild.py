@@ -1,0 +1,178 @@
+"""How fast the dead-letter consumer ingests dead letters and rebuilds its index from Kafka.
+
+    python bench/dlq_rebuild.py                      # 100,000 dead letters
+    python bench/dlq_rebuild.py --count 20000 --bootstrap 127.0.0.1:9092
+
+Parks ``--count`` dead letters (3 owners, 5 error types, half with an envelope, parked over
+the last 6 hours) in three new dead-letter topics of 3 partitions, with a service running
+that indexes them as they arrive (the ingest rate). Then it stops the service and measures
+the two rebuilds: a new service from start to ready, and the CLI's ``load_index``. Uses
+``--bootstrap``, else $HOPCHAIN_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import sys
+import time
+from collections import defaultdict
+
+from hopchain.consumers import DeadLetterService, DlqSettings
+from hopchain.consumers.synthetic import (
+    SyntheticDeadLetter,
+    envelope_for,
+    produce_dead_letters,
+    synthetic_dead_letter,
+)
+from hopchain.schemas import ErrorType
+from hopchain.testing import delete_topics, unique_topic_name
+
+OWNERS = ("team-a", "team-b", "team-c")
+ERROR_TYPES = (
+    ErrorType.INTERNAL,
+    ErrorType.TRANSIENT,
+    ErrorType.REJECTED_INPUT,
+    ErrorType.CONTRACT_VIOLATION,
+    ErrorType.MALFORMED,
+)
+
+
+CHILD = """
+import asyncio, json, os, sys, time
+from hopchain.consumers import DlqSettings, load_index
+
+def resident_mib():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+settings = DlqSettings.model_validate_json(sys.argv[1])
+before = resident_mib()
+started = time.perf_counter()
+snapshot = asyncio.run(load_index(settings, timeout=600))
+seconds = time.perf_counter() - started
+print(json.dumps({"count": len(snapshot.index), "seconds": seconds,
+                  "before_mib": before, "after_mib": resident_mib()}))
+"""
+
+
+def make_letters(count: int, sources: dict[str, str]) -> dict[str, list[SyntheticDeadLetter]]:
+    rng = random.Random(7)
+    now = time.time()
+    envelopes = {owner: envelope_for(topic) for owner, topic in sources.items()}
+    by_topic: dict[str, list[SyntheticDeadLetter]] = defaultdict(list)
+    for number in range(count):
+        owner = OWNERS[number % len(OWNERS)]
+        by_topic[f"{sources[owner]}.dlq"].append(
+            synthetic_dead_letter(
+                owner=owner,
+                source_topic=sources[owner],
+                error_type=rng.choice(ERROR_TYPES),
+                parked_at=now - rng.uniform(60.0, 6 * 3600.0),
+                envelope=envelopes[owner] if number % 2 else None,
+                key=f"order-{number}".encode(),
+                source_offset=number,
+            )
+        )
+    return by_topic
+
+
+async def wait_for(service: DeadLetterService, count: int, within: float) -> None:
+    deadline = time.monotonic() + within
+    while len(service.index) < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(service.index):,} of {count:,} indexed in {within} s")
+        await asyncio.sleep(0.01)
+
+
+def check(indexed: int, count: int, what: str) -> None:
+    if indexed != count:
+        raise SystemExit(f"{what} indexed {indexed:,} dead letters, expected {count:,}")
+
+
+async def main(count: int, bootstrap: str) -> None:
+    sources = {owner: unique_topic_name(f"bench-{owner}") for owner in OWNERS}
+    settings = DlqSettings(
+        kafka_bootstrap=bootstrap,
+        dlq_topics={f"{topic}.dlq": owner for owner, topic in sources.items()},
+        dlq_topic_partitions=3,
+        dlq_resolutions_topic=unique_topic_name("bench-resolutions"),
+        dlq_port=0,
+    )
+    topics = [f"{topic}.dlq" for topic in sources.values()]
+    started = time.perf_counter()
+    letters = make_letters(count, sources)
+    print(f"built {count:,} dead letters in {time.perf_counter() - started:.1f} s")
+    try:
+        async with DeadLetterService(settings) as live:
+            await live.wait_ready(timeout=60)
+            started = time.perf_counter()
+            producing = asyncio.gather(
+                *(produce_dead_letters(bootstrap, topic, chunk) for topic, chunk in letters.items())
+            )
+            await producing
+            produced = time.perf_counter() - started
+            await wait_for(live, count, within=600)
+            ingested = time.perf_counter() - started
+        print(f"produced {count:,} in {produced:.2f} s ({count / produced:,.0f}/s)")
+        print(
+            f"ingest (service indexing while they were produced): all indexed "
+            f"{ingested:.2f} s after the first send ({count / ingested:,.0f}/s)"
+        )
+        # Measure the rebuilds without the synthetic records in memory (nor their GC cost).
+        del letters
+        gc.collect()
+
+        service = DeadLetterService(settings)
+        started = time.perf_counter()
+        await service.start()
+        try:
+            await service.wait_ready(timeout=600)
+            ready = time.perf_counter() - started
+            check(len(service.index), count, "the restarted service")
+        finally:
+            await service.stop()
+        del service
+        gc.collect()
+        print(
+            f"rebuild (service start to ready): {ready:.2f} s ({count / ready:,.0f} dead letters/s)"
+        )
+
+        # The CLI's rebuild, in a fresh process so its memory is the index's alone.
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            CHILD,
+            settings.model_dump_json(),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await child.communicate()
+        measured = json.loads(out)
+        check(measured["count"], count, "load_index")
+        loaded = measured["seconds"]
+        print(f"rebuild (CLI load_index, fresh process): {loaded:.2f} s ({count / loaded:,.0f}/s)")
+        print(
+            f"resident memory of that process: {measured['before_mib']:,.0f} MiB after imports, "
+            f"{measured['after_mib']:,.0f} MiB with the index of {count:,} "
+            f"(~{(measured['after_mib'] - measured['before_mib']) * 2**20 / count:,.0f} bytes "
+            "per dead letter)"
+        )
+    finally:
+        await delete_topics(bootstrap, *topics, settings.dlq_resolutions_topic)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000, help="dead letters to park")
+    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers")
+    arguments = parser.parse_args()
+    asyncio.run(
+        main(
+            arguments.count,
+            arguments.bootstrap or os.environ.get("HOPCHAIN_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        )
+    )
