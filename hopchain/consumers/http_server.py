@@ -5,9 +5,9 @@
 ``GET /healthz``                           200 while the consumer loop is alive, else 503
 ``GET /readyz``                            200 once caught up to the start-up end offsets
 ``GET /dead-letters``                      unresolved dead letters as JSON (``owner``,
-                                           ``source_topic``, ``topic``, ``error_type``,
-                                           ``min_age``, ``all``, ``limit`` (1000)
-                                           query parameters), oldest first
+                                           ``source_topic``, ``dead_letter_topic``,
+                                           ``error_type``, ``min_age``, ``all``, ``limit``
+                                           (1000) query parameters), oldest first
 ``GET /dead-letters/{id}``                 one dead letter and its resolution
 ``POST /dead-letters/{id}/discard``        body ``{"who", "reason", "force"}``
 ``POST /dead-letters/{id}/redrive``        body ``{"who", "reason", "force"}``
@@ -191,7 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
             chosen = DeadLetterFilter(
                 owner=one("owner"),
                 source_topic=one("source_topic"),
-                dead_letter_topic=one("topic"),
+                dead_letter_topic=one("dead_letter_topic"),
                 error_type=one("error_type"),
                 min_age_seconds=parse_duration(min_age) if min_age is not None else None,
             )

@@ -18,6 +18,7 @@ from dlq_helpers import (
     SettingsFactory,
     call,
     group_key,
+    read_topic,
     report_figure,
     scrape,
     settings_factory,
@@ -308,3 +309,63 @@ async def test_mutating_endpoints_need_the_bearer_token_and_are_off_without_one(
         status, answer = await asyncio.to_thread(call, "POST", url, {"who": "x"}, token)
         assert status == 400
     assert locked.settings.dlq_host == "127.0.0.1"
+
+
+@pytest.mark.kafka
+async def test_http_lists_filters_and_redrives_once(
+    dlq_settings: SettingsFactory, kafka_bootstrap: str
+) -> None:
+    source = unique_topic_name("http")
+    await create_topics(kafka_bootstrap, source)
+    token = secrets.token_hex(16)
+    settings = dlq_settings(dlq_topics={f"{source}.dlq": "team-a"}, dlq_token=token)
+    now = time.time()
+    letters = [
+        synthetic_dead_letter(
+            owner=owner,
+            source_topic=source,
+            error_type=error_type,
+            parked_at=now - age,
+            envelope=envelope_for(source),
+            key=f"key-{age}".encode(),
+        )
+        for owner, error_type, age in (
+            ("team-a", ErrorType.INTERNAL, 300.0),
+            ("team-b", ErrorType.TRANSIENT, 200.0),
+            ("team-a", ErrorType.TRANSIENT, 100.0),
+        )
+    ]
+    async with DeadLetterService(settings) as service:
+        await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", letters)
+        await wait_until(lambda: len(service.index) == 3, what="three dead letters")
+
+        def ids(query: str) -> list[str]:
+            status, body = call("GET", f"{service.url}/dead-letters{query}")
+            assert status == 200, body
+            return [row["id"] for row in body]
+
+        first, second, third = (letter.dead_letter_id for letter in letters)
+        assert await asyncio.to_thread(ids, "") == [first, second, third]
+        assert await asyncio.to_thread(ids, "?owner=team-a") == [first, third]
+        assert await asyncio.to_thread(ids, "?error_type=transient&limit=1") == [second]
+        assert await asyncio.to_thread(ids, "?min_age=150s") == [first, second]
+        assert (await asyncio.to_thread(call, "GET", f"{service.url}/dead-letters?min_age=x"))[
+            0
+        ] == 400
+
+        url = f"{service.url}/dead-letters/{first}/redrive"
+        body = {"who": "erin", "reason": "the index is back"}
+        status, resolution = await asyncio.to_thread(call, "POST", url, body, token)
+        assert status == 200, resolution
+        assert resolution["redrive"]["topic"] == source
+        assert resolution["redrive"]["envelope_extended"] is True
+        status, refused = await asyncio.to_thread(call, "POST", url, body, token)
+        assert status == 409
+        assert "already redriven by erin" in refused["error"]
+        status, shown = await asyncio.to_thread(call, "GET", f"{service.url}/dead-letters/{first}")
+        assert (status, shown["resolution"]["who"]) == (200, "erin")
+        assert await asyncio.to_thread(ids, "") == [second, third]
+
+    [sent] = await read_topic(kafka_bootstrap, source)
+    assert sent.key == letters[0].key
+    assert sent.value == letters[0].value
