@@ -122,11 +122,14 @@ class IndexReader:
         for name in names:
             if name not in existing and name not in self._missing:
                 self._missing.add(name)
-                logger.warning(
-                    "topic %s does not exist (yet): nothing to read from it; `hopchain dlq "
-                    "serve` creates it unless HOPCHAIN_DLQ_CREATE_TOPICS=false",
-                    name,
-                )
+                if name == self.plan.resolutions_topic:
+                    logger.info("no resolutions topic %s yet: nothing was resolved so far", name)
+                else:
+                    logger.warning(
+                        "dead-letter topic %s does not exist (yet): nothing to read from it; "
+                        "`hopchain dlq serve` creates it unless HOPCHAIN_DLQ_CREATE_TOPICS=false",
+                        name,
+                    )
         present = [name for name in names if name in existing]
         self._missing &= set(names) - existing
         described = await self.admin.describe_topics(present) if present else []
