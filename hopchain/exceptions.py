@@ -1,7 +1,7 @@
 """Exceptions raised by hopchain, and the stable reason codes they carry.
 
 Every error that concerns a message carries a :class:`ReasonCode`. The same code appears
-in the dead-letter record's ``hopchain-reason`` header, in the structured log line and as
+in the dead-letter record's ``hopchain-dlq-reason`` header, in the structured log line and as
 the ``reason`` label of the rejection counters, so an operator can go from an alert to a
 log line to a parked record with one word.
 

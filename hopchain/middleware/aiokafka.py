@@ -62,19 +62,15 @@ from hopchain.middleware.context import (
     _set_current_hop,
     current_hop,
 )
-from hopchain.middleware.failures import ExceptionMapper, failure_from_exception
-from hopchain.middleware.policy import Abort, DeadLetter, Reroute, default_exit
+from hopchain.middleware.failures import ExceptionMapper
 from hopchain.middleware.record import ConsumedRecord
 from hopchain.middleware.runtime import HopchainRuntime
-from hopchain.middleware.stage import StageExit
 from hopchain.middleware.tracing import HopSpan, consume_span, mark_error, publish_span
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
     TRACESTATE_HEADER,
     EncodedRecord,
     ErrorType,
-    Failure,
-    ValidationIssue,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 
@@ -211,27 +207,6 @@ class _Handling:
     span: HopSpan
     scope: ExitStack
     started: float
-
-
-def _failure(
-    exc: BaseException,
-    hop: HopContext,
-    *,
-    mappers: tuple[ExceptionMapper, ...],
-    error_type: ErrorType | None,
-) -> Failure:
-    if isinstance(exc, EnvelopeRejected) and error_type is None:
-        # The handler's output broke its contract: hopchain refused to send it.
-        issue = ValidationIssue(code=exc.code, message=exc.detail[:1000], path=exc.path)
-        failure = failure_from_exception(exc, hop, error_type=ErrorType.CONTRACT_VIOLATION)
-        return failure.model_copy(
-            update={
-                "description": f"output refused before publishing to {exc.topic}: "
-                f"{exc.code.value} at {exc.path}",
-                "validation_errors": (issue,),
-            }
-        )
-    return failure_from_exception(exc, hop, mappers=mappers, error_type=error_type)
 
 
 def _restore_hop(token: object) -> None:
@@ -439,34 +414,21 @@ class EnvelopeConsumer:
         """
         handling = self._settle(hop)
         with handling.scope:
-            if isinstance(exc, StageExit):
-                exit_, failure, stage = exc.exit, exc.failure, exc.stage
-            else:
-                failure = _failure(exc, hop, mappers=mappers, error_type=error_type)
-                exit_, stage = default_exit(failure.error_type, DeadLetter()), None
-            mark_error(handling.span.span, failure.error_type.value)
-            if isinstance(exit_, Abort):
-                self.runtime.abort(hop, failure)
+            try:
+                settled = await self.runtime.settle_failure(
+                    hop, exc, producer=self.producer, mappers=mappers, error_type=error_type
+                )
+            except DeadLetterWriteError as write_error:
+                mark_error(handling.span.span, "dead_letter_write_failed")
+                self._rewind(hop.record, write_error)
+                raise
+            mark_error(handling.span.span, settled.failure.error_type.value)
+            if settled.aborted:
                 self._aborted = True
                 self._rewind(hop.record)
                 return None
-            info: DeadLetterInfo | None = None
-            try:
-                if isinstance(exit_, Reroute):
-                    await self.runtime.reroute(hop, exit_.topic, failure, producer=self.producer)
-                else:
-                    info = await self.runtime.dead_letter(
-                        hop,
-                        failure,
-                        producer=self.producer,
-                        dead_letter_topic=stage.dead_letter_topic if stage else None,
-                        owner=stage.owner if stage else None,
-                    )
-            except DeadLetterWriteError as write_error:
-                self._rewind(hop.record, write_error)
-                raise
             await self._commit_past(hop.record)
-            return info
+            return settled.dead_letter
 
     def abandon(self) -> None:
         """Give up the record being handled without settling it: it is read again next.

@@ -136,7 +136,9 @@ def classify_exception(exc: BaseException, mappers: tuple[ExceptionMapper, ...] 
     status = _status_code(exc)
     if status is not None and status in _STATUS_TYPES:
         return _STATUS_TYPES[status]
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError | ConnectionError):
+    # Kafka clients mark errors a retry may fix (leader moved, broker unavailable).
+    retriable = getattr(exc, "retriable", False) is True
+    if retriable or isinstance(exc, TimeoutError | asyncio.TimeoutError | ConnectionError):
         return ErrorType.TRANSIENT
     if isinstance(exc, PermissionError):
         return ErrorType.UNAUTHORIZED

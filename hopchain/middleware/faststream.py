@@ -36,7 +36,6 @@ from faststream.exceptions import (
     HandlerException,
     NackMessage,
     SkipMessage,
-    StopConsume,
 )
 
 from hopchain.exceptions import (
@@ -46,19 +45,18 @@ from hopchain.exceptions import (
     EnvelopeRejected,
 )
 from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
-from hopchain.middleware.failures import failure_from_exception
-from hopchain.middleware.policy import Abort, DeadLetter, Reroute, default_exit
 from hopchain.middleware.record import ConsumedRecord
 from hopchain.middleware.runtime import DeadLetterProducer, HopchainRuntime
-from hopchain.middleware.stage import StageExit
 from hopchain.middleware.tracing import consume_span, mark_error, publish_span
-from hopchain.schemas import ErrorType, ValidationIssue, WireMode
+from hopchain.schemas import WireMode
 
 __all__ = ["HopchainMiddleware"]
 
 logger = logging.getLogger("hopchain")
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
+_STOPPING: set[asyncio.Task[None]] = set()
+"""Subscriber stops under way (kept referenced until they finish)."""
 _RESEND_PAUSE_SECONDS = 1.0
 """Pause before a record whose output could not be sent is handled again."""
 
@@ -158,18 +156,26 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
         raise SkipMessage
 
     def _stop_at(self, record: ConsumedRecord, subscriber: Any, exc: Exception) -> NoReturn:
+        """Rewind to the record, stop the subscriber, and commit nothing on the way out."""
         consumer = getattr(subscriber, "consumer", None)
         if consumer is not None:
             consumer.seek(TopicPartition(record.topic, record.partition), record.offset)
         logger.critical(
-            "stopping the subscriber of %s: %s",
+            "stopping the subscriber of %s at %s: %s",
             record.topic,
+            record.describe(),
             exc,
             extra={"hopchain_event": "subscriber_stopped", "topic": record.topic},
         )
-        # Rewound first, so whatever FastStream commits on the way out is this record's
-        # own offset: it is read again after a restart.
-        raise StopConsume from exc
+        if subscriber is not None:
+            # Read nothing more, and stop from another task: a subscriber stopped from its
+            # own consume task cancels itself half-way and keeps its partitions.
+            subscriber.running = False
+            task = asyncio.get_running_loop().create_task(subscriber.stop())
+            _STOPPING.add(task)
+            task.add_done_callback(_STOPPING.discard)
+        # A skipped record is not acknowledged, so its offset is not committed.
+        raise SkipMessage from exc
 
     async def consume_scope(self, call_next: Any, msg: Any) -> Any:
         """Hand the typed payload to the handler; park the record if the handler fails."""
@@ -194,31 +200,13 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
 
     async def _park_failure(self, hop: HopContext, exc: Exception) -> NoReturn:
         """Take the exit the stage declared (or the default exit of the failure's type)."""
-        if isinstance(exc, StageExit):
-            exit_, failure = exc.exit, exc.failure
-            stage = exc.stage
-        else:
-            failure = failure_from_exception(exc, hop)
-            exit_ = default_exit(failure.error_type, DeadLetter())
-            stage = None
         subscriber = self.context.get("handler_")
-        producer = _producer_of(subscriber)
-        if isinstance(exit_, Abort):
-            self.runtime.abort(hop, failure)
-            self._stop_at(hop.record, subscriber, exc)
         try:
-            if isinstance(exit_, Reroute):
-                await self.runtime.reroute(hop, exit_.topic, failure, producer=producer)
-            else:
-                await self.runtime.dead_letter(
-                    hop,
-                    failure,
-                    producer=producer,
-                    dead_letter_topic=stage.dead_letter_topic if stage else None,
-                    owner=stage.owner if stage else None,
-                )
+            settled = await self.runtime.settle_failure(hop, exc, producer=_producer_of(subscriber))
         except DeadLetterWriteError as write_error:
             self._stop_at(hop.record, subscriber, write_error)
+        if settled.aborted:
+            self._stop_at(hop.record, subscriber, exc)
         raise AckMessage from exc
 
     async def after_processed(
@@ -242,23 +230,8 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
 
     async def _output_not_sent(self, hop: HopContext, exc: BaseException) -> NoReturn:
         """The handler returned but its output was not published: park or redeliver."""
-        subscriber = self.context.get("handler_")
         if isinstance(exc, EnvelopeRejected):
-            issue = ValidationIssue(code=exc.code, message=exc.detail[:1000], path=exc.path)
-            failure = failure_from_exception(
-                exc, hop, error_type=ErrorType.CONTRACT_VIOLATION
-            ).model_copy(
-                update={
-                    "description": f"output refused before publishing to {exc.topic}: "
-                    f"{exc.code.value} at {exc.path}",
-                    "validation_errors": (issue,),
-                }
-            )
-            try:
-                await self.runtime.dead_letter(hop, failure, producer=_producer_of(subscriber))
-            except DeadLetterWriteError as write_error:
-                self._stop_at(hop.record, subscriber, write_error)
-            raise AckMessage from exc
+            await self._park_failure(hop, exc)
         logger.error(
             "the output of %s was not sent (%s); not committing it, handling it again",
             hop.record.describe(),

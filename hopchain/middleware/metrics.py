@@ -14,7 +14,7 @@ class MiddlewareMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.consumed = Counter(
             "hopchain_consumed_total",
-            "Records that passed validation and reached a handler.",
+            "Records that passed validation and were handled successfully.",
             ["topic", "component"],
             registry=self.registry,
         )

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import (
+    ConfigurationError,
     DeadLetterWriteError,
     DecodeError,
     EnvelopeRejected,
@@ -25,8 +27,11 @@ from hopchain.exceptions import (
 )
 from hopchain.middleware.context import HopContext, current_origin
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
+from hopchain.middleware.failures import ExceptionMapper, failure_from_exception
 from hopchain.middleware.metrics import MiddlewareMetrics
+from hopchain.middleware.policy import Abort, DeadLetter, Reroute, default_exit
 from hopchain.middleware.record import ConsumedRecord
+from hopchain.middleware.stage import StageExit
 from hopchain.schemas import (
     Attempt,
     ContractRegistry,
@@ -46,11 +51,21 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_headers
 
-__all__ = ["DeadLetterProducer", "HopchainRuntime"]
+__all__ = ["DeadLetterProducer", "HopchainRuntime", "Settled"]
 
 logger = logging.getLogger("hopchain")
 
 _RESERVED_HEADER_PREFIX = "hopchain-"
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How a failed record was settled: parked, rerouted, or the stage aborted."""
+
+    failure: Failure
+    dead_letter: DeadLetterInfo | None = None
+    rerouted_to: str | None = None
+    aborted: bool = False
 
 
 class DeadLetterProducer(Protocol):
@@ -104,7 +119,10 @@ class HopchainRuntime:
         dedupe: DedupeStore | None = None,
     ) -> None:
         if dead_letter_attempts < 1:
-            raise ValueError("dead_letter_attempts must be at least 1")
+            raise ConfigurationError(
+                f"dead_letter_attempts must be at least 1 (got {dead_letter_attempts}): "
+                "a record that cannot be parked is never skipped"
+            )
         self.registry = registry
         self.component = component
         self.instance = instance or _default_instance()
@@ -270,6 +288,71 @@ class HopchainRuntime:
                 offset=hop.record.offset,
                 dead_letter_topic=topic,
             ) from exc
+
+    def failure_of(
+        self,
+        exc: BaseException,
+        hop: HopContext,
+        *,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> Failure:
+        """The failure a hop reports for ``exc``, built from what hopchain observed.
+
+        An output hopchain refused to send (``EnvelopeRejected``) is the stage breaking
+        its contract: ``contract_violation``, with the refusal as its validation error.
+        """
+        if isinstance(exc, EnvelopeRejected) and error_type is None:
+            issue = ValidationIssue(code=exc.code, message=exc.detail[:1000], path=exc.path)
+            failure = failure_from_exception(exc, hop, error_type=ErrorType.CONTRACT_VIOLATION)
+            return failure.model_copy(
+                update={
+                    "description": f"output refused before publishing to {exc.topic}: "
+                    f"{exc.code.value} at {exc.path}",
+                    "validation_errors": (issue,),
+                }
+            )
+        return failure_from_exception(exc, hop, mappers=mappers, error_type=error_type)
+
+    async def settle_failure(
+        self,
+        hop: HopContext,
+        exc: BaseException,
+        *,
+        producer: DeadLetterProducer,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> Settled:
+        """Take the exit for a failed record: the stage's declared one, else the default.
+
+        A declared stage raises :class:`StageExit` with its exit; any other exception gets
+        the default exit of its type (``unauthorized`` and ``environment`` abort, the rest
+        is dead-lettered). On abort nothing is written: the caller must stop consuming
+        without committing.
+
+        Raises:
+            DeadLetterWriteError: the record could not be parked or rerouted; do not
+                commit it.
+        """
+        if isinstance(exc, StageExit):
+            exit_, failure, stage = exc.exit, exc.failure, exc.stage
+        else:
+            failure = self.failure_of(exc, hop, mappers=mappers, error_type=error_type)
+            exit_, stage = default_exit(failure.error_type, DeadLetter()), None
+        if isinstance(exit_, Abort):
+            self.abort(hop, failure)
+            return Settled(failure=failure, aborted=True)
+        if isinstance(exit_, Reroute):
+            await self.reroute(hop, exit_.topic, failure, producer=producer)
+            return Settled(failure=failure, rerouted_to=exit_.topic)
+        info = await self.dead_letter(
+            hop,
+            failure,
+            producer=producer,
+            dead_letter_topic=stage.dead_letter_topic if stage else None,
+            owner=stage.owner if stage else None,
+        )
+        return Settled(failure=failure, dead_letter=info)
 
     def abort(self, hop: HopContext, failure: Failure) -> None:
         """Record that a stage stopped on this record; the caller stops consuming."""
