@@ -68,7 +68,7 @@ def _exit_json(exit_: Exit) -> dict[str, Any]:
     if isinstance(exit_, DeadLetter):
         body["exit"] = "dead_letter"
     elif isinstance(exit_, Abort):
-        body["exit"] = "abort"
+        body.update(exit="abort", scope="run" if exit_.run else "stage")
     elif isinstance(exit_, Reroute):
         body.update(exit="reroute", topic=exit_.topic)
     elif isinstance(exit_, Degrade):
@@ -88,7 +88,9 @@ def _short(exit_: Exit) -> str:
         return f"reroute to {exit_.topic}"
     if isinstance(exit_, Degrade):
         return "degrade"
-    return "abort" if isinstance(exit_, Abort) else "dead-letter"
+    if isinstance(exit_, Abort):
+        return "abort" if exit_.run else "halt stage"
+    return "dead-letter"
 
 
 def _other_exits(stage: Stage) -> list[tuple[ErrorType, Exit, str]]:

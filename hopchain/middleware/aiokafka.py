@@ -375,6 +375,7 @@ class EnvelopeConsumer:
                 mark_error(handling.span.span, "commit_failed")
                 self._rewind(hop.record)
                 raise
+            self.runtime.handled(hop)
             labels = (hop.record.topic, self.runtime.component)
             self.runtime.metrics.consumed.labels(*labels).inc()
             self.runtime.metrics.processing.labels(*labels).observe(

@@ -21,6 +21,7 @@ from hopchain.schemas import (
     Effect,
     EffectKind,
     Envelope,
+    ErrorType,
     Failure,
     ValidationIssue,
     stage_intent_key,
@@ -57,6 +58,8 @@ class HopContext:
     failure: Failure | None = None
     feedback: RetryFeedback | None = None
     """For a contract retry: what was wrong with the previous output."""
+    hops_appended: int = 0
+    """Hops this component appended for the record (one per record it sent on)."""
 
     @property
     def intent_key(self) -> str:
@@ -129,7 +132,7 @@ class HopContext:
 
 @dataclass(frozen=True)
 class RetryFeedback:
-    """What a contract retry is told about the previous attempt's output."""
+    """What a retry is told about the previous attempt: why it failed, and what to fix."""
 
     attempt: int
     """The number of the attempt that failed."""
@@ -137,18 +140,25 @@ class RetryFeedback:
     """Each field that failed, with its path and message."""
     rules: tuple[str, ...] = ()
     """Rules of the stage's output that still apply."""
+    error_type: ErrorType = ErrorType.CONTRACT_VIOLATION
+    """``contract_violation`` (the output was wrong) or ``conflict`` (the state was stale)."""
 
     def brief(self) -> str:
         """A short retry brief for a stage that asks a language model.
 
         It says what failed, the rules that still apply, and one recovery verb.
         """
-        lines = [f"Attempt {self.attempt} returned output that failed its contract:"]
+        if self.error_type is ErrorType.CONFLICT:
+            lines = [f"Attempt {self.attempt} acted on stale state and was refused (a conflict):"]
+            verb = "Refresh: read the current state again, then redo the work on it."
+        else:
+            lines = [f"Attempt {self.attempt} returned output that failed its contract:"]
+            verb = "Revise: return the whole output again with only the listed fields fixed."
         lines += [f"- {issue.path}: {issue.message}" for issue in self.issues]
         if self.rules:
             lines.append("These rules still apply:")
             lines += [f"- {rule}" for rule in self.rules]
-        lines.append("Revise: return the whole output again with only the listed fields fixed.")
+        lines.append(verb)
         return "\n".join(lines)
 
 

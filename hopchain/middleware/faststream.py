@@ -224,6 +224,8 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
                 mark_error(trace.get_current_span(), str(span_error))
             if self.hop is not None and exc_val is not None and exc_val is self._unsent:
                 await self._output_not_sent(self.hop, exc_val)
+            if self.hop is not None and exc_val is None:
+                self.runtime.handled(self.hop)
         finally:
             self._scope.close()
         return False

@@ -123,11 +123,21 @@ class Degrade:
 
 @dataclass(frozen=True)
 class Abort:
-    """Stop the stage: no later offset is committed; a restart resumes at this record."""
+    """Stop: no later offset is committed, and a restart resumes at this record.
+
+    Attributes:
+        run: stop the whole run (``runtime.aborted`` is set, so the process can exit
+            non-zero), not only this stage's subscriber. Access refused halts the stage;
+            a broken environment aborts the run.
+    """
+
+    run: bool = True
 
     def describe(self) -> str:
         """One line for policy tables."""
-        return "abort (stop, page an operator)"
+        if self.run:
+            return "abort the run (stop, page an operator)"
+        return "halt the stage (stop this subscriber, page an operator)"
 
 
 @dataclass(frozen=True)
@@ -151,8 +161,8 @@ _DEFAULT_EXITS: Mapping[ErrorType, Exit | None] = MappingProxyType(
         ErrorType.TRANSIENT: None,
         ErrorType.CONFLICT: None,
         ErrorType.REJECTED_INPUT: None,
-        ErrorType.UNAUTHORIZED: Abort(),
-        ErrorType.ENVIRONMENT: Abort(),
+        ErrorType.UNAUTHORIZED: Abort(run=False),
+        ErrorType.ENVIRONMENT: Abort(run=True),
         ErrorType.INTERNAL: DeadLetter(),
     }
 )

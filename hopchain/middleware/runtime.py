@@ -135,6 +135,8 @@ class HopchainRuntime:
         self.aborted = asyncio.Event()
         """Set when a stage aborted: a run can wait on it and exit non-zero."""
         self.abort_reason: str | None = None
+        self.abort_scope: str | None = None
+        """``run`` or ``stage``: what the declared exit stops (see :meth:`abort`)."""
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -289,6 +291,31 @@ class HopchainRuntime:
                 dead_letter_topic=topic,
             ) from exc
 
+    def handled(self, hop: HopContext) -> None:
+        """Account for a record handled without sending anything on (a sink).
+
+        Its decision is still counted, so the degradation and retry rates of sinks are
+        measured too; a degradation at a sink has no record to carry its marker, so it is
+        logged.
+        """
+        if hop.hops_appended:
+            return
+        decided = hop.effective_decision
+        self.metrics.stage_decisions.labels(hop.stage or self.component, decided.value).inc()
+        if hop.degradation is not None:
+            logger.warning(
+                "%s degraded %s at a sink: %s",
+                hop.degradation.stage,
+                hop.record.describe(),
+                hop.degradation.error_type.value,
+                extra={
+                    "hopchain_event": "degraded_at_sink",
+                    "topic": hop.record.topic,
+                    "stage": hop.degradation.stage,
+                    "error_type": hop.degradation.error_type.value,
+                },
+            )
+
     def failure_of(
         self,
         exc: BaseException,
@@ -340,7 +367,7 @@ class HopchainRuntime:
             failure = self.failure_of(exc, hop, mappers=mappers, error_type=error_type)
             exit_, stage = default_exit(failure.error_type, DeadLetter()), None
         if isinstance(exit_, Abort):
-            self.abort(hop, failure)
+            self.abort(hop, failure, run=exit_.run)
             return Settled(failure=failure, aborted=True)
         if isinstance(exit_, Reroute):
             await self.reroute(hop, exit_.topic, failure, producer=producer)
@@ -354,10 +381,16 @@ class HopchainRuntime:
         )
         return Settled(failure=failure, dead_letter=info)
 
-    def abort(self, hop: HopContext, failure: Failure) -> None:
-        """Record that a stage stopped on this record; the caller stops consuming."""
+    def abort(self, hop: HopContext, failure: Failure, *, run: bool = True) -> None:
+        """Record that a stage stopped on this record; the caller stops consuming.
+
+        :attr:`aborted` is set either way, for the process to wait on; :attr:`abort_scope`
+        says whether the declared exit stops the whole run (``run``: exit the process) or
+        halts this stage only (``stage``: other subscribers may go on).
+        """
         stage = hop.stage or self.component
         self.metrics.stage_decisions.labels(stage, Decision.ABORTED.value).inc()
+        self.abort_scope = "run" if run else "stage"
         self.abort_reason = (
             f"stage {stage!r} aborted on {hop.record.describe()}: {failure.error_type.value}"
         )
@@ -372,6 +405,7 @@ class HopchainRuntime:
                 "error_type": failure.error_type.value,
                 "component": self.component,
                 "stage": stage,
+                "abort_scope": self.abort_scope,
             },
         )
         self.aborted.set()
@@ -498,6 +532,7 @@ class HopchainRuntime:
         """
         decided = decision or hop.effective_decision
         self.metrics.stage_decisions.labels(hop.stage or self.component, decided.value).inc()
+        hop.hops_appended += 1
         base = hop.envelope
         if contract is not None:
             base = base.model_copy(

@@ -304,7 +304,10 @@ class _Attempts:
         if error_type in _CONTRACT_RETRYABLE and self.contract_used < stage.contract_retries:
             self.contract_used += 1
             self.hop.feedback = RetryFeedback(
-                attempt=len(self.hop.attempts), issues=issues, rules=stage.rules
+                attempt=len(self.hop.attempts),
+                issues=issues,
+                rules=stage.rules,
+                error_type=error_type,
             )
             return AttemptKind.CONTRACT
         return None
@@ -322,6 +325,8 @@ class _Attempts:
                     else _issues(exc),
                 }
             )
+        # Out of budget, the stage has no path of its own left to a correct result.
+        failure = failure.model_copy(update={"locally_resolvable": False})
         exit_ = stage.exit_for(error_type)
         if isinstance(exit_, Degrade):
             try:

@@ -140,21 +140,23 @@ def test_table_has_one_row_per_stage_with_its_whole_failure_story() -> None:
         "contract retries": "2",
         "transport retries": "3, backoff 0.1s x2 up to 5s jitter 50%",
         "when exhausted": "dead-letter",
-        "other exits": "unauthorized -> abort environment -> abort",
+        "other exits": "unauthorized -> halt stage environment -> abort",
         "dead-letter topic": "claims.raw.dlq (default)",
     }
     classify = rows["classify"]
     assert classify["when exhausted"] == 'degrade to {"band":"unknown"}'
     assert classify["other exits"] == (
         "malformed -> dead-letter rejected_input -> reroute to claims.review (declared) "
-        "unauthorized -> abort environment -> abort internal -> dead-letter"
+        "unauthorized -> halt stage environment -> abort internal -> dead-letter"
     )
     file = rows["file"]
     assert file["input -> output"] == "claims.classified -> (sink)"
     assert file["side effects"] == "idempotent by key"
     assert file["transport retries"] == "5, backoff 0.5s x2 up to 30s jitter 50%"
-    assert file["when exhausted"] == "abort (stop, page an operator)"
-    assert file["other exits"] == "malformed -> dead-letter internal -> abort (declared)"
+    assert file["when exhausted"] == "abort the run (stop, page an operator)"
+    assert file["other exits"] == (
+        "malformed -> dead-letter unauthorized -> abort (declared) internal -> abort (declared)"
+    )
     assert file["dead-letter topic"] == "claims.filing.dlq"
     notify = rows["notify"]
     assert notify["side effects"] == "has effects"
@@ -218,15 +220,16 @@ def test_json_says_the_same_for_machines() -> None:
     assert file["output"] is None
     assert file["transport"]["retries"] == 5
     assert file["on_exhausted"]["exit"] == "abort"
-    # internal -> abort is declared and differs from its default (dead-letter): listed, even
-    # though it equals on_exhausted. unauthorized -> abort is declared but changes nothing.
+    # internal -> abort and unauthorized -> abort the run are declared and differ from their
+    # defaults (dead-letter; halt the stage): listed, though they equal on_exhausted.
     assert file["other_exits"]["internal"] == {
         "exit": "abort",
-        "description": "abort (stop, page an operator)",
+        "scope": "run",
+        "description": "abort the run (stop, page an operator)",
         "source": "declared",
     }
+    assert file["other_exits"]["unauthorized"]["scope"] == "run"
     assert file["other_exits"]["malformed"]["exit"] == "dead_letter"
-    assert "unauthorized" not in file["other_exits"]
     assert file["dead_letter_topic"] == "claims.filing.dlq"
     assert file["dead_letter_topic_source"] == "stage"
 

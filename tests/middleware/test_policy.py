@@ -123,7 +123,7 @@ DEGRADE = Degrade(UNKNOWN, reason="an unknown band is still useful")
         (ErrorType.CONFLICT, DEGRADE),
         (ErrorType.REJECTED_INPUT, DEGRADE),
         # An operator has to act: stop rather than fill a dead-letter queue.
-        (ErrorType.UNAUTHORIZED, Abort()),
+        (ErrorType.UNAUTHORIZED, Abort(run=False)),
         (ErrorType.ENVIRONMENT, Abort()),
         # A bug: park it and alert the owner, never substitute a value for it.
         (ErrorType.INTERNAL, DeadLetter()),
@@ -135,7 +135,7 @@ def test_default_exit_of_each_error_type(error_type: ErrorType, expected: object
 
 def test_every_error_type_has_a_default_exit() -> None:
     for error_type in ErrorType:
-        assert default_exit(error_type, DeadLetter()) in (DeadLetter(), Abort())
+        assert default_exit(error_type, DeadLetter()) in (DeadLetter(), Abort(), Abort(run=False))
 
 
 def stage(**declaration: Any) -> Stage:
@@ -175,7 +175,7 @@ def test_a_stage_without_declarations_dead_letters_what_it_cannot_finish() -> No
         ErrorType.TRANSIENT: DeadLetter(),
         ErrorType.CONFLICT: DeadLetter(),
         ErrorType.REJECTED_INPUT: DeadLetter(),
-        ErrorType.UNAUTHORIZED: Abort(),
+        ErrorType.UNAUTHORIZED: Abort(run=False),
         ErrorType.ENVIRONMENT: Abort(),
         ErrorType.INTERNAL: DeadLetter(),
     }
@@ -200,7 +200,10 @@ def test_degrade_makes_its_substitute_from_the_input_and_the_failure() -> None:
 
 def test_each_exit_describes_itself_in_one_line() -> None:
     assert describe_exit(DeadLetter()) == "dead-letter"
-    assert describe_exit(Abort()) == "abort (stop, page an operator)"
+    assert describe_exit(Abort()) == "abort the run (stop, page an operator)"
+    assert describe_exit(Abort(run=False)) == (
+        "halt the stage (stop this subscriber, page an operator)"
+    )
     assert describe_exit(Reroute("claims.review")) == "reroute to claims.review"
     assert describe_exit(DEGRADE) == 'degrade to {"band":"unknown"}'
 
@@ -345,8 +348,8 @@ def test_the_first_mapper_with_an_answer_wins_and_typed_failures_beat_mappers() 
     ("exc", "expected"),
     [
         (HttpError(429), DeadLetter()),  # transient: retried, then the stage's own exit
-        (HttpError(401), Abort()),
-        (PermissionError(), Abort()),
+        (HttpError(401), Abort(run=False)),
+        (PermissionError(), Abort(run=False)),
         (HttpError(409), DeadLetter()),
         (ValueError(), DeadLetter()),
     ],
