@@ -109,7 +109,7 @@ def measure() -> list[Part]:
         Part(
             "  re-validation of envelope and new hop",
             cpu_micros(lambda: _revalidate(outgoing, HOPS)),
-            "the new hop was validated when append_hop built it",
+            "repeats much of append_hop's own validation",
         ),
         Part("  verify_chain, new hop", cpu_micros(lambda: verify_chain(outgoing, start=HOPS))),
         Part(

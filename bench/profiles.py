@@ -12,6 +12,8 @@ pyinstrument is not a dependency of hopchain; install it into the venv to profil
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
 OWNERS = (
     ("hopchain", "/hopchain/"),
     ("faststream", "/faststream/"),
@@ -67,13 +70,20 @@ def _owner_of(path: str) -> str | None:
     return None
 
 
+# Longest first, so a package inside the repository is named from its own root.
+_ROOTS = sorted(
+    {str(Path(entry).resolve()) for entry in [*sys.path, str(ROOT)] if entry}, key=len, reverse=True
+)
+
+
 def _short(frame: Any) -> str:
+    """``module:function``: the file named as an import path, wherever it is installed."""
     path = str(frame.file_path or "")
-    for marker in ("/site-packages/", "/lib/python3.11/", "/work/"):
-        if marker in path:
-            path = path.split(marker, 1)[1]
+    for root in _ROOTS:
+        if path.startswith(root + os.sep):
+            path = path[len(root) + 1 :]
             break
-    module = path.removesuffix(".py").replace("/", ".").removeprefix("main.")
+    module = path.removesuffix(".py").replace(os.sep, ".")
     return f"{module}:{frame.function}"
 
 

@@ -41,9 +41,10 @@ _Hand-written analysis of the profiles above; kept when `make bench` rewrites th
 
 ## Dead-letter service
 
-_Owned by the dead-letter service, not produced by `make bench`._ Its figures (ingest rate,
-index rebuild at 100k and 1M dead letters, RSS, `/metrics` scrape time) come from
-`bench/dlq_rebuild.py`; pending until that script's results are recorded here.
+_Owned by the dead-letter service; not run by `make bench`._ Its figures (ingest rate,
+index rebuild at 100k and 1M dead letters, RSS, `/metrics` scrape time) are produced by
+`bench/dlq_rebuild.py` (`python bench/dlq_rebuild.py [--count N] [--bootstrap HOST:PORT]`);
+they are pending here until its owner records a run.
 """
 
 
