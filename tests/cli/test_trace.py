@@ -264,3 +264,90 @@ async def test_an_unknown_id_exits_4(kafka_bootstrap: str, new_topic: TopicFacto
         ],
     )
     assert result.exit_code == 4, result.output
+
+
+async def test_a_redriven_record_shows_the_redrive_hop_and_stays_in_its_trace(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    spans = capture_spans()
+    intent = f"ik-{uuid.uuid4().hex}"
+    names = [await new_topic() for _ in range(3)]
+    dead_letter_topic = f"{names[2]}.dlq"
+    await create_topics(kafka_bootstrap, dead_letter_topic)
+    registry, brokers = await _pipeline(kafka_bootstrap, names)
+    feeder = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")]
+    )
+    for broker in [*brokers, feeder]:
+        await broker.start()
+    try:
+        with origin(run_id="run-9", work_item_id="claim-9", intent_key=intent):
+            await feeder.publish(Claim(claim_id="c9", text="storm"), names[0])
+
+        async def parked() -> bool:
+            return await _count(kafka_bootstrap, dead_letter_topic) == 1
+
+        await _eventually(parked)
+    finally:
+        for broker in [*brokers, feeder]:
+            await broker.stop()
+
+    found = await find_record(kafka_bootstrap, intent, [dead_letter_topic])
+    (parked_copy,) = found.sightings
+    assert parked_copy.dead_letter is not None
+    redrive = await _invoke(
+        app,
+        [
+            "dlq",
+            "redrive",
+            parked_copy.dead_letter.dead_letter_id,
+            "--who",
+            "ops-alice",
+            "--reason",
+            "the manual desk reopened",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--dlq-topic",
+            dead_letter_topic,
+            "--json",
+        ],
+    )
+    assert redrive.exit_code == 0, redrive.output
+
+    result = await _invoke(
+        app,
+        [
+            "trace",
+            intent,
+            "--bootstrap",
+            kafka_bootstrap,
+            "--json",
+            "--no-dead-letters",
+            "--topic",
+            names[2],
+            "--topic",
+            dead_letter_topic,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    sightings = json.loads(result.output)["sightings"]
+    redriven = max(sightings, key=lambda s: len(s["envelope"]["chain"]))
+    assert redriven["topic"] == names[2]
+    chain = redriven["envelope"]["chain"]
+    assert [hop["decision"] for hop in chain] == [
+        "originated",
+        "forwarded",
+        "forwarded",
+        "dead_lettered",
+        "redriven",
+    ]
+    assert redriven["integrity"]["ok"]
+    trace_id = redriven["envelope"]["trace_id"]
+    assert trace_id == parked_copy.envelope.trace_id if parked_copy.envelope else False
+    assert redriven["envelope"]["intent_key"] == intent
+    # The redrive's span is in the original trace, a child of the hop that parked it.
+    by_id = spans_by_id(spans)
+    redrive_span = by_id[chain[-1]["span_id"]]
+    assert redrive_span.context is not None
+    assert format(redrive_span.context.trace_id, "032x") == trace_id
+    assert parent_span_id(redrive_span) == chain[-2]["span_id"]
