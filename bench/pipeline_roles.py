@@ -249,7 +249,10 @@ async def _consume_batches(
         await _wait_for_signal(progress, until_done=until_done)
     finally:
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        [outcome] = await asyncio.gather(task, return_exceptions=True)
+        if not isinstance(outcome, asyncio.CancelledError | None):
+            # The loop died on its own: say why, or the run just times out.
+            print(f"{args.name}: the consume loop failed: {outcome!r}", file=sys.stderr)
         await consumer.stop()
 
 

@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -261,7 +262,13 @@ async def _broker_steps(results: Results, bootstrap: str) -> None:
     await _profile_steps(results, bootstrap, ROOT / ".cache" / "bench" / "profiles")
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    # SIGTERM unwinds like Ctrl-C, so the role processes and the broker are stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
     settings = Settings.from_environment()
     started = time.perf_counter()
     external = os.environ.get("HOPCHAIN_KAFKA_BOOTSTRAP")
@@ -321,4 +328,8 @@ def _plain(value: Any) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("bench: interrupted; its processes and broker were stopped, no report written")
+        sys.exit(130)
