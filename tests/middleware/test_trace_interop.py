@@ -1,0 +1,69 @@
+"""W3C trace context across the hopchain boundary, both ways, on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from faststream.kafka import KafkaBroker
+from opentelemetry import propagate, trace
+from pydantic import BaseModel
+
+from hopchain.middleware import HopchainRuntime, origin
+from hopchain.middleware.tracing import KafkaHeadersGetter
+from hopchain.schemas import ENVELOPE_HEADER, ContractRegistry, Envelope, TopicContract
+from hopchain.testing import TopicFactory, capture_spans, parent_span_id, spans_by_id
+
+pytestmark = pytest.mark.kafka
+
+
+class Ping(BaseModel):
+    n: int
+
+
+async def _first(bootstrap: str, topic: str) -> Any:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        return await asyncio.wait_for(consumer.getone(), 30)
+    finally:
+        await consumer.stop()
+
+
+async def test_a_trace_started_elsewhere_continues_through_hopchain_and_out_again(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    spans = capture_spans()
+    topic = await new_topic()
+    registry = ContractRegistry([TopicContract(topic=topic, model=Ping, owner="team")])
+    broker = KafkaBroker(kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="api")])
+    await broker.start()
+    tracer = trace.get_tracer("a-service-without-hopchain")
+    try:
+        # A service that knows nothing of hopchain has a trace going (an HTTP request, say).
+        with (
+            tracer.start_as_current_span("POST /pings") as request_span,
+            origin(run_id="r", work_item_id="ping-1"),
+        ):
+            await broker.publish(Ping(n=1), topic)
+    finally:
+        await broker.stop()
+    request = request_span.get_span_context()
+    record = await _first(kafka_bootstrap, topic)
+    envelope = Envelope.model_validate_json(dict(record.headers)[ENVELOPE_HEADER])
+
+    # In: the envelope's trace is the caller's, and the origin hop is a child of its span.
+    assert envelope.trace_id == trace.format_trace_id(request.trace_id)
+    origin_span = spans_by_id(spans)[envelope.chain[0].span_id]
+    assert parent_span_id(origin_span) == trace.format_span_id(request.span_id)
+
+    # Out: a consumer that knows nothing of hopchain continues the same trace from the
+    # headers with the standard propagator.
+    context = propagate.extract(list(record.headers), getter=KafkaHeadersGetter())
+    with tracer.start_as_current_span("legacy consumer", context=context) as legacy:
+        legacy_context = legacy.get_span_context()
+    assert trace.format_trace_id(legacy_context.trace_id) == envelope.trace_id
+    legacy_span = spans_by_id(spans)[trace.format_span_id(legacy_context.span_id)]
+    assert parent_span_id(legacy_span) == envelope.chain[-1].span_id
