@@ -21,6 +21,12 @@ class ExitCode(enum.IntEnum):
     """The command line was wrong (Click's own code)."""
     NOT_RUNNING = 3
     """A status command found the service it reports on not running."""
+    NOT_FOUND = 4
+    """Nothing has the given id (or nothing matched the filter)."""
+    REFUSED = 5
+    """Refused: already resolved, or redriven too often. ``--force`` overrides."""
+    INTEGRITY_BROKEN = 6
+    """Found, but a hop chain does not verify: tampered or damaged."""
 
 
 def fail(message: str, code: ExitCode = ExitCode.FAILURE) -> NoReturn:

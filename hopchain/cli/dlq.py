@@ -10,21 +10,20 @@ redrive limit reached: ``--force`` overrides).
 from __future__ import annotations
 
 import asyncio
-import enum
 import getpass
 import json
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 from rich.console import Console
 
-from hopchain.cli.common import ExitCode
+from hopchain.cli.common import ExitCode, fail
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
@@ -43,7 +42,7 @@ from hopchain.consumers.triage import Triage
 from hopchain.exceptions import ConfigurationError
 from hopchain.schemas.vocabulary import ErrorType
 
-__all__ = ["DlqExit", "app"]
+__all__ = ["app"]
 
 T = TypeVar("T")
 
@@ -56,15 +55,6 @@ app = typer.Typer(
 )
 _console = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class DlqExit(enum.IntEnum):
-    """Exit statuses of ``hopchain dlq`` beyond :class:`~hopchain.cli.common.ExitCode`."""
-
-    NOT_FOUND = 4
-    """No dead letter has the given id (or none matched the filter)."""
-    REFUSED = 5
-    """Refused: already resolved, or redriven too often. ``--force`` overrides."""
 
 
 # -- options -------------------------------------------------------------------------------
@@ -158,7 +148,7 @@ def _settings(**overrides: Any) -> DlqSettings:
         )
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        _stop(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", ExitCode.USAGE)
+        fail(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", ExitCode.USAGE)
 
 
 def _topic_pairs(specs: list[str] | None) -> dict[str, str] | None:
@@ -193,7 +183,7 @@ def _who(who: str | None) -> str:
         try:
             name = getpass.getuser()
         except (KeyError, OSError):
-            _stop("cannot tell who you are; pass --who NAME", ExitCode.USAGE)
+            fail("cannot tell who you are; pass --who NAME", ExitCode.USAGE)
     return name
 
 
@@ -203,18 +193,13 @@ def _filter(
     try:
         seconds = parse_duration(min_age) if min_age is not None else None
     except ValueError as exc:
-        _stop(f"--min-age: {exc}", ExitCode.USAGE)
+        fail(f"--min-age: {exc}", ExitCode.USAGE)
     return DeadLetterFilter(
         owner=owner,
         source_topic=topic,
         error_type=error_type.value if error_type is not None else None,
         min_age_seconds=seconds,
     )
-
-
-def _stop(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def _run(coroutine: Awaitable[T]) -> T:
@@ -226,16 +211,16 @@ def _run(coroutine: Awaitable[T]) -> T:
     try:
         return asyncio.run(main())
     except ConfigurationError as exc:
-        _stop(str(exc), ExitCode.USAGE)
+        fail(str(exc), ExitCode.USAGE)
     except DeadLetterNotFound as exc:
-        _stop(str(exc), DlqExit.NOT_FOUND)
+        fail(str(exc), ExitCode.NOT_FOUND)
     except TriageRefused as exc:
-        _stop(str(exc), DlqExit.REFUSED)
+        fail(str(exc), ExitCode.REFUSED)
     except TriageError as exc:
-        _stop(str(exc), ExitCode.FAILURE)
+        fail(str(exc), ExitCode.FAILURE)
     except (KafkaError, OSError, TimeoutError) as exc:
         detail = str(exc) or "no answer in time"
-        _stop(f"Kafka: {type(exc).__name__}: {detail}; is the broker reachable?", ExitCode.FAILURE)
+        fail(f"Kafka: {type(exc).__name__}: {detail}; is the broker reachable?", ExitCode.FAILURE)
 
 
 async def _with_triage(
@@ -324,9 +309,9 @@ def serve(
     topics = list(topic or [])
     owners = list(owner or [])
     if owners and not topics:
-        _stop("--owner names the owner of a --topic; give the --topic too", ExitCode.USAGE)
+        fail("--owner names the owner of a --topic; give the --topic too", ExitCode.USAGE)
     if topics and len(owners) not in {1, len(topics)}:
-        _stop(
+        fail(
             f"{len(topics)} --topic but {len(owners)} --owner: give one --owner per --topic, "
             "or one for all",
             ExitCode.USAGE,
@@ -478,7 +463,7 @@ def _report_redrive(
     if outcome.get("failed"):
         raise typer.Exit(ExitCode.FAILURE)
     if outcome.get("refused"):
-        raise typer.Exit(DlqExit.REFUSED)
+        raise typer.Exit(ExitCode.REFUSED)
 
 
 @app.command("redrive")
@@ -516,13 +501,13 @@ def redrive(
     """
     chosen = _filter(owner, topic, error_type, min_age)
     if dead_letter_id is None and chosen.is_empty:
-        _stop(
+        fail(
             "name a dead-letter ID, or choose by --owner, --topic, --error-type or --min-age; "
             "refusing to redrive every dead letter at once",
             ExitCode.USAGE,
         )
     if dead_letter_id is not None and not chosen.is_empty:
-        _stop("give an ID or filters, not both", ExitCode.USAGE)
+        fail("give an ID or filters, not both", ExitCode.USAGE)
     settings = _source(bootstrap, contracts, pattern, dlq_topic, resolutions_topic)
     person = _who(who)
 

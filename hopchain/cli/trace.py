@@ -19,10 +19,6 @@ from hopchain.settings import HopchainSettings
 
 __all__ = ["render", "trace_command"]
 
-# Exit codes beyond the shared ones.
-NOT_FOUND = 4
-INTEGRITY_BROKEN = 6
-
 
 async def _dead_letter_topics(bootstrap: str) -> list[str]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -190,7 +186,7 @@ def trace_command(
     else:
         render(result, Console())
     if not result.sightings:
-        raise typer.Exit(NOT_FOUND)
+        raise typer.Exit(ExitCode.NOT_FOUND)
     if any(s.integrity is not None and not s.integrity.ok for s in result.sightings):
-        raise typer.Exit(INTEGRITY_BROKEN)
+        raise typer.Exit(ExitCode.INTEGRITY_BROKEN)
     raise typer.Exit(ExitCode.OK)
