@@ -88,7 +88,7 @@ async def read_to_end(
     await consumer.start()
     try:
         async with asyncio.timeout(within):
-            partitions = await _partitions(consumer, topics)
+            partitions = await partitions_of(consumer, topics)
             if not partitions:
                 return []
             consumer.assign(partitions)
@@ -108,7 +108,7 @@ async def read_to_end(
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> list[TopicPartition]:
+async def partitions_of(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> list[TopicPartition]:
     found: list[TopicPartition] = []
     for topic in topics:
         numbers = consumer.partitions_for_topic(topic)
@@ -139,7 +139,7 @@ class TopicTail:
         )
         await consumer.start()
         self._consumer = consumer
-        self._partitions = await _partitions(consumer, self.topics)
+        self._partitions = await partitions_of(consumer, self.topics)
         consumer.assign(self._partitions)
         await consumer.seek_to_beginning(*self._partitions)
         return self
@@ -175,6 +175,21 @@ async def committed_offsets(
     finally:
         await admin.close()
     return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
+
+
+async def end_offsets(bootstrap: str, topics: Sequence[str], **client: Any) -> dict[str, int]:
+    """The end offset of each topic, summed over its partitions."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client)
+    await consumer.start()
+    try:
+        partitions = await partitions_of(consumer, topics)
+        ends = await consumer.end_offsets(partitions) if partitions else {}
+    finally:
+        await consumer.stop()
+    found = dict.fromkeys(topics, 0)
+    for tp, end in ends.items():
+        found[tp.topic] += end
+    return found
 
 
 def counter_values(registry: CollectorRegistry, name: str) -> dict[tuple[str, ...], float]:
