@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
 from hopchain.schemas.envelope import Envelope
@@ -49,34 +50,8 @@ _PARKED_AT_HEADER = DLQ_PREFIX + "parked-at"
 _MAX_ID_LENGTH = 200
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetterRecord:
-    """The bytes and coordinates of one record read from a dead-letter topic, as read."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-
-    @classmethod
-    def from_aiokafka(cls, record: Any) -> DeadLetterRecord:
-        """Wrap an ``aiokafka.ConsumerRecord``."""
-        return cls(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp if record.timestamp is not None else -1,
-            key=record.key,
-            value=record.value,
-            headers=tuple(record.headers or ()),
-        )
-
-    def describe(self) -> str:
-        """``topic[partition]@offset``."""
-        return f"{self.topic}[{self.partition}]@{self.offset}"
+DeadLetterRecord = ConsumedRecord
+"""A record read from a dead-letter topic: the same bytes and coordinates as any consumed one."""
 
 
 @dataclass(frozen=True, slots=True)

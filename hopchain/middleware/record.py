@@ -10,7 +10,7 @@ from hopchain.schemas import Position
 __all__ = ["ConsumedRecord"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ConsumedRecord:
     """The bytes and coordinates of one consumed record, exactly as read."""
 
@@ -29,7 +29,7 @@ class ConsumedRecord:
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,
-            timestamp_ms=record.timestamp,
+            timestamp_ms=record.timestamp if record.timestamp is not None else -1,
             key=record.key,
             value=record.value,
             headers=tuple(record.headers or ()),
