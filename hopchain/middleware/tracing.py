@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from opentelemetry import context as context_api
 from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -29,6 +30,33 @@ __all__ = [
 ]
 
 _TRACER_NAME = "hopchain"
+_NOOP_TRACER = trace.NoOpTracer()
+_NOOP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def _tracing_is_noop() -> bool:
+    """Whether spans started now would be the API's no-op spans (no SDK installed).
+
+    Asked on every call, not remembered: installing an SDK provider later in the process
+    takes effect for the next hop. The proxy provider is returned only while no provider
+    has been set (in code or through the environment).
+    """
+    return isinstance(trace.get_tracer_provider(), _NOOP_PROVIDERS)
+
+
+@contextmanager
+def _noop_current_span(context: context_api.Context | None) -> Iterator[trace.Span]:
+    """What a no-op tracer's ``start_as_current_span`` does, without its machinery.
+
+    The span is the parent's non-recording span (or one carrying the parent's context),
+    made current for the block; there is nothing to end or record.
+    """
+    span = _NOOP_TRACER.start_span("", context=context)
+    token = context_api.attach(trace.set_span_in_context(span))
+    try:
+        yield span
+    finally:
+        context_api.detach(token)
 
 
 class KafkaHeadersGetter(Getter[Sequence[tuple[str, bytes | None]]]):
@@ -86,6 +114,12 @@ def consume_span(
 ) -> Iterator[HopSpan]:
     """A CONSUMER span for one hop, child of the span that produced the record."""
     parent = propagate.extract(record.headers, getter=_GETTER)
+    if _tracing_is_noop():
+        # No SDK: the span would not record, so skip its attributes; the hop's ids are
+        # minted here, as _ids does for any span that does not record.
+        with _noop_current_span(parent) as span:
+            yield HopSpan(trace_id or new_trace_id(), new_span_id(), span)
+        return
     tracer = trace.get_tracer(_TRACER_NAME)
     attributes = _attributes(
         record.topic,
@@ -113,9 +147,13 @@ def consume_span(
 @contextmanager
 def publish_span(topic: str, *, component: str, links: Sequence[Link] = ()) -> Iterator[HopSpan]:
     """A PRODUCER span for an origin hop, child of whatever span is current (if any)."""
-    tracer = trace.get_tracer(_TRACER_NAME)
     current = trace.get_current_span().get_span_context()
     fallback = trace.format_trace_id(current.trace_id) if current.is_valid else None
+    if _tracing_is_noop():
+        with _noop_current_span(None) as span:
+            yield HopSpan(fallback or new_trace_id(), new_span_id(), span)
+        return
+    tracer = trace.get_tracer(_TRACER_NAME)
     with tracer.start_as_current_span(
         f"send {topic}",
         kind=SpanKind.PRODUCER,
