@@ -6,13 +6,17 @@ appending returns a new envelope whose earlier hops are the very same objects.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from weakref import WeakValueDictionary
+
+from pydantic import ValidationError
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
-from hopchain.schemas.hop import Hop, Position
+from hopchain.schemas.hop import SIGNATURE_PATTERN, Hop, Position
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, new_span_id, new_trace_id
 from hopchain.schemas.integrity import Keyring, genesis_digest, has_unknown_fields, hop_digest
 from hopchain.schemas.vocabulary import Decision
@@ -20,6 +24,43 @@ from hopchain.schemas.vocabulary import Decision
 __all__ = ["append_hop", "envelope_genesis", "new_envelope", "verify_chain"]
 
 _PLACEHOLDER_DIGEST = "0" * 64
+_SIGNATURE = re.compile(SIGNATURE_PATTERN)
+
+_SEALED: WeakValueDictionary[int, Hop] = WeakValueDictionary()
+"""Hops sealed by :func:`append_hop` in this process whose every value it validated itself.
+
+Keyed by identity: a copy (``model_copy``) or a hop built with ``model_construct`` is a
+new object and is never found here. Such a hop holds only immutable values (no nested model
+other than a validated position), so its digest stays right and it stays valid; the codec
+need not serialise it once more to check either before sending it.
+"""
+
+
+def _validated_when_built(draft: Hop) -> bool:
+    """Whether building the hop validated every value in it.
+
+    Validating a model does not validate a model instance passed to it (it may have been
+    built with ``model_construct``); only a position is cheap enough to check again here.
+    """
+    if draft.attempts or draft.effects or draft.failure is not None:
+        return False
+    if draft.degradation is not None or draft.__pydantic_extra__:
+        return False
+    position = draft.received_from
+    if position is None:
+        return True
+    if type(position) is not Position or position.__pydantic_extra__:
+        return False
+    try:
+        Position(offset=position.offset, partition=position.partition, topic=position.topic)
+    except ValidationError:
+        return False
+    return True
+
+
+def _sealed_here(hop: Hop) -> bool:
+    """Whether :func:`append_hop` sealed this very hop object (see ``_SEALED``)."""
+    return _SEALED.get(id(hop)) is hop
 
 
 def envelope_genesis(envelope: Envelope) -> str:
@@ -103,10 +144,18 @@ def append_hop(
     )
     # Models passed in (a failure, attempts) may carry fields of a newer minor version;
     # the fast encoding writes those unsorted, so it is only used when there are none.
-    digest = hop_digest(draft, known_fields_only=not has_unknown_fields(draft))
+    validated = _validated_when_built(draft)
+    known = validated or not has_unknown_fields(draft)
+    digest = hop_digest(draft, known_fields_only=known)
     signature = keyring.sign(component, digest) if keyring is not None else None
     hop = draft.model_copy(update={"digest": digest, "signature": signature})
+    if validated and (signature is None or _SIGNATURE.fullmatch(signature) is not None):
+        _SEALED[id(hop)] = hop
     return envelope.model_copy(update={"chain": (*envelope.chain, hop), "head": digest})
+
+
+def _fast(hop: Hop, known_fields_only: bool | None) -> bool:  # noqa: FBT001
+    return known_fields_only if known_fields_only is not None else not has_unknown_fields(hop)
 
 
 def verify_chain(
@@ -146,8 +195,12 @@ def verify_chain(
                 "this hop",
                 f"{path}.prev_digest",
             )
-        fast = known_fields_only if known_fields_only is not None else not has_unknown_fields(hop)
-        if hop_digest(hop, known_fields_only=fast) != hop.digest:
+        # A hop append_hop sealed in this process: its digest was computed over this very
+        # (frozen) object, so it is not serialised and hashed again.
+        if (
+            not _sealed_here(hop)
+            and hop_digest(hop, known_fields_only=_fast(hop, known_fields_only)) != hop.digest
+        ):
             raise EnvelopeError(
                 ReasonCode.BAD_DIGEST,
                 f"hop {index} ({hop.component}) does not match its digest: it was altered "

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
-from hopchain.schemas.chain import verify_chain
+from hopchain.schemas.chain import _sealed_here, verify_chain
 from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
 from hopchain.schemas.hop import Hop
@@ -425,7 +425,7 @@ class EnvelopeCodec:
                 f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
                 "$.contract",
             )
-        _check_fields(envelope, start=verified_hops)
+        unknown = _check_fields(envelope, start=verified_hops)
         _revalidate(envelope, start=verified_hops)
         if len(envelope.chain) > self.limits.max_hops:
             raise EnvelopeError(
@@ -434,7 +434,9 @@ class EnvelopeCodec:
                 f"{self.limits.max_hops} (a routing loop?)",
                 "$.chain",
             )
-        verify_chain(envelope, self.keyring, start=verified_hops)
+        # The hops checked for unknown fields just above need not be checked again.
+        known = None if unknown else True
+        verify_chain(envelope, self.keyring, start=verified_hops, known_fields_only=known)
 
         envelope_json = envelope.__pydantic_serializer__.to_json(envelope)
         last = envelope.last_hop
@@ -465,7 +467,8 @@ def _revalidate(envelope: Envelope, start: int) -> None:
 
     A model built with model_construct() or model_copy(update=...) skips validation; like the
     payload, it must not reach the wire unchecked. Hops before ``start`` were read, and so
-    validated, when the record was received.
+    validated, when the record was received; a hop sealed by append_hop from values it
+    validated itself (no nested model instances) is the object it validated.
     """
     serializer = envelope.__pydantic_serializer__
     try:
@@ -476,6 +479,8 @@ def _revalidate(envelope: Envelope, start: int) -> None:
         raise _from_validation(exc, payload=False) from None
     for index in range(start, len(envelope.chain)):
         hop = envelope.chain[index]
+        if _sealed_here(hop):
+            continue
         try:
             Hop.model_validate_json(hop.__pydantic_serializer__.to_json(hop, warnings=False))
         except ValidationError as exc:
