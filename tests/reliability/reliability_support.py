@@ -19,6 +19,7 @@ from typing import Any, Self
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from hopchain.exceptions import LocalKafkaError
@@ -165,13 +166,25 @@ class TopicTail:
 
 
 async def committed_offsets(
-    bootstrap: str, group: str, **client: Any
+    bootstrap: str, group: str, *, within: float = 30.0, **client: Any
 ) -> dict[tuple[str, int], int]:
-    """The consumer group's committed offsets, by (topic, partition)."""
+    """The consumer group's committed offsets, by (topic, partition).
+
+    Retries while the group coordinator is not available yet (on a new broker, the offsets
+    topic is created by the first request that needs it).
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client)
     await admin.start()
+    deadline = time.monotonic() + within
     try:
-        offsets = await admin.list_consumer_group_offsets(group)
+        while True:
+            try:
+                offsets = await admin.list_consumer_group_offsets(group)
+                break
+            except KafkaError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
     finally:
         await admin.close()
     return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
