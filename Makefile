@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install lint test bench kafka kafka-stop kafka-status demo clean distclean
+.PHONY: help venv install lint test soak bench kafka kafka-stop kafka-status demo clean distclean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +40,14 @@ test: install ## Run the tests; a real Kafka broker is started and stopped by th
 	@start=$$(date +%s); status=0; \
 	$(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
+	exit $$status
+
+# The fault suite of tests/reliability (part of `make test` at a small scale) at full scale:
+# 20,000-document crash and broker-restart runs, 40,000 hostile records. See RELIABILITY.md.
+soak: install ## The fault suite at full scale (HOPCHAIN_SOAK=1); takes tens of minutes
+	@start=$$(date +%s); status=0; \
+	HOPCHAIN_SOAK=1 $(BIN)/pytest tests/reliability $(PYTEST_ARGS) || status=$$?; \
+	echo "make soak: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
 	exit $$status
 
 # Not part of `make test`: minutes of load on a real broker. BENCH_RECORDS=5000 for a quick
