@@ -33,16 +33,28 @@ MODEL_CONFIG = ConfigDict(
 _CANONICAL_TIMESTAMP = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.(?!0{6})[0-9]{6})?Z"
 )
+"""The one spelling accepted. The validator tests the same shape without a regex call."""
+
+# ASCII text with every digit 0-9 written as 0 (the only characters ``[0-9]`` matches; any
+# other character stays itself and breaks the shape) has one of these two shapes, and six
+# fractional digits are not all zero: exactly what _CANONICAL_TIMESTAMP matches, at about
+# half the cost per timestamp.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_SHAPE_WHOLE_SECONDS = b"0000-00-00T00:00:00Z"
+_SHAPE_MICROSECONDS = b"0000-00-00T00:00:00.000000Z"
 
 
 def _canonical_timestamp(value: object) -> object:
-    # One Python call per timestamp, on every hop read: keep it to a regex and a C parser.
+    # One Python call per timestamp, on every hop read: keep it to a shape test and a C parser.
     # Text is accepted in the one spelling the serializer writes, and parsed here (the strict
     # validator after this one takes only datetimes). Other spellings of the same instant
     # ("t", " ", "z", "+00:00", ".5", ",5") would be normalised before a hop's digest is
     # computed, so a verifier that hashes the text it received would disagree with this one.
     if isinstance(value, str):
-        if _CANONICAL_TIMESTAMP.fullmatch(value) is None:
+        shape = value.encode().translate(_DIGITS_AS_ZERO) if value.isascii() else b""
+        if shape != _SHAPE_WHOLE_SECONDS and (
+            shape != _SHAPE_MICROSECONDS or value[20:26] == "000000"
+        ):
             msg = "timestamps are written in UTC as YYYY-MM-DDTHH:MM:SS[.ffffff]Z"
             raise ValueError(msg)
         return datetime.fromisoformat(value)
