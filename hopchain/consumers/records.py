@@ -200,12 +200,15 @@ def _from_info(
     if dead_letter_id is None:
         raise ValueError("hopchain-dlq-id is empty or not one line of text")
     envelope = info.envelope
+    redriven = 0
     if envelope is not None:
         identity: tuple[str | None, str | None, str | None] = (
             envelope.id,
             envelope.trace_id,
             envelope.intent_key,
         )
+    elif info.envelope_json is not None:
+        identity, redriven = _identity_from_text(info.envelope_json)
     else:
         identity = _lenient_identity(record)
     return DeadLetter(
@@ -222,8 +225,27 @@ def _from_info(
         trace_id=identity[1],
         intent_key=identity[2],
         component=info.component,
-        redrive_count=redrive_count(record.headers, envelope),
+        redrive_count=max(redrive_count(record.headers, envelope), redriven),
     )
+
+
+def _identity_from_text(text: str) -> tuple[tuple[str | None, str | None, str | None], int]:
+    """Identity and redrive count from the parking envelope's JSON, without validating it.
+
+    ``show`` and ``redrive`` validate the whole envelope; the index needs only these.
+
+    Raises:
+        ValueError: the text is not a JSON object holding a chain.
+    """
+    parsed = json.loads(text)
+    chain = parsed.get("chain") if isinstance(parsed, dict) else None
+    if not isinstance(chain, list):
+        msg = "hopchain-dlq-envelope is not an envelope"
+        raise ValueError(msg)  # noqa: TRY004 - a malformed header, reported as a value error
+    fields = [parsed.get(name) for name in ("id", "trace_id", "intent_key")]
+    identity = tuple(_identifier(v) if isinstance(v, str) else None for v in fields)
+    redriven = sum(isinstance(hop, dict) and hop.get("decision") == "redriven" for hop in chain)
+    return (identity[0], identity[1], identity[2]), redriven
 
 
 def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) -> DeadLetter:
@@ -268,7 +290,7 @@ def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) 
             does not name one (``unknown`` when neither does).
     """
     try:
-        info = read_dead_letter_headers(record.headers)
+        info = read_dead_letter_headers(record.headers, parse_envelope=False)
         return _from_info(record, info, topic_owner)
     except KeyError as exc:
         problem = f"no {exc.args[0]} header: not parked by hopchain, or damaged"

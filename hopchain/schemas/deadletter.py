@@ -56,6 +56,8 @@ class DeadLetterInfo:
         parked_at: when it was parked.
         failure: the typed failure.
         envelope: the record's envelope with the hop that parked it, when it had a valid one.
+        envelope_json: that envelope's JSON text as written, when present (also when it was
+            not parsed).
     """
 
     dead_letter_id: str
@@ -72,6 +74,7 @@ class DeadLetterInfo:
     parked_at: datetime
     failure: Failure
     envelope: Envelope | None = None
+    envelope_json: str | None = None
 
 
 def dead_letter_headers(info: DeadLetterInfo) -> list[tuple[str, bytes]]:
@@ -98,8 +101,13 @@ def dead_letter_headers(info: DeadLetterInfo) -> list[tuple[str, bytes]]:
     return [(name, value.encode()) for name, value in pairs]
 
 
-def read_dead_letter_headers(headers: Sequence[tuple[str, bytes | None]]) -> DeadLetterInfo:
+def read_dead_letter_headers(
+    headers: Sequence[tuple[str, bytes | None]], *, parse_envelope: bool = True
+) -> DeadLetterInfo:
     """Read the ``hopchain-dlq-*`` headers back (the last value wins, as written last).
+
+    ``parse_envelope=False`` leaves the envelope as text (``envelope_json``): validating a
+    long chain is most of the cost, and an index of dead letters needs only its identity.
 
     Raises:
         KeyError: a required header is missing.
@@ -124,5 +132,6 @@ def read_dead_letter_headers(headers: Sequence[tuple[str, bytes | None]]) -> Dea
         source_timestamp_ms=int(found[_TIMESTAMP]),
         parked_at=datetime.fromisoformat(found[_PARKED_AT]),
         failure=Failure.model_validate_json(found[_FAILURE]),
-        envelope=Envelope.model_validate_json(envelope) if envelope else None,
+        envelope=Envelope.model_validate_json(envelope) if envelope and parse_envelope else None,
+        envelope_json=envelope or None,
     )
