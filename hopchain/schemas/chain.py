@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from weakref import WeakValueDictionary
+from weakref import ReferenceType, ref
 
 from pydantic import ValidationError
 
@@ -26,13 +26,14 @@ __all__ = ["append_hop", "envelope_genesis", "new_envelope", "verify_chain"]
 _PLACEHOLDER_DIGEST = "0" * 64
 _SIGNATURE = re.compile(SIGNATURE_PATTERN)
 
-_SEALED: WeakValueDictionary[int, Hop] = WeakValueDictionary()
+_SEALED: dict[int, ReferenceType[Hop]] = {}
 """Hops sealed by :func:`append_hop` in this process whose every value it validated itself.
 
-Keyed by identity: a copy (``model_copy``) or a hop built with ``model_construct`` is a
-new object and is never found here. Such a hop holds only immutable values (no nested model
-other than a validated position), so its digest stays right and it stays valid; the codec
-need not serialise it once more to check either before sending it.
+Keyed by identity (a plain dict, so a miss costs no exception; the entry goes when the hop
+does): a copy (``model_copy``) or a hop built with ``model_construct`` is a new object and
+is never found here. Such a hop holds only immutable values (no nested model other than a
+validated position), so its digest stays right and it stays valid; the codec need not
+serialise it once more to check either before sending it.
 """
 
 
@@ -58,9 +59,16 @@ def _validated_when_built(draft: Hop) -> bool:
     return True
 
 
+def _seal(hop: Hop) -> None:
+    key = id(hop)
+    # The callback runs as the hop is freed, before its id can be given to another object.
+    _SEALED[key] = ref(hop, lambda _: _SEALED.pop(key, None))
+
+
 def _sealed_here(hop: Hop) -> bool:
     """Whether :func:`append_hop` sealed this very hop object (see ``_SEALED``)."""
-    return _SEALED.get(id(hop)) is hop
+    sealed = _SEALED.get(id(hop))
+    return sealed is not None and sealed() is hop
 
 
 def envelope_genesis(envelope: Envelope) -> str:
@@ -150,7 +158,7 @@ def append_hop(
     signature = keyring.sign(component, digest) if keyring is not None else None
     hop = draft.model_copy(update={"digest": digest, "signature": signature})
     if validated and (signature is None or _SIGNATURE.fullmatch(signature) is not None):
-        _SEALED[id(hop)] = hop
+        _seal(hop)
     return envelope.model_copy(update={"chain": (*envelope.chain, hop), "head": digest})
 
 
@@ -176,6 +184,18 @@ def verify_chain(
             hop whose signature does not verify, ``unsigned_hop`` for a hop missing the
             signature its component's key requires.
     """
+    _verify_chain(envelope, keyring, start=start, known_fields_only=known_fields_only)
+
+
+def _verify_chain(
+    envelope: Envelope,
+    keyring: Keyring | None,
+    *,
+    start: int,
+    known_fields_only: bool | None,
+    trust_sealed: bool = False,
+) -> None:
+    """:func:`verify_chain`; with ``trust_sealed``, hops sealed here are not hashed again."""
     chain = envelope.chain
     start = min(start, len(chain))
     expected_prev = chain[start - 1].digest if start else envelope_genesis(envelope)
@@ -196,9 +216,9 @@ def verify_chain(
                 f"{path}.prev_digest",
             )
         # A hop append_hop sealed in this process: its digest was computed over this very
-        # (frozen) object, so it is not serialised and hashed again.
+        # (frozen) object, so the codec does not serialise and hash it again.
         if (
-            not _sealed_here(hop)
+            not (trust_sealed and _sealed_here(hop))
             and hop_digest(hop, known_fields_only=_fast(hop, known_fields_only)) != hop.digest
         ):
             raise EnvelopeError(

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
-from hopchain.schemas.chain import _sealed_here, verify_chain
+from hopchain.schemas.chain import _sealed_here, _verify_chain, verify_chain
 from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
 from hopchain.schemas.hop import Hop
@@ -436,7 +436,13 @@ class EnvelopeCodec:
             )
         # The hops checked for unknown fields just above need not be checked again.
         known = None if unknown else True
-        verify_chain(envelope, self.keyring, start=verified_hops, known_fields_only=known)
+        _verify_chain(
+            envelope,
+            self.keyring,
+            start=verified_hops,
+            known_fields_only=known,
+            trust_sealed=True,
+        )
 
         envelope_json = envelope.__pydantic_serializer__.to_json(envelope)
         last = envelope.last_hop
