@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from hopchain.exceptions import EnvelopeError
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Keyring, verify_chain
 from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
+from hopchain.security import kafka_client_options
 
 __all__ = ["Integrity", "Sighting", "TraceResult", "find_record", "integrity_of", "matches"]
 
@@ -146,10 +147,10 @@ async def find_record(
     started = time.perf_counter()
     probe = needle.encode()
     consumer = AIOKafkaConsumer(
+        **{**kafka_client_options(), **(client_options or {})},
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         group_id=None,
-        **(client_options or {}),
     )
     await consumer.start()
     try:

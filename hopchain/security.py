@@ -43,6 +43,7 @@ __all__ = [
     "Security",
     "client_security",
     "diagnose_login",
+    "kafka_client_options",
     "login_errors",
 ]
 
@@ -128,6 +129,14 @@ class KafkaClientSettings(BaseSettings):
             "SCRAM-SHA-512": SASLScram512,
         }
         return kinds[mechanism](username, password, use_ssl=use_ssl)
+
+
+def kafka_client_options() -> dict[str, Any]:
+    """Login options for aiokafka clients, from the ``HOPCHAIN_KAFKA_*`` variables.
+
+    Plain text with no login when none are set.
+    """
+    return KafkaClientSettings().client_kwargs()
 
 
 def client_security(security: Security) -> dict[str, Any]:

@@ -15,13 +15,14 @@ from rich.text import Text
 from hopchain.cli.common import ExitCode
 from hopchain.lookup import Sighting, TraceResult, as_json, find_record
 from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
+from hopchain.security import kafka_client_options
 from hopchain.settings import HopchainSettings
 
 __all__ = ["render", "trace_command"]
 
 
 async def _dead_letter_topics(bootstrap: str) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka_client_options(), bootstrap_servers=bootstrap)
     await admin.start()
     try:
         names = await admin.list_topics()

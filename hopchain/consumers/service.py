@@ -41,6 +41,7 @@ from hopchain.consumers.topics import (
 )
 from hopchain.consumers.triage import Triage
 from hopchain.schemas.contracts import ContractRegistry
+from hopchain.security import kafka_client_options
 
 __all__ = ["DeadLetterService", "serve"]
 
@@ -93,6 +94,7 @@ class DeadLetterService:
         try:
             self.plan = plan_topics(settings, self.contracts)
             self._admin = AIOKafkaAdminClient(
+                **kafka_client_options(),
                 bootstrap_servers=settings.kafka_bootstrap,
                 client_id="hopchain-dlq-admin",
                 request_timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),

@@ -38,6 +38,7 @@ from hopchain.consumers.resolutions import (
 )
 from hopchain.consumers.topics import RESOLUTIONS_TOPIC_CONFIG, create_missing_topics
 from hopchain.middleware.tracing import hop_span
+from hopchain.security import kafka_client_options
 
 __all__ = ["Redriven", "Triage"]
 
@@ -85,6 +86,7 @@ class Triage:
     async def start(self) -> None:
         """Connect the producer (the consumer that fetches records starts on first use)."""
         self._producer = AIOKafkaProducer(
+            **kafka_client_options(),
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id="hopchain-dlq-triage",
             acks="all",
@@ -102,6 +104,7 @@ class Triage:
         # cleanly before it has run at all.
         if self._consumer is None:
             consumer = AIOKafkaConsumer(
+                **kafka_client_options(),
                 bootstrap_servers=self.settings.kafka_bootstrap,
                 client_id="hopchain-dlq-fetch",
                 group_id=None,
@@ -277,6 +280,7 @@ class Triage:
         if self._resolutions_ready or not self.settings.dlq_create_topics:
             return
         admin = AIOKafkaAdminClient(
+            **kafka_client_options(),
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id="hopchain-dlq-admin",
             request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),

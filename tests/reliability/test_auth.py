@@ -279,12 +279,6 @@ async def test_the_aiokafka_wrapper_logs_in_from_the_settings_and_names_a_refusa
 
 
 @pytest.mark.kafka
-@pytest.mark.xfail(
-    strict=True,
-    reason="hopchain dlq serve has no Kafka security settings yet: it cannot log in to a SASL "
-    "listener (adopting hopchain.security.KafkaClientSettings would give it "
-    "HOPCHAIN_KAFKA_SECURITY_PROTOCOL and HOPCHAIN_KAFKA_SASL_*)",
-)
 async def test_the_dead_letter_service_logs_in_with_the_sasl_settings(
     sasl_kafka: LocalKafka, tmp_path: Path
 ) -> None:
