@@ -50,7 +50,7 @@ class ReasonCode(StrEnum):
     MISSING_HEADER = "missing_header"
     """Headers mode: a required ``hopchain-*`` header is absent."""
     BAD_JSON = "bad_json"
-    """The text is not JSON (or not the JSON subset hopchain accepts: no NaN, no duplicates)."""
+    """The text is not JSON, or uses NaN or Infinity, which JSON does not have."""
     TOO_DEEP = "too_deep"
     """JSON nesting is deeper than the parser's fixed limit (about 200 levels)."""
     MISSING_FIELD = "missing_field"

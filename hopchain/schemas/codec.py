@@ -8,10 +8,11 @@ value is UTF-8 text.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -286,6 +287,7 @@ class EnvelopeCodec:
     def _read_value(
         self, contract: TopicContract, value: bytes, text_headers: dict[str, str]
     ) -> tuple[Envelope, BaseModel]:
+        _refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         if contract.mode is WireMode.HEADERS:
             raw_envelope = text_headers.get(ENVELOPE_HEADER)
             if raw_envelope is None:
@@ -296,6 +298,7 @@ class EnvelopeCodec:
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
             envelope_bytes = raw_envelope.encode()
+            _refuse_non_finite(envelope_bytes, f"$.headers.{ENVELOPE_HEADER}")
             envelope = self._validate(Envelope, envelope_bytes)
             try:
                 payload = contract.model.model_validate_json(value)
@@ -491,6 +494,33 @@ def _revalidate(envelope: Envelope, start: int) -> None:
             Hop.model_validate_json(hop.__pydantic_serializer__.to_json(hop, warnings=False))
         except ValidationError as exc:
             raise _from_validation(exc, prefix=("chain", index), payload=False) from None
+
+
+class _NonFiniteError(ValueError):
+    """A bare NaN or Infinity in JSON text."""
+
+
+def _no_constants(name: str) -> NoReturn:
+    raise _NonFiniteError(name)
+
+
+def _refuse_non_finite(raw: bytes, path: str) -> None:
+    """Refuse ``NaN`` and ``Infinity``, which the parser accepts but JSON does not have.
+
+    Costs one substring search; the text is parsed again only when the words occur.
+    """
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        return
+    try:
+        json.loads(raw, parse_constant=_no_constants)
+    except _NonFiniteError as exc:
+        raise EnvelopeError(
+            ReasonCode.BAD_JSON,
+            f"{exc} is not JSON; send null or a finite number",
+            path,
+        ) from None
+    except (ValueError, RecursionError):
+        return  # any other fault is the validator's to report, with its own code
 
 
 def _degraded_header(envelope: Envelope) -> str:
