@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
 from examples.claims.pipeline import DEAD_LETTER_TOPICS, FILED
 from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope
 from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.testing import read_to_end
 
 
 @dataclass
@@ -47,35 +46,6 @@ class Accounting:
         return self.delivered_records - len(self.delivered)
 
 
-async def _read_all(bootstrap: str, topics: list[str]) -> list[Any]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
-        partitions = [
-            TopicPartition(topic, p)
-            for topic in topics
-            for p in sorted(cluster.partitions_for_topic(topic) or ())
-        ]
-        if not partitions:
-            return []
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        records: list[Any] = []
-        pending = {tp for tp in partitions if ends[tp] > 0}
-        while pending:
-            batch = await consumer.getmany(*pending, timeout_ms=500)
-            for items in batch.values():
-                records.extend(items)
-            for tp in list(pending):
-                if await consumer.position(tp) >= ends[tp]:
-                    pending.discard(tp)
-        return records
-    finally:
-        await consumer.stop()
-
-
 def _envelope(raw: bytes | None) -> Envelope | None:
     if not raw:
         return None
@@ -88,7 +58,7 @@ def _envelope(raw: bytes | None) -> Envelope | None:
 async def account(bootstrap: str) -> Accounting:
     """Read the delivered topic and every dead-letter topic to their current ends."""
     result = Accounting()
-    for record in await _read_all(bootstrap, [FILED]):
+    for record in await read_to_end(bootstrap, [FILED]):
         envelope = _envelope(dict(record.headers).get(ENVELOPE_HEADER))
         if envelope is None:
             continue
@@ -99,7 +69,7 @@ async def account(bootstrap: str) -> Accounting:
             result.recovered.add(item)
         if envelope.degradations:
             result.degraded.add(item)
-    for record in await _read_all(bootstrap, list(DEAD_LETTER_TOPICS)):
+    for record in await read_to_end(bootstrap, list(DEAD_LETTER_TOPICS)):
         info = read_dead_letter_headers(list(record.headers))
         result.dead_letter_ids.append(info.dead_letter_id)
         result.parked_by_label[(info.owner, info.source_topic, info.error_type.value)] += 1

@@ -26,6 +26,7 @@ from hopchain.testing.kafka import (
     default_run_dir,
     probe_broker,
 )
+from hopchain.testing.records import partitions_of, read_to_end
 from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
 __all__ = [
@@ -43,7 +44,9 @@ __all__ = [
     "delete_topics",
     "formatted_ports",
     "parent_span_id",
+    "partitions_of",
     "probe_broker",
+    "read_to_end",
     "span_id_of",
     "spans_by_id",
     "stop_broker",

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from reliability_support import REPO, TopicTail, read_to_end, table
+from reliability_support import REPO, TopicTail, table
 
 from examples.claims.feeder import FeedReport
 from examples.claims.pipeline import DEAD_LETTER_TOPICS, FILED, TOPICS
 from hopchain.schemas import ENVELOPE_HEADER
-from hopchain.testing import create_topics
+from hopchain.testing import create_topics, read_to_end
 
 STAGES = ("extract", "classify", "file")
 DELIVERED_SCENARIOS = frozenset({"clean", "format", "transient", "ambiguous"})

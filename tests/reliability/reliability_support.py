@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing import LocalKafka
+from hopchain.testing import LocalKafka, partitions_of, read_to_end  # noqa: F401 - re-exported for the tests
 
 SOAK = os.environ.get("HOPCHAIN_SOAK", "").strip() not in {"", "0", "false", "no"}
 """Whether this run is the soak run (``make soak``): full-scale counts and longer deadlines."""
@@ -79,45 +79,6 @@ async def own_kafka(home: Path, **options: Any) -> AsyncIterator[LocalKafka]:
         yield kafka
     finally:
         await asyncio.to_thread(kafka.stop)
-
-
-async def read_to_end(
-    bootstrap: str, topics: Sequence[str], *, within: float = 120.0, **client: Any
-) -> list[Any]:
-    """Every record of ``topics`` from the beginning to the end offsets seen at the start."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client)
-    await consumer.start()
-    try:
-        async with asyncio.timeout(within):
-            partitions = await partitions_of(consumer, topics)
-            if not partitions:
-                return []
-            consumer.assign(partitions)
-            await consumer.seek_to_beginning(*partitions)
-            ends = await consumer.end_offsets(partitions)
-            records: list[Any] = []
-            pending = {tp for tp in partitions if ends[tp] > 0}
-            while pending:
-                batch = await consumer.getmany(*pending, timeout_ms=500, max_records=5000)
-                for items in batch.values():
-                    records.extend(items)
-                for tp in list(pending):
-                    if await consumer.position(tp) >= ends[tp]:
-                        pending.discard(tp)
-            return records
-    finally:
-        await consumer.stop()
-
-
-async def partitions_of(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> list[TopicPartition]:
-    found: list[TopicPartition] = []
-    for topic in topics:
-        numbers = consumer.partitions_for_topic(topic)
-        if numbers is None:
-            await consumer._client.force_metadata_update()
-            numbers = consumer.partitions_for_topic(topic)
-        found += [TopicPartition(topic, number) for number in sorted(numbers or ())]
-    return found
 
 
 class TopicTail:

@@ -23,7 +23,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
 from pydantic import BaseModel
-from reliability_support import REPO, committed_offsets, own_kafka, read_to_end, table, wait_until
+from reliability_support import REPO, committed_offsets, own_kafka, table, wait_until
 
 from hopchain.exceptions import KafkaLoginError
 from hopchain.middleware import (
@@ -35,7 +35,7 @@ from hopchain.middleware import (
 )
 from hopchain.schemas import ContractRegistry, TopicContract
 from hopchain.security import KafkaClientSettings, client_security, login_errors
-from hopchain.testing import LocalKafka, create_topics
+from hopchain.testing import LocalKafka, create_topics, read_to_end
 from hopchain.testing._provision import free_port
 
 if TYPE_CHECKING:

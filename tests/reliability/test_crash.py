@@ -34,10 +34,11 @@ from claims_run import (
     prepare_ledger,
     read_ledger,
 )
-from reliability_support import SOAK, own_kafka, partitions_of, scale
+from reliability_support import SOAK, own_kafka, scale
 
 from examples.claims.feeder import FeedReport, feed
 from examples.claims.pipeline import CLASSIFIED, DOCUMENTS, EXTRACTED
+from hopchain.testing import partitions_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable

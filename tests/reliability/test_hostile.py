@@ -20,12 +20,12 @@ from faststream.kafka import KafkaBroker
 from hostile import ANY, HUGE_KIND, REJECTED, Hostile, HostileSource, Note, valid_record
 from hypothesis import HealthCheck, event, given, settings
 from prometheus_client import CollectorRegistry
-from reliability_support import SOAK, TopicTail, counter_values, read_to_end, scale, table
+from reliability_support import SOAK, TopicTail, counter_values, scale, table
 
 from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.middleware import ConsumedRecord, HopchainRuntime, current_hop
 from hopchain.schemas import Decoded, EnvelopeCodec, Limits, verify_chain
-from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable

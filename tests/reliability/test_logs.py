@@ -23,13 +23,13 @@ from aiokafka import AIOKafkaProducer
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
-from reliability_support import read_to_end, table, wait_until
+from reliability_support import table, wait_until
 
 from hopchain.middleware import HopchainRuntime, Transient, origin
 from hopchain.middleware.policy import Backoff, TransportRetry
 from hopchain.middleware.stage import Pipeline
 from hopchain.schemas import ContractRegistry, TopicContract
-from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -17,13 +17,13 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
-from reliability_support import committed_offsets, read_to_end, wait_until
+from reliability_support import committed_offsets, wait_until
 
 from hopchain.exceptions import ReasonCode
 from hopchain.middleware import HopchainRuntime, origin
 from hopchain.schemas import ContractRegistry, Decision, ErrorType, TopicContract
 from hopchain.schemas.deadletter import read_dead_letter_headers
-from hopchain.testing import unique_topic_name
+from hopchain.testing import read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
     from hopchain.testing import TopicFactory

@@ -21,7 +21,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
-from reliability_support import counter_values, read_to_end, table, wait_until
+from reliability_support import counter_values, table, wait_until
 
 from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.middleware import HopchainRuntime, current_hop, origin
@@ -39,7 +39,7 @@ from hopchain.schemas import (
 from hopchain.schemas.ids import new_span_id
 from hopchain.schemas.integrity import hop_digest
 from hopchain.settings import HopchainSettings
-from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
