@@ -28,7 +28,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
 from bench.workload import Item, Variant, cpu_seconds, make_item, registry_for
-from hopchain.middleware import HopchainRuntime, origin
+from hopchain import Hopchain, HopchainConfig, HopchainMiddleware, origin
 
 PRODUCER_WINDOW = 1000
 """Unacknowledged sends a producer keeps in flight before it waits for them."""
@@ -92,7 +92,12 @@ def _broker(args: argparse.Namespace, component: str) -> KafkaBroker:
     middlewares: list[Any] = []
     if mode is not None:
         registry = registry_for(args.topics.split(","), mode)
-        middlewares.append(HopchainRuntime(registry, component=component))
+        hopchain = Hopchain(
+            registry,
+            component=component,
+            config=HopchainConfig(kafka_bootstrap=args.bootstrap),
+        )
+        middlewares.append(HopchainMiddleware(hopchain, group=component))
     return KafkaBroker(
         args.bootstrap,
         middlewares=middlewares,

@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from hopchain.exceptions import EnvelopeError
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Keyring, verify_chain
 from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
-from hopchain.security import kafka_client_options
 
 __all__ = ["Integrity", "Sighting", "TraceResult", "find_record", "integrity_of", "matches"]
 
@@ -147,19 +146,19 @@ async def find_record(
     started = time.perf_counter()
     probe = needle.encode()
     consumer = AIOKafkaConsumer(
-        **{**kafka_client_options(), **(client_options or {})},
+        **(client_options or {}),
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         group_id=None,
     )
     await consumer.start()
     try:
-        # The consumer's own metadata covers subscribed topics only; ask for all of them.
-        cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
+        # topics() refreshes the metadata of every topic, not only subscribed ones.
+        await consumer.topics()
         partitions = [
             TopicPartition(topic, partition)
             for topic in topics
-            for partition in sorted(cluster.partitions_for_topic(topic) or ())
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())
         ]
         result.topics_scanned = len(topics)
         if not partitions:

@@ -6,22 +6,21 @@ only a log line. :func:`login_errors` wraps a client start; when it fails, it co
 more, asks the broker why, and raises :class:`~hopchain.exceptions.KafkaLoginError` with
 a message that names the cause and the setting to change::
 
-    security = KafkaClientSettings().faststream_security()  # HOPCHAIN_KAFKA_SASL_* variables
+    security = faststream_security(HopchainConfig())  # HOPCHAIN_KAFKA_SASL_* variables
     broker = KafkaBroker(bootstrap, security=security, middlewares=[runtime], ...)
     async with login_errors(bootstrap, security):
         await broker.start()
 
 The same works around ``AIOKafkaConsumer.start()`` with the keyword arguments of
-:meth:`KafkaClientSettings.client_kwargs`. Nothing here logs or repeats a password.
+:meth:`HopchainConfig.client_kwargs`. Nothing here logs or repeats a password.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Literal
+from typing import Any
 
 from aiokafka.conn import create_conn
 from aiokafka.errors import (
@@ -33,17 +32,16 @@ from aiokafka.errors import (
 from aiokafka.protocol.admin import SaslHandShakeRequest
 from faststream.kafka.security import parse_security
 from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hopchain.exceptions import ConfigurationError, KafkaLoginError
+from hopchain.config import HopchainConfig
+from hopchain.exceptions import KafkaLoginError
 
 __all__ = [
     "KafkaClientSettings",
     "Security",
     "client_security",
     "diagnose_login",
-    "kafka_client_options",
+    "faststream_security",
     "login_errors",
 ]
 
@@ -68,75 +66,29 @@ _ERROR_NONE = 0
 _ERROR_UNSUPPORTED_MECHANISM = 33
 
 
-class KafkaClientSettings(BaseSettings):
-    """How Kafka clients log in, from ``HOPCHAIN_KAFKA_*`` environment variables."""
-
-    model_config = SettingsConfigDict(env_prefix="HOPCHAIN_", extra="ignore")
-
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    """The listener's protocol (HOPCHAIN_KAFKA_SECURITY_PROTOCOL)."""
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    """The SASL mechanism, for the SASL protocols (HOPCHAIN_KAFKA_SASL_MECHANISM)."""
-    kafka_sasl_username: str | None = None
-    """The SASL user name (HOPCHAIN_KAFKA_SASL_USERNAME)."""
-    kafka_sasl_password: SecretStr | None = None
-    """The SASL password (HOPCHAIN_KAFKA_SASL_PASSWORD); never logged."""
-
-    def _sasl(self) -> tuple[str, str, str]:
-        protocol = self.kafka_security_protocol
-        if self.kafka_sasl_mechanism is None:
-            raise ConfigurationError(
-                f"HOPCHAIN_KAFKA_SECURITY_PROTOCOL={protocol} needs "
-                "HOPCHAIN_KAFKA_SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
-            )
-        if not self.kafka_sasl_username or self.kafka_sasl_password is None:
-            raise ConfigurationError(
-                f"HOPCHAIN_KAFKA_SECURITY_PROTOCOL={protocol} needs "
-                "HOPCHAIN_KAFKA_SASL_USERNAME and HOPCHAIN_KAFKA_SASL_PASSWORD"
-            )
-        password = self.kafka_sasl_password.get_secret_value()
-        return self.kafka_sasl_mechanism, self.kafka_sasl_username, password
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``AIOKafkaProducer``, ``AIOKafkaConsumer`` and the admin client.
-
-        Raises:
-            ConfigurationError: a SASL protocol without a mechanism, user name or password.
-        """
-        protocol = self.kafka_security_protocol
-        kwargs: dict[str, Any] = {"security_protocol": protocol}
-        if protocol in {"SSL", "SASL_SSL"}:
-            kwargs["ssl_context"] = ssl.create_default_context()
-        if protocol.startswith("SASL_"):
-            mechanism, username, password = self._sasl()
-            kwargs.update(
-                sasl_mechanism=mechanism,
-                sasl_plain_username=username,
-                sasl_plain_password=password,
-            )
-        return kwargs
-
-    def faststream_security(self) -> BaseSecurity | None:
-        """The same, as the ``security=`` argument of FastStream's ``KafkaBroker``."""
-        protocol = self.kafka_security_protocol
-        use_ssl = protocol in {"SSL", "SASL_SSL"}
-        if not protocol.startswith("SASL_"):
-            return BaseSecurity(use_ssl=True) if use_ssl else None
-        mechanism, username, password = self._sasl()
-        kinds: dict[str, type[SASLPlaintext | SASLScram256 | SASLScram512]] = {
-            "PLAIN": SASLPlaintext,
-            "SCRAM-SHA-256": SASLScram256,
-            "SCRAM-SHA-512": SASLScram512,
-        }
-        return kinds[mechanism](username, password, use_ssl=use_ssl)
+KafkaClientSettings = HopchainConfig
+"""The login settings are fields of the one configuration object; this name remains."""
 
 
-def kafka_client_options() -> dict[str, Any]:
-    """Login options for aiokafka clients, from the ``HOPCHAIN_KAFKA_*`` variables.
+def faststream_security(config: HopchainConfig) -> BaseSecurity | None:
+    """The login settings of ``config`` as the ``security=`` argument of ``KafkaBroker``.
 
-    Plain text with no login when none are set.
+    Raises:
+        ConfigurationError: a SASL protocol without a mechanism, user name or password.
     """
-    return KafkaClientSettings().client_kwargs()
+    protocol = config.kafka_security_protocol
+    use_ssl = protocol in {"SSL", "SASL_SSL"}
+    if not protocol.startswith("SASL_"):
+        return BaseSecurity(use_ssl=True) if use_ssl else None
+    kwargs = config.client_kwargs()
+    kinds: dict[str, type[SASLPlaintext | SASLScram256 | SASLScram512]] = {
+        "PLAIN": SASLPlaintext,
+        "SCRAM-SHA-256": SASLScram256,
+        "SCRAM-SHA-512": SASLScram512,
+    }
+    return kinds[kwargs["sasl_mechanism"]](
+        kwargs["sasl_plain_username"], kwargs["sasl_plain_password"], use_ssl=use_ssl
+    )
 
 
 def client_security(security: Security) -> dict[str, Any]:

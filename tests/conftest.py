@@ -12,16 +12,17 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from hopchain.exceptions import LocalKafkaError
+from hopchain.middleware.producer import KafkaWriter
 from hopchain.testing import LocalKafka, TopicFactory, probe_broker, unique_topic_name
 from hopchain.testing._provision import ENV_KAFKA_VERSION, find_kafka_home, pom_kafka_version
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
 ENV_BOOTSTRAP = "HOPCHAIN_KAFKA_BOOTSTRAP"
 
@@ -122,13 +123,32 @@ def kafka_bootstrap(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
         startup_seconds=kafka.startup_seconds,
         log_path=str(kafka.log_path),
     )
+    # Components built in tests write their dead letters to this broker (HopchainConfig).
+    os.environ[ENV_BOOTSTRAP] = kafka.bootstrap
     try:
         yield kafka.bootstrap
     finally:
+        os.environ.pop(ENV_BOOTSTRAP, None)
         failed = request.session.testsfailed > 0
         kafka.stop(keep_data=failed)
         if not failed:
             pytestconfig.stash[_BROKER_REPORT].log_path = None
+
+
+@pytest.fixture(autouse=True)
+async def close_dead_letter_writers(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """Stop the dead-letter producers that middlewares made in a test, as an app's shutdown does."""
+    made: list[KafkaWriter] = []
+    original = KafkaWriter.__init__
+
+    def recording(self: KafkaWriter, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(KafkaWriter, "__init__", recording)
+    yield
+    for writer in made:
+        await writer.close()
 
 
 @pytest.fixture

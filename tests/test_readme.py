@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from hopchain.middleware import HopchainRuntime, origin
+from hopchain import Hopchain, HopchainMiddleware, origin
 from hopchain.middleware.stage import Stage
 from hopchain.schemas import ENVELOPE_HEADER, Envelope
 from hopchain.schemas.deadletter import read_dead_letter_headers
@@ -36,7 +36,7 @@ async def _first_record(bootstrap: str, topic: str) -> Any:
 def test_the_readme_has_the_snippets_this_test_runs() -> None:
     blocks = _python_blocks()
     assert len(blocks) == 2
-    assert "HopchainRuntime" in blocks[0]
+    assert "Hopchain" in blocks[0]
     assert "pipeline.stage(" in blocks[1]
 
 
@@ -52,10 +52,10 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
     exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - our own README
 
     broker = namespace["broker"]
-    feeder_runtime = HopchainRuntime(namespace["contracts"], component="checkout")
+    feeder_runtime = Hopchain(namespace["contracts"], component="checkout")
     from faststream.kafka import KafkaBroker  # noqa: PLC0415
 
-    feeder = KafkaBroker(kafka_bootstrap, middlewares=[feeder_runtime])
+    feeder = KafkaBroker(kafka_bootstrap, middlewares=[HopchainMiddleware(feeder_runtime)])
     await broker.start()
     await feeder.start()
     raw = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)

@@ -13,6 +13,7 @@ from hopchain.security import (
     _addresses,
     client_security,
     diagnose_login,
+    faststream_security,
     login_errors,
 )
 from hopchain.testing._provision import free_port
@@ -27,7 +28,7 @@ def test_plaintext_is_the_default_and_needs_no_credentials(
     settings = KafkaClientSettings()
 
     assert settings.client_kwargs() == {"security_protocol": "PLAINTEXT"}
-    assert settings.faststream_security() is None
+    assert faststream_security(settings) is None
 
 
 def test_sasl_settings_come_from_the_environment_and_never_show_the_password(
@@ -45,7 +46,7 @@ def test_sasl_settings_come_from_the_environment_and_never_show_the_password(
         "sasl_plain_username": "alice",
         "sasl_plain_password": "s3cret-pw",
     }
-    security = settings.faststream_security()
+    security = faststream_security(settings)
     assert isinstance(security, SASLScram256)
     assert (security.username, security.password, security.use_ssl) == ("alice", "s3cret-pw", False)
     assert client_security(security) == {**settings.client_kwargs(), "ssl_context": None}
@@ -64,12 +65,12 @@ def test_sasl_settings_come_from_the_environment_and_never_show_the_password(
 def test_a_sasl_protocol_without_its_settings_names_the_missing_variable(
     values: dict[str, str], missing: str
 ) -> None:
-    settings = KafkaClientSettings(kafka_security_protocol="SASL_SSL", **values)  # type: ignore[arg-type]
+    settings = KafkaClientSettings(kafka_security_protocol="SASL_SSL", **values)
 
     with pytest.raises(ConfigurationError, match=missing):
         settings.client_kwargs()
     with pytest.raises(ConfigurationError, match=missing):
-        settings.faststream_security()
+        faststream_security(settings)
 
 
 def test_sasl_ssl_uses_tls_with_the_default_trust_store() -> None:
@@ -77,11 +78,11 @@ def test_sasl_ssl_uses_tls_with_the_default_trust_store() -> None:
         kafka_security_protocol="SASL_SSL",
         kafka_sasl_mechanism="PLAIN",
         kafka_sasl_username="alice",
-        kafka_sasl_password="pw",  # type: ignore[arg-type]  # noqa: S106 - a test password
+        kafka_sasl_password="pw",  # noqa: S106 - a test password
     )
 
     assert settings.client_kwargs()["ssl_context"] is not None
-    security = settings.faststream_security()
+    security = faststream_security(settings)
     assert isinstance(security, SASLPlaintext)
     assert security.use_ssl
 

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaProducer
 from faststream.kafka import KafkaBroker
 
 from examples.claims.pipeline import DOCUMENTS, Document, registry
-from hopchain.middleware import HopchainRuntime, origin
+from hopchain import Hopchain, HopchainMiddleware, origin
 
 SCENARIOS = ("clean", "format", "comprehension", "transient", "ambiguous", "unfileable", "legacy")
 
@@ -102,7 +102,9 @@ async def feed(
     """Send ``count`` documents; return what was sent."""
     rng = random.Random(seed)
     report = FeedReport(run_id=run_id)
-    broker = KafkaBroker(bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")])
+    broker = KafkaBroker(
+        bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
+    )
     legacy = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await broker.start()
     await legacy.start()

@@ -38,9 +38,11 @@ from examples.claims.pipeline import (
     file_claim,
     registry,
 )
-from hopchain.middleware import (
+from hopchain import (
     EnvironmentFailure,
-    HopchainRuntime,
+    Hopchain,
+    HopchainConfig,
+    HopchainMiddleware,
     RejectedInput,
     current_hop,
 )
@@ -118,13 +120,19 @@ class Ledger:
         return entry
 
 
-def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, HopchainRuntime]:
+def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, HopchainMiddleware]:
     """The broker of one stage service, with hopchain installed and its handler declared."""
     dedupe = SqliteDedupeStore(run_dir / f"{stage}-dedupe.sqlite") if stage == "file" else None
-    runtime = HopchainRuntime(registry, component=stage, dedupe=dedupe)
+    runtime = Hopchain(
+        registry,
+        component=stage,
+        dedupe=dedupe,
+        config=HopchainConfig(kafka_bootstrap=bootstrap),
+    )
+    middleware = HopchainMiddleware(runtime, group=f"claims-{stage}")
     broker = KafkaBroker(
         bootstrap,
-        middlewares=[runtime],
+        middlewares=[middleware],
         ack_policy=AckPolicy.ACK,
         logger=logging.getLogger(f"claims.{stage}"),
     )
@@ -163,13 +171,14 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
     else:
         msg = f"unknown stage {stage!r}; choose extract, classify or file"
         raise SystemExit(msg)
-    runtime.check_broker(broker)
-    return broker, runtime
+    middleware.check(broker)
+    return broker, middleware
 
 
 async def serve(stage: str, bootstrap: str, run_dir: Path) -> int:
     """Run one stage until SIGTERM/SIGINT (exit 0) or until it aborts (exit 3)."""
-    broker, runtime = build(stage, bootstrap, run_dir)
+    broker, middleware = build(stage, bootstrap, run_dir)
+    runtime = middleware.hopchain
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -179,10 +188,11 @@ async def serve(stage: str, bootstrap: str, run_dir: Path) -> int:
     aborted = asyncio.create_task(runtime.aborted.wait())
     await asyncio.wait({stopped, aborted}, return_when=asyncio.FIRST_COMPLETED)
     await broker.stop()
+    await middleware.close()
     for task in (stopped, aborted):
         task.cancel()
     if runtime.aborted.is_set():
-        logging.getLogger("claims").critical("%s", runtime.abort_reason)
+        logging.getLogger("claims").critical("%s", runtime.aborted.reason)
         return 3
     return 0
 

@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hopchain.cli.common import ExitCode, fail
-from hopchain.cli.loader import LoadError, load_object, load_registry
 from hopchain.exceptions import ConfigurationError
+from hopchain.loading import LoadError, load_object, load_registry
 from hopchain.middleware.policy import (
     Abort,
     DeadLetter,

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hopchain.cli.common import ExitCode, fail
-from hopchain.cli.loader import LoadError, load_registry
+from hopchain.loading import LoadError, load_registry
 from hopchain.schemas import ContractRegistry, export_schemas
 
 __all__ = ["app"]

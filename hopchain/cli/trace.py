@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -13,16 +13,15 @@ from rich.table import Table
 from rich.text import Text
 
 from hopchain.cli.common import ExitCode
+from hopchain.config import HopchainConfig
 from hopchain.lookup import Sighting, TraceResult, as_json, find_record
 from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
-from hopchain.security import kafka_client_options
-from hopchain.settings import HopchainSettings
 
 __all__ = ["render", "trace_command"]
 
 
-async def _dead_letter_topics(bootstrap: str) -> list[str]:
-    admin = AIOKafkaAdminClient(**kafka_client_options(), bootstrap_servers=bootstrap)
+async def _dead_letter_topics(bootstrap: str, client_options: dict[str, Any]) -> list[str]:
+    admin = AIOKafkaAdminClient(**client_options, bootstrap_servers=bootstrap)
     await admin.start()
     try:
         names = await admin.list_topics()
@@ -172,14 +171,17 @@ def trace_command(
 
     Exit codes: 0 found and intact, 4 not found, 6 found with a broken chain.
     """
-    settings = HopchainSettings()
+    settings = HopchainConfig()
     server = bootstrap or settings.kafka_bootstrap
+    options = settings.client_kwargs()
 
     async def run() -> TraceResult:
         names = list(topics or [])
         if dead_letters:
-            names += [t for t in await _dead_letter_topics(server) if t not in names]
-        return await find_record(server, record_id, names, keyring=settings.keyring())
+            names += [t for t in await _dead_letter_topics(server, options) if t not in names]
+        return await find_record(
+            server, record_id, names, keyring=settings.keyring(), client_options=options
+        )
 
     result = asyncio.run(run())
     if as_json_output:

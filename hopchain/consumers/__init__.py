@@ -13,10 +13,8 @@ from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.reader import IndexReader, Snapshot, load_index
 from hopchain.consumers.records import (
-    REDRIVE_COUNT_HEADER,
-    REDRIVE_OF_HEADER,
-    DeadLetter,
     DeadLetterRecord,
+    ParkedLetter,
     parse_dead_letter,
 )
 from hopchain.consumers.redrive import RedriveRecord, build_redrive
@@ -27,9 +25,6 @@ from hopchain.consumers.triage import Redriven, Triage
 __all__ = [
     "DEFAULT_RESOLUTIONS_TOPIC",
     "DEFAULT_TOPIC_PATTERN",
-    "REDRIVE_COUNT_HEADER",
-    "REDRIVE_OF_HEADER",
-    "DeadLetter",
     "DeadLetterFilter",
     "DeadLetterIndex",
     "DeadLetterNotFound",
@@ -38,6 +33,7 @@ __all__ = [
     "DlqMetrics",
     "DlqSettings",
     "IndexReader",
+    "ParkedLetter",
     "RedriveRecord",
     "RedriveTarget",
     "Redriven",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hopchain.consumers.records import DeadLetter, DeadLetterRecord, original_headers
+from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, original_headers
 from hopchain.consumers.resolutions import Resolution
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.deadletter import DeadLetterInfo, read_dead_letter_headers
@@ -102,7 +102,7 @@ class DeadLetterDetail:
         record: the record as read from the dead-letter topic.
     """
 
-    letter: DeadLetter
+    letter: ParkedLetter
     resolution: Resolution | None
     info: DeadLetterInfo | None
     envelope: Envelope | None
@@ -171,7 +171,7 @@ def _printable(raw: bytes | None) -> str | None:
 
 
 def inspect_dead_letter(
-    record: DeadLetterRecord, letter: DeadLetter, resolution: Resolution | None
+    record: DeadLetterRecord, letter: ParkedLetter, resolution: Resolution | None
 ) -> DeadLetterDetail:
     """Decode a dead letter's record as far as it goes; never raises on odd input."""
     info: DeadLetterInfo | None = None

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hopchain.consumers.records import DeadLetter
+from hopchain.consumers.records import ParkedLetter
 
 __all__ = ["DeadLetterFilter", "format_age", "parse_duration"]
 
@@ -69,11 +69,11 @@ class DeadLetterFilter:
             )
         )
 
-    def predicate(self, now: float | None = None) -> Callable[[DeadLetter], bool]:
+    def predicate(self, now: float | None = None) -> Callable[[ParkedLetter], bool]:
         """A test for one dead letter, with ages measured from ``now`` (Unix seconds)."""
         moment = time.time() if now is None else now
 
-        def accept(letter: DeadLetter) -> bool:
+        def accept(letter: ParkedLetter) -> bool:
             return (
                 (self.owner is None or letter.owner == self.owner)
                 and (self.source_topic is None or letter.source_topic == self.source_topic)

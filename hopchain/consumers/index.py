@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hopchain.consumers.records import DeadLetter
+from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
 __all__ = ["Added", "DeadLetterIndex", "GroupStats", "Labels"]
@@ -59,7 +59,7 @@ class DeadLetterIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._letters: dict[str, DeadLetter] = {}
+        self._letters: dict[str, ParkedLetter] = {}
         self._resolutions: dict[str, Resolution] = {}
         self._groups: dict[Labels, _Group] = {}
 
@@ -69,7 +69,7 @@ class DeadLetterIndex:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def add(self, letter: DeadLetter) -> Added:
+    def add(self, letter: ParkedLetter) -> Added:
         """Index a dead letter; a second record with an indexed id is ignored."""
         with self._lock:
             if letter.dead_letter_id in self._letters:
@@ -83,7 +83,7 @@ class DeadLetterIndex:
                 self._open(group, letter)
             return Added(new=True, resolution=resolution)
 
-    def resolve(self, resolution: Resolution) -> DeadLetter | None:
+    def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution; returns the dead letter when it was unresolved until now."""
         with self._lock:
             dead_letter_id = resolution.dead_letter_id
@@ -95,7 +95,7 @@ class DeadLetterIndex:
             self._groups[letter.labels].depth -= 1
             return letter
 
-    def withdraw(self, dead_letter_id: str) -> DeadLetter | None:
+    def withdraw(self, dead_letter_id: str) -> ParkedLetter | None:
         """Forget a resolution (a tombstone); returns the dead letter if it is open again."""
         with self._lock:
             if self._resolutions.pop(dead_letter_id, None) is None:
@@ -107,13 +107,13 @@ class DeadLetterIndex:
             return letter
 
     @staticmethod
-    def _open(group: _Group, letter: DeadLetter) -> None:
+    def _open(group: _Group, letter: ParkedLetter) -> None:
         group.depth += 1
         heapq.heappush(group.heap, (letter.parked_at, letter.dead_letter_id))
 
     # -- reading -----------------------------------------------------------------------------
 
-    def get(self, dead_letter_id: str) -> tuple[DeadLetter, Resolution | None] | None:
+    def get(self, dead_letter_id: str) -> tuple[ParkedLetter, Resolution | None] | None:
         """The dead letter with its resolution, or None when no such id is indexed."""
         with self._lock:
             letter = self._letters.get(dead_letter_id)
@@ -128,10 +128,10 @@ class DeadLetterIndex:
 
     def select(
         self,
-        accept: Callable[[DeadLetter], bool] | None = None,
+        accept: Callable[[ParkedLetter], bool] | None = None,
         *,
         include_resolved: bool = False,
-    ) -> list[tuple[DeadLetter, Resolution | None]]:
+    ) -> list[tuple[ParkedLetter, Resolution | None]]:
         """Dead letters (unresolved only, by default) that ``accept``, oldest first."""
         with self._lock:
             chosen = [

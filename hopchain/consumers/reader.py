@@ -25,7 +25,6 @@ from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
 from hopchain.consumers.resolutions import decode_resolution
 from hopchain.consumers.topics import TopicPlan, plan_topics
 from hopchain.schemas.contracts import ContractRegistry
-from hopchain.security import kafka_client_options
 
 __all__ = ["IndexReader", "Snapshot", "load_index"]
 
@@ -87,7 +86,7 @@ class IndexReader:
     async def start(self) -> None:
         """Find the topics and partitions, start reading each from its beginning."""
         self._consumer = AIOKafkaConsumer(
-            **kafka_client_options(),
+            **self.settings.client_kwargs(),
             bootstrap_servers=self.settings.kafka_bootstrap,
             group_id=None,
             enable_auto_commit=False,
@@ -321,7 +320,7 @@ async def load_index(
     index = DeadLetterIndex()
     metrics = DlqMetrics(index)
     admin = AIOKafkaAdminClient(
-        **kafka_client_options(),
+        **settings.client_kwargs(),
         bootstrap_servers=settings.kafka_bootstrap,
         client_id="hopchain-dlq-admin",
         request_timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),

@@ -13,20 +13,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
-from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
+from hopchain.schemas.deadletter import (
+    DLQ_ID_HEADER,
+    DLQ_OWNER_HEADER,
+    DLQ_PARKED_AT_HEADER,
+    DLQ_PREFIX,
+    DLQ_SOURCE_TOPIC_HEADER,
+    REDRIVE_COUNT_HEADER,
+    DeadLetterInfo,
+    read_dead_letter_headers,
+)
 from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.record import ConsumedRecord
 from hopchain.schemas.traceparent import parse_traceparent
 from hopchain.schemas.vocabulary import Decision, ErrorType
 
 __all__ = [
-    "NULL_VALUE_HEADER",
-    "REDRIVE_COUNT_HEADER",
-    "REDRIVE_OF_HEADER",
     "UNKNOWN",
-    "DeadLetter",
     "DeadLetterRecord",
+    "ParkedLetter",
     "coordinate_id",
     "original_headers",
     "parse_dead_letter",
@@ -36,17 +42,6 @@ __all__ = [
 UNKNOWN = "unknown"
 """Owner (and source topic) of a dead letter nobody can be named for."""
 
-REDRIVE_COUNT_HEADER = "hopchain-redrive-count"
-"""How many times the record has been redriven; a redrive refuses beyond the limit."""
-REDRIVE_OF_HEADER = "hopchain-redrive-of"
-"""The dead-letter id a redriven record was republished from."""
-NULL_VALUE_HEADER = DLQ_PREFIX + "value"
-"""Set to ``null`` when a record with neither key nor value was parked with an empty value."""
-
-_ID_HEADER = DLQ_PREFIX + "id"
-_OWNER_HEADER = DLQ_PREFIX + "owner"
-_TOPIC_HEADER = DLQ_PREFIX + "source-topic"
-_PARKED_AT_HEADER = DLQ_PREFIX + "parked-at"
 _MAX_ID_LENGTH = 200
 
 
@@ -55,7 +50,7 @@ DeadLetterRecord = ConsumedRecord
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetter:
+class ParkedLetter:
     """One dead letter as the index keeps it: who owns it, why it was parked, where it is.
 
     Attributes:
@@ -195,7 +190,7 @@ def _lenient_identity(record: DeadLetterRecord) -> tuple[str | None, str | None,
 
 def _from_info(
     record: DeadLetterRecord, info: DeadLetterInfo, topic_owner: str | None
-) -> DeadLetter:
+) -> ParkedLetter:
     dead_letter_id = _identifier(info.dead_letter_id)
     if dead_letter_id is None:
         raise ValueError("hopchain-dlq-id is empty or not one line of text")
@@ -211,7 +206,7 @@ def _from_info(
         identity, redriven = _identity_from_text(info.envelope_json)
     else:
         identity = _lenient_identity(record)
-    return DeadLetter(
+    return ParkedLetter(
         dead_letter_id=dead_letter_id,
         owner=info.owner or topic_owner or UNKNOWN,
         source_topic=info.source_topic or UNKNOWN,
@@ -248,11 +243,11 @@ def _identity_from_text(text: str) -> tuple[tuple[str | None, str | None, str | 
     return (identity[0], identity[1], identity[2]), redriven
 
 
-def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) -> DeadLetter:
+def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) -> ParkedLetter:
     """What can be said about a record whose ``hopchain-dlq-*`` headers cannot be read."""
     headers = record.headers
     parked_at = record.timestamp_ms / 1000 if record.timestamp_ms >= 0 else 0.0
-    raw_parked = _last_header(headers, _PARKED_AT_HEADER)
+    raw_parked = _last_header(headers, DLQ_PARKED_AT_HEADER)
     if raw_parked is not None:
         try:
             parsed = datetime.fromisoformat(raw_parked)
@@ -262,11 +257,11 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
             if parsed.tzinfo is not None:
                 parked_at = parsed.timestamp()
     envelope_id, trace_id, intent_key = _lenient_identity(record)
-    return DeadLetter(
-        dead_letter_id=_identifier(_last_header(headers, _ID_HEADER))
+    return ParkedLetter(
+        dead_letter_id=_identifier(_last_header(headers, DLQ_ID_HEADER))
         or coordinate_id(record.topic, record.partition, record.offset),
-        owner=_identifier(_last_header(headers, _OWNER_HEADER)) or topic_owner or UNKNOWN,
-        source_topic=_identifier(_last_header(headers, _TOPIC_HEADER)) or UNKNOWN,
+        owner=_identifier(_last_header(headers, DLQ_OWNER_HEADER)) or topic_owner or UNKNOWN,
+        source_topic=_identifier(_last_header(headers, DLQ_SOURCE_TOPIC_HEADER)) or UNKNOWN,
         error_type=ErrorType.MALFORMED.value,
         reason=None,
         parked_at=parked_at,
@@ -281,7 +276,7 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
     )
 
 
-def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) -> DeadLetter:
+def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) -> ParkedLetter:
     """Index entry of a dead-letter record. Never raises: unreadable records are salvaged.
 
     Args:
@@ -299,7 +294,7 @@ def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) 
     try:
         return _salvage(record, topic_owner, problem)
     except Exception as exc:  # noqa: BLE001 - last resort: coordinates are always known
-        return DeadLetter(
+        return ParkedLetter(
             dead_letter_id=coordinate_id(record.topic, record.partition, record.offset),
             owner=topic_owner or UNKNOWN,
             source_topic=UNKNOWN,

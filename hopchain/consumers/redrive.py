@@ -19,9 +19,6 @@ from datetime import UTC, datetime
 
 from hopchain.consumers.errors import TriageError, TriageRefused
 from hopchain.consumers.records import (
-    NULL_VALUE_HEADER,
-    REDRIVE_COUNT_HEADER,
-    REDRIVE_OF_HEADER,
     UNKNOWN,
     DeadLetterRecord,
     original_headers,
@@ -31,7 +28,13 @@ from hopchain.consumers.records import (
 from hopchain.exceptions import EnvelopeError
 from hopchain.schemas.chain import append_hop, verify_chain
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
-from hopchain.schemas.deadletter import DeadLetterInfo, read_dead_letter_headers
+from hopchain.schemas.deadletter import (
+    REDRIVE_COUNT_HEADER,
+    REDRIVE_OF_HEADER,
+    DeadLetterInfo,
+    original_value,
+    read_dead_letter_headers,
+)
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Position
 from hopchain.schemas.ids import new_span_id
@@ -145,10 +148,7 @@ def build_redrive(
         for name, raw in original_headers(record.headers)
         if name not in {REDRIVE_COUNT_HEADER, REDRIVE_OF_HEADER}
     ]
-    value = record.value
-    null_marker = [raw for name, raw in record.headers if name == NULL_VALUE_HEADER]
-    if null_marker and null_marker[-1] == b"null" and not value:
-        value = None
+    value = original_value(record.value, record.headers)
 
     extended: Envelope | None = None
     if envelope is not None:

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from hopchain.consumers.detail import DeadLetterDetail, describe_failure
 from hopchain.consumers.filters import format_age
-from hopchain.consumers.records import DeadLetter
+from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
 __all__ = ["detail_view", "list_table", "redrive_lines", "resolution_json", "resolution_text"]
@@ -26,7 +26,7 @@ def resolution_json(resolution: Resolution | None) -> Any:
     return None if resolution is None else json.loads(resolution.model_dump_json())
 
 
-def _where(letter: DeadLetter) -> str:
+def _where(letter: ParkedLetter) -> str:
     return f"{letter.topic}[{letter.partition}]@{letter.offset}"
 
 
@@ -41,7 +41,7 @@ def resolution_text(resolution: Resolution | None) -> str:
 
 
 def list_table(
-    letters: list[tuple[DeadLetter, Resolution | None]], now: float, *, include_resolved: bool
+    letters: list[tuple[ParkedLetter, Resolution | None]], now: float, *, include_resolved: bool
 ) -> Table:
     """One row per dead letter: id, age, owner, source topic, error type, reason, where."""
     table = Table(box=None, pad_edge=False, header_style="bold")

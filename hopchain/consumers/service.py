@@ -41,7 +41,6 @@ from hopchain.consumers.topics import (
 )
 from hopchain.consumers.triage import Triage
 from hopchain.schemas.contracts import ContractRegistry
-from hopchain.security import kafka_client_options
 
 __all__ = ["DeadLetterService", "serve"]
 
@@ -54,7 +53,7 @@ class DeadLetterService:
     Args:
         settings: what to read and where to serve (``HOPCHAIN_*`` variables by default).
         contracts: a registry to take dead-letter topics and owners from (instead of, or
-            besides, ``settings.dlq_contracts``).
+            besides, ``settings.contracts``).
         registry: the Prometheus registry to put the metrics on (a new one if None).
         clock: Unix time, for the age computed at scrape time.
     """
@@ -94,7 +93,7 @@ class DeadLetterService:
         try:
             self.plan = plan_topics(settings, self.contracts)
             self._admin = AIOKafkaAdminClient(
-                **kafka_client_options(),
+                **settings.client_kwargs(),
                 bootstrap_servers=settings.kafka_bootstrap,
                 client_id="hopchain-dlq-admin",
                 request_timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),

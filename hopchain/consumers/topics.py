@@ -9,14 +9,10 @@ resolutions topic is compacted, so the latest resolution of every id is kept for
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
@@ -24,6 +20,7 @@ from aiokafka.errors import for_code
 
 from hopchain.consumers.config import DlqSettings
 from hopchain.exceptions import ConfigurationError
+from hopchain.loading import load_registry
 from hopchain.schemas.contracts import ContractRegistry
 
 __all__ = [
@@ -31,7 +28,6 @@ __all__ = [
     "RESOLUTIONS_TOPIC_CONFIG",
     "TopicPlan",
     "create_missing_topics",
-    "load_contracts",
     "plan_topics",
     "retention_problems",
 ]
@@ -46,42 +42,6 @@ RESOLUTIONS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _TOPIC_EXISTS = 36
 _INTERNAL_PREFIX = "__"
 _CHECKED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
-
-
-def load_contracts(spec: str) -> ContractRegistry:
-    """Import ``module:attribute`` and return the ContractRegistry it names (or returns).
-
-    The current directory is importable, as for ``python -m``.
-
-    Raises:
-        ConfigurationError: the module or attribute is missing or is not a registry.
-    """
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ConfigurationError(f"--contracts {spec!r} must be 'module:attribute'")
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"cannot import {module_name!r} for --contracts: {exc}; is it installed or in the "
-            "current directory?"
-        ) from exc
-    try:
-        found: Any = getattr(module, attribute)
-    except AttributeError:
-        raise ConfigurationError(
-            f"module {module_name!r} has no attribute {attribute!r} (from --contracts {spec!r})"
-        ) from None
-    if callable(found) and not isinstance(found, ContractRegistry):
-        found = found()
-    if not isinstance(found, ContractRegistry):
-        raise ConfigurationError(
-            f"--contracts {spec!r} is a {type(found).__name__}, not a ContractRegistry"
-        )
-    return found
 
 
 @dataclass
@@ -126,8 +86,8 @@ def plan_topics(settings: DlqSettings, contracts: ContractRegistry | None = None
     """
     named: dict[str, str | None] = {}
     registry = contracts
-    if registry is None and settings.dlq_contracts is not None:
-        registry = load_contracts(settings.dlq_contracts)
+    if registry is None and settings.contracts is not None:
+        registry = load_registry(settings.contracts)
     sources: list[Mapping[str, str]] = []
     if registry is not None:
         sources.append(registry.dead_letter_topics())

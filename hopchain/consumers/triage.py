@@ -28,7 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.index import DeadLetterIndex
-from hopchain.consumers.records import DeadLetter, DeadLetterRecord, parse_dead_letter
+from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, parse_dead_letter
 from hopchain.consumers.redrive import RedriveRecord, build_redrive, default_instance, read_parked
 from hopchain.consumers.resolutions import (
     RedriveTarget,
@@ -37,8 +37,7 @@ from hopchain.consumers.resolutions import (
     encode_resolution,
 )
 from hopchain.consumers.topics import RESOLUTIONS_TOPIC_CONFIG, create_missing_topics
-from hopchain.middleware.tracing import hop_span
-from hopchain.security import kafka_client_options
+from hopchain.tracing import hop_span
 
 __all__ = ["Redriven", "Triage"]
 
@@ -86,7 +85,7 @@ class Triage:
     async def start(self) -> None:
         """Connect the producer (the consumer that fetches records starts on first use)."""
         self._producer = AIOKafkaProducer(
-            **kafka_client_options(),
+            **self.settings.client_kwargs(),
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id="hopchain-dlq-triage",
             acks="all",
@@ -104,7 +103,7 @@ class Triage:
         # cleanly before it has run at all.
         if self._consumer is None:
             consumer = AIOKafkaConsumer(
-                **kafka_client_options(),
+                **self.settings.client_kwargs(),
                 bootstrap_servers=self.settings.kafka_bootstrap,
                 client_id="hopchain-dlq-fetch",
                 group_id=None,
@@ -125,7 +124,7 @@ class Triage:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def lookup(self, dead_letter_id: str) -> tuple[DeadLetter, Resolution | None]:
+    def lookup(self, dead_letter_id: str) -> tuple[ParkedLetter, Resolution | None]:
         """The indexed dead letter and its resolution.
 
         Raises:
@@ -136,7 +135,7 @@ class Triage:
             raise DeadLetterNotFound(dead_letter_id)
         return found
 
-    async def fetch(self, letter: DeadLetter) -> DeadLetterRecord:
+    async def fetch(self, letter: ParkedLetter) -> DeadLetterRecord:
         """The dead letter's record, read again from its dead-letter topic.
 
         Raises:
@@ -255,7 +254,7 @@ class Triage:
 
     @staticmethod
     def _resolution(
-        letter: DeadLetter,
+        letter: ParkedLetter,
         kind: ResolutionKind,
         who: str,
         reason: str,
@@ -280,7 +279,7 @@ class Triage:
         if self._resolutions_ready or not self.settings.dlq_create_topics:
             return
         admin = AIOKafkaAdminClient(
-            **kafka_client_options(),
+            **self.settings.client_kwargs(),
             bootstrap_servers=self.settings.kafka_bootstrap,
             client_id="hopchain-dlq-admin",
             request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),

@@ -1,42 +1,31 @@
-"""Middleware that validates, rejects, appends hops and traces, for FastStream and aiokafka."""
+"""Middleware that validates, rejects, appends hops and traces, for FastStream and aiokafka.
+
+The engine (:mod:`hopchain.middleware.engine`) knows no Kafka client; the FastStream
+middleware (:mod:`hopchain.middleware.faststream`) and the aiokafka wrapper
+(:mod:`hopchain.middleware.aiokafka`) are thin adapters over it. Most users import
+everything from :mod:`hopchain` itself.
+"""
 
 from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
-from hopchain.middleware.context import HopContext, Origin, current_hop, origin
-from hopchain.middleware.failures import (
-    Conflict,
-    ContractViolation,
-    EnvironmentFailure,
-    ExceptionMapper,
-    RejectedInput,
-    StageFailure,
-    Transient,
-    Unauthorized,
-    classify_exception,
-)
-from hopchain.middleware.faststream import HopchainMiddleware
-from hopchain.middleware.metrics import MiddlewareMetrics
-from hopchain.middleware.record import ConsumedRecord
-from hopchain.middleware.runtime import DeadLetterProducer, HopchainRuntime
+from hopchain.middleware.context import HopContext, Origin, RetryFeedback, current_hop, origin
+from hopchain.middleware.engine import AbortState, Hopchain, RecordWriter, Settled
+from hopchain.middleware.faststream import BrokerWriter, HopchainMiddleware
+from hopchain.middleware.producer import KafkaWriter, ProducerWriter
 
 __all__ = [
-    "Conflict",
-    "ConsumedRecord",
-    "ContractViolation",
-    "DeadLetterProducer",
+    "AbortState",
+    "BrokerWriter",
     "EnvelopeConsumer",
     "EnvelopeProducer",
-    "EnvironmentFailure",
-    "ExceptionMapper",
     "HopContext",
+    "Hopchain",
     "HopchainMiddleware",
-    "HopchainRuntime",
-    "MiddlewareMetrics",
+    "KafkaWriter",
     "Origin",
-    "RejectedInput",
-    "StageFailure",
-    "Transient",
-    "Unauthorized",
-    "classify_exception",
+    "ProducerWriter",
+    "RecordWriter",
+    "RetryFeedback",
+    "Settled",
     "current_hop",
     "origin",
 ]

@@ -1,19 +1,19 @@
 """Envelope-aware helpers for services that use plain aiokafka instead of FastStream.
 
-They apply the same engine as the FastStream middleware (:class:`HopchainRuntime`): every
+They apply the same engine as the FastStream middleware (:class:`~hopchain.Hopchain`): every
 record read is validated before the caller sees it, every invalid record is parked in its
 dead-letter topic byte for byte, and every record sent carries a validated envelope with
 exactly one new hop::
 
-    runtime = HopchainRuntime(registry, component="enrich")
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    hopchain = Hopchain(registry, component="enrich")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     consumer = AIOKafkaConsumer(
         "orders", bootstrap_servers=bootstrap, group_id="enrich", enable_auto_commit=False
     )
     await producer.start()
     await consumer.start()
-    sender = EnvelopeProducer(producer, runtime)
-    records = EnvelopeConsumer(consumer, producer, runtime)
+    sender = EnvelopeProducer(producer, hopchain)
+    records = EnvelopeConsumer(consumer, producer, hopchain, group="enrich")
     async for hop in records:
         try:
             await sender.send("enriched", enrich(hop.payload))
@@ -22,7 +22,9 @@ exactly one new hop::
         else:
             await records.commit(hop)  # committed only now, after the handling
 
-A handler wrapped in a declared :class:`~hopchain.middleware.stage.Stage` works the same
+The consumer must be created with ``enable_auto_commit=False`` (aiokafka does not tell a
+wrapper how it was configured, so this cannot be checked): offsets are committed only after
+handling. A handler wrapped in a declared :class:`~hopchain.middleware.stage.Stage` works the same
 way: the record being read is ``current_hop()``, and ``fail()`` takes the exit the stage
 raises (dead-letter, reroute or abort).
 
@@ -42,7 +44,6 @@ import time
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -62,10 +63,9 @@ from hopchain.middleware.context import (
     _set_current_hop,
     current_hop,
 )
+from hopchain.middleware.engine import Hopchain
 from hopchain.middleware.failures import ExceptionMapper
-from hopchain.middleware.record import ConsumedRecord
-from hopchain.middleware.runtime import HopchainRuntime
-from hopchain.middleware.tracing import HopSpan, consume_span, mark_error, publish_span
+from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
     TRACESTATE_HEADER,
@@ -73,6 +73,8 @@ from hopchain.schemas import (
     ErrorType,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
+from hopchain.schemas.record import ConsumedRecord
+from hopchain.tracing import HopSpan, consume_span, mark_error, publish_span
 
 __all__ = ["EnvelopeConsumer", "EnvelopeProducer"]
 
@@ -88,12 +90,12 @@ class EnvelopeProducer:
     Args:
         producer: a started ``AIOKafkaProducer`` without a value serializer: hopchain
             hands it the encoded bytes.
-        runtime: the component's engine.
+        hopchain: the component's engine.
     """
 
-    def __init__(self, producer: AIOKafkaProducer, runtime: HopchainRuntime) -> None:
+    def __init__(self, producer: AIOKafkaProducer, hopchain: Hopchain) -> None:
         self.producer = producer
-        self.runtime = runtime
+        self.hopchain = hopchain
 
     async def send(
         self,
@@ -128,7 +130,7 @@ class EnvelopeProducer:
         incoming = hop if hop is not None else current_hop()
         extra = self._caller_headers(topic, headers)
         if incoming is not None:
-            record, _ = self.runtime.outgoing(
+            record, _ = self.hopchain.outgoing(
                 topic,
                 payload,
                 incoming=incoming,
@@ -138,8 +140,8 @@ class EnvelopeProducer:
             )
             metadata = await self._send(topic, record, headers, key=key, partition=partition)
         else:
-            with publish_span(topic, component=self.runtime.component) as span:
-                record, _ = self.runtime.outgoing(
+            with publish_span(topic, component=self.hopchain.component) as span:
+                record, _ = self.hopchain.outgoing(
                     topic,
                     payload,
                     incoming=None,
@@ -148,7 +150,7 @@ class EnvelopeProducer:
                     headers=extra,
                 )
                 metadata = await self._send(topic, record, headers, key=key, partition=partition)
-        self.runtime.metrics.published.labels(topic, self.runtime.component).inc()
+        self.hopchain.metrics.published.labels(topic, self.hopchain.component).inc()
         return metadata
 
     def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
@@ -173,12 +175,11 @@ class EnvelopeProducer:
                     "refuse records with binary header values",
                     f"$.headers.{name}",
                 ) from None
-        # Names reserved for hopchain are refused by the runtime, with the other checks.
+        # Names reserved for hopchain are refused by the engine, with the other checks.
         return text
 
     def _refuse(self, topic: str, code: ReasonCode, detail: str, path: str) -> EnvelopeRejected:
-        self.runtime.metrics.rejected.labels(topic, "produce", code.value).inc()
-        return EnvelopeRejected(code, detail, path, topic=topic)
+        return self.hopchain.publisher.refuse(topic, code, detail, path)
 
     async def _send(
         self,
@@ -224,59 +225,50 @@ class EnvelopeConsumer:
         consumer: an ``AIOKafkaConsumer`` with a ``group_id`` and
             ``enable_auto_commit=False`` (offsets are committed after handling), without
             value or key deserializers.
-        producer: a started ``AIOKafkaProducer`` used to write dead letters.
-        runtime: the component's engine.
-        group: the consumer group recorded in dead letters; defaults to the consumer's.
+        producer: a started ``AIOKafkaProducer`` used to write dead letters (best with
+            ``acks="all"`` and ``enable_idempotence=True``).
+        hopchain: the component's engine.
+        group: the consumer's ``group_id``, recorded in dead letters.
 
     Settle each record in the task that read it: its span and ``current_hop()`` are that
     task's context.
 
     Raises:
-        ConfigurationError: the consumer commits automatically, has no group, reads a
-            dead-letter topic, or reads a topic without a contract.
+        ConfigurationError: no group is given, the consumer reads a dead-letter topic, or
+            a topic without a contract.
     """
 
     def __init__(
         self,
         consumer: AIOKafkaConsumer,
         producer: AIOKafkaProducer,
-        runtime: HopchainRuntime,
-        group: str | None = None,
+        hopchain: Hopchain,
+        *,
+        group: str,
     ) -> None:
-        if getattr(consumer, "_enable_auto_commit", False):
+        if not group:
             raise ConfigurationError(
-                "the consumer commits offsets on a timer, before records are handled, so a "
-                "crash would lose them; create it with "
-                "AIOKafkaConsumer(..., enable_auto_commit=False)"
-            )
-        consumer_group = getattr(consumer, "_group_id", None)
-        if not consumer_group:
-            raise ConfigurationError(
-                "the consumer has no group_id, so hopchain cannot commit offsets after "
-                "handling; create it with AIOKafkaConsumer(..., group_id=...)"
-            )
-        if group is not None and group != consumer_group:
-            raise ConfigurationError(
-                f"group {group!r} is not the consumer's group {consumer_group!r}; "
-                "leave group out to use the consumer's"
+                "EnvelopeConsumer needs the consumer's group_id as group=...: offsets are "
+                "committed for that group after handling"
             )
         self.consumer = consumer
         self.producer = producer
-        self.runtime = runtime
-        self.group: str = consumer_group
+        self.writer = ProducerWriter(producer)
+        self.hopchain = hopchain
+        self.group = group
         self._handling: _Handling | None = None
         self._aborted = False
         self._check_topics(consumer.subscription())
 
     def _check_topics(self, topics: Collection[str]) -> None:
-        registry = self.runtime.registry
+        registry = self.hopchain.registry
         for topic in sorted(topics):
             if registry.is_dead_letter_topic(topic):
                 raise ConfigurationError(
                     f"topic {topic!r} is a dead-letter topic; read it with the dead-letter "
                     "consumer (hopchain.consumers), not through the envelope middleware"
                 )
-        self.runtime.check_topics(topics)
+        self.hopchain.check_topics(topics)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -315,7 +307,7 @@ class EnvelopeConsumer:
             message = await self.consumer.getone()
             record = ConsumedRecord.from_aiokafka(message)
             try:
-                decoded = self.runtime.accept(record)
+                decoded = self.hopchain.accept(record)
             except DecodeError as error:
                 await self._park_rejected(record, error)
                 continue
@@ -329,28 +321,17 @@ class EnvelopeConsumer:
                     trace_id=decoded.envelope.trace_id,
                     group=self.group,
                     envelope_id=decoded.envelope.id,
-                    component=self.runtime.component,
+                    component=self.hopchain.component,
                 )
             )
-            hop = HopContext(
-                envelope=decoded.envelope,
-                payload=decoded.payload,
-                record=record,
-                component=self.runtime.component,
-                span_id=span.span_id,
-                received_at=datetime.now(UTC),
-                group=self.group,
-                registry=self.runtime.registry,
-                dedupe=self.runtime.dedupe,
-                metrics=self.runtime.metrics,
-            )
+            hop = self.hopchain.open(record, decoded, group=self.group, span_id=span.span_id)
             scope.callback(_restore_hop, _set_current_hop(hop))
             self._handling = _Handling(hop, span, scope, time.perf_counter())
             return hop
 
     async def _park_rejected(self, record: ConsumedRecord, error: DecodeError) -> None:
         try:
-            await self.runtime.reject(record, error, group=self.group, producer=self.producer)
+            await self.hopchain.reject(record, error, group=self.group, writer=self.writer)
         except DeadLetterWriteError as exc:
             self._rewind(record, exc)
             raise
@@ -375,10 +356,10 @@ class EnvelopeConsumer:
                 mark_error(handling.span.span, "commit_failed")
                 self._rewind(hop.record)
                 raise
-            self.runtime.handled(hop)
-            labels = (hop.record.topic, self.runtime.component)
-            self.runtime.metrics.consumed.labels(*labels).inc()
-            self.runtime.metrics.processing.labels(*labels).observe(
+            self.hopchain.handled(hop)
+            labels = (hop.record.topic, self.hopchain.component)
+            self.hopchain.metrics.consumed.labels(*labels).inc()
+            self.hopchain.metrics.processing.labels(*labels).observe(
                 time.perf_counter() - handling.started
             )
 
@@ -406,7 +387,7 @@ class EnvelopeConsumer:
         Returns:
             What was written to the dead-letter topic; None when the record was rerouted,
             or when the stage aborted: then nothing is committed, the consumer is rewound
-            to the record, ``runtime.aborted`` is set and this consumer reads no more.
+            to the record, ``hopchain.aborted`` is set and this consumer reads no more.
 
         Raises:
             ConfigurationError: ``hop`` is not the record being handled.
@@ -416,8 +397,8 @@ class EnvelopeConsumer:
         handling = self._settle(hop)
         with handling.scope:
             try:
-                settled = await self.runtime.settle_failure(
-                    hop, exc, producer=self.producer, mappers=mappers, error_type=error_type
+                settled = await self.hopchain.settle(
+                    hop, exc, writer=self.writer, mappers=mappers, error_type=error_type
                 )
             except DeadLetterWriteError as write_error:
                 mark_error(handling.span.span, "dead_letter_write_failed")

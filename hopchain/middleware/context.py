@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 from hopchain.middleware.dedupe import DedupeStore
 from hopchain.middleware.metrics import MiddlewareMetrics
-from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas import (
     Attempt,
     ContractRegistry,
@@ -26,6 +25,7 @@ from hopchain.schemas import (
     ValidationIssue,
     stage_intent_key,
 )
+from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["HopContext", "Origin", "RetryFeedback", "current_hop", "origin"]
 

@@ -1,22 +1,31 @@
-"""FastStream middleware: validate before the handler, park what fails, append on publish.
+"""The FastStream adapter: validate before the handler, park what fails, append on publish.
 
-Install it on a ``KafkaBroker`` (or a router) whose subscribers commit after processing::
+Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) whose
+subscribers commit after processing::
 
-    hop = HopchainRuntime(registry, component="classify")
-    broker = KafkaBroker(bootstrap, middlewares=[hop], ack_policy=AckPolicy.ACK)
+    hopchain = Hopchain(registry, component="classify")
+    middleware = HopchainMiddleware(hopchain)
+    broker = KafkaBroker(bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
+    middleware.check(broker)  # after declaring subscribers: refuses ACK_FIRST, MANUAL, batch
+    app = FastStream(broker, after_shutdown=[middleware.close])
 
-Commit behaviour: FastStream's Kafka default (``ACK_FIRST``) commits before the handler
-runs, so a crash loses the record. hopchain refuses subscribers with ``ACK_FIRST`` or
-``MANUAL`` and relies on ``ACK``-style policies: a record's offset is committed after its
-handler returned and its outputs were acknowledged, or after it was parked and the
-dead-letter write was acknowledged. If parking fails, the consumer is rewound to the
-record and stopped, so the record is read again after a restart: never dropped.
+Commit behaviour, on FastStream's public acknowledgement API: a record's offset is
+committed (``AckMessage``) after its handler returned and its outputs were acknowledged, or
+after it was parked and the dead-letter write was acknowledged. A record that could not be
+parked is not committed: FastStream's ``NackMessage`` rewinds the consumer to it and it is
+tried again after a pause, so it is never dropped. When a stage aborts, the record is
+rewound and every partition of that consumer is paused: nothing later is read or committed,
+and a restart resumes at the record.
 
 FastStream publishes a handler's return value after the consume scope has ended; if that
 publish fails, the record is not committed either. An output hopchain refuses to send
 (``EnvelopeRejected``) parks the record as a ``contract_violation``; any other failure
-(the broker is unreachable, the send timed out) rewinds the consumer to the record, which
-is handled again after a short pause: at least once, never committed unsent.
+rewinds the consumer to the record, which is handled again after a short pause.
+
+Dead letters keep the original headers byte for byte, which FastStream's publish API cannot
+express, so they are written with a producer the middleware owns (:class:`KafkaWriter`,
+connected with ``HOPCHAIN_KAFKA_BOOTSTRAP`` and the login settings). Under FastStream's
+``TestKafkaBroker`` pass ``writer=BrokerWriter(broker)`` to park through the test broker.
 """
 
 from __future__ import annotations
@@ -24,19 +33,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from contextvars import ContextVar
 from typing import Any, NoReturn
 
-from aiokafka import TopicPartition
-from faststream import AckPolicy
-from faststream._internal.middlewares import BaseMiddleware
-from faststream.exceptions import (
-    AckMessage,
-    HandlerException,
-    NackMessage,
-    SkipMessage,
-)
+from faststream import AckPolicy, BaseMiddleware, ContextRepo, StreamMessage
+from faststream.exceptions import AckMessage, HandlerException, NackMessage
+from faststream.kafka import KafkaBroker, KafkaRouter
+from faststream.kafka.response import KafkaPublishCommand
+from faststream.kafka.subscriber.usecase import BatchSubscriber
 
 from hopchain.exceptions import (
     ConfigurationError,
@@ -45,54 +51,140 @@ from hopchain.exceptions import (
     EnvelopeRejected,
 )
 from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
-from hopchain.middleware.record import ConsumedRecord
-from hopchain.middleware.runtime import DeadLetterProducer, HopchainRuntime
-from hopchain.middleware.tracing import consume_span, mark_error, publish_span
+from hopchain.middleware.engine import Hopchain, RecordWriter
+from hopchain.middleware.producer import KafkaWriter
 from hopchain.schemas import WireMode
+from hopchain.schemas.record import ConsumedRecord
+from hopchain.tracing import consume_span, mark_error, publish_span
 
-__all__ = ["HopchainMiddleware"]
+__all__ = ["BrokerWriter", "HopchainMiddleware"]
 
 logger = logging.getLogger("hopchain")
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
-_STOPPING: set[asyncio.Task[None]] = set()
-"""Subscriber stops under way (kept referenced until they finish)."""
-_RESEND_PAUSE_SECONDS = 1.0
-"""Pause before a record whose output could not be sent is handled again."""
+_RETRY_PAUSE_SECONDS = 1.0
+"""Pause before a record that could not be parked, or whose output was not sent, is read
+again: the rewind alone would retry it at once, in a tight loop."""
+_writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False)
 
 
-def _producer_of(subscriber: Any) -> DeadLetterProducer:
-    """The aiokafka producer of the broker the subscriber belongs to."""
-    try:
-        producer: DeadLetterProducer = subscriber._outer_config.producer._producer.producer  # noqa: SLF001
-    except AttributeError as exc:
-        raise ConfigurationError(
-            "cannot reach the broker's Kafka producer to park records; is the broker started "
-            "and is this FastStream 0.7.x?"
-        ) from exc
-    return producer
+class BrokerWriter:
+    """Writes dead letters and reroutes through the broker's own ``publish``.
+
+    For FastStream's ``TestKafkaBroker``, which replaces the broker's producer in memory,
+    so the whole failure path runs in a unit test. Header values go as text, as FastStream
+    sends them: a record whose headers are not UTF-8 cannot be parked this way.
+    """
+
+    def __init__(self, broker: KafkaBroker) -> None:
+        self.broker = broker
+
+    async def write(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Publish the record (the hopchain middleware lets it pass unchanged)."""
+        text = {name: (raw or b"").decode() for name, raw in headers}
+        token = _writing_raw.set(True)
+        try:
+            await self.broker.publish(
+                value or b"", topic, key=key, headers=text, timestamp_ms=timestamp_ms
+            )
+        finally:
+            _writing_raw.reset(token)
 
 
-def check_subscriber(subscriber: Any, registry: Any) -> None:
-    """Refuse a subscriber that commits before processing, or reads a topic with no contract."""
-    policy = getattr(subscriber, "ack_policy", None)
-    topics = [getattr(t, "name", str(t)) for t in getattr(subscriber, "topics", [])]
-    if policy in _REFUSED_ACK_POLICIES:
-        raise ConfigurationError(
-            f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; hopchain needs "
-            "offsets committed after processing: use AckPolicy.ACK (e.g. "
-            "KafkaBroker(..., ack_policy=AckPolicy.ACK))"
+class HopchainMiddleware:
+    """Validates, parks and appends hops for every record a FastStream Kafka broker handles.
+
+    Args:
+        hopchain: the component's engine.
+        writer: where dead letters and reroutes are written; by default a producer this
+            middleware owns (close it with :meth:`close`).
+        group: the consumer group recorded in dead letters (default: the component's name;
+            FastStream does not tell a middleware which subscriber read a record).
+    """
+
+    def __init__(
+        self, hopchain: Hopchain, *, writer: RecordWriter | None = None, group: str | None = None
+    ) -> None:
+        self.hopchain = hopchain
+        self._owned = (
+            KafkaWriter(hopchain.config, client_id=f"hopchain-{hopchain.component}")
+            if writer is None
+            else None
         )
-    registry.require(topics)
+        self.writer: RecordWriter = writer if writer is not None else self._owned  # type: ignore[assignment]
+        self.group = group or hopchain.component
+
+    def __call__(self, msg: Any | None, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
+        """The per-message middleware FastStream enters for each record and publish."""
+        return _RecordMiddleware(msg, context=context, owner=self)
+
+    def check(self, broker: KafkaBroker | KafkaRouter) -> None:
+        """Refuse subscribers that could lose records; call it after declaring them.
+
+        Every subscribed topic needs a contract, and every subscriber must commit after
+        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time.
+
+        Raises:
+            ConfigurationError: naming the subscriber's topics and the fix.
+        """
+        for subscriber in broker.subscribers:
+            topics = [topic.name for topic in getattr(subscriber, "topics", ())]
+            policy = getattr(subscriber, "ack_policy", None)
+            if policy in _REFUSED_ACK_POLICIES:
+                raise ConfigurationError(
+                    f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; "
+                    "hopchain needs offsets committed after processing: use AckPolicy.ACK "
+                    "(e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK))"
+                )
+            if isinstance(subscriber, BatchSubscriber):
+                raise ConfigurationError(
+                    f"subscriber of {topics} reads batches (batch=True), which hopchain does "
+                    "not validate record by record yet; subscribe one record at a time"
+                )
+            self.hopchain.check_topics(topics)
+
+    async def close(self) -> None:
+        """Stop the dead-letter producer this middleware owns (if it was started)."""
+        if self._owned is not None:
+            await self._owned.close()
 
 
-class HopchainMiddleware(BaseMiddleware[Any, Any]):
-    """Per-message middleware made by :class:`HopchainRuntime` for each record and publish."""
+def _parseable(record: Any) -> None:
+    """Drop header values FastStream's parser cannot decode, after the record was parked.
 
-    def __init__(self, msg: Any | None, /, *, context: Any, runtime: HopchainRuntime) -> None:
+    FastStream parses a record (and its acknowledgement needs it parsed) by decoding every
+    header as UTF-8; the original bytes are already in the dead-letter topic.
+    """
+    kept = []
+    for name, raw in record.headers or ():
+        try:
+            (raw or b"").decode()
+        except UnicodeDecodeError:
+            continue
+        kept.append((name, raw))
+    if len(kept) != len(record.headers or ()):
+        record.headers = kept
+
+
+class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
+    """What FastStream runs around one record (or one publish)."""
+
+    def __init__(
+        self, msg: Any | None, /, *, context: ContextRepo, owner: HopchainMiddleware
+    ) -> None:
         super().__init__(msg, context=context)
-        self.runtime = runtime
+        self.owner = owner
+        self.hopchain = owner.hopchain
         self.hop: HopContext | None = None
+        self.message: StreamMessage[Any] | None = None
         self._scope = ExitStack()
         self._started = 0.0
         self._unsent: BaseException | None = None
@@ -101,113 +193,104 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
 
     async def on_receive(self) -> None:
         """Validate the raw record before FastStream parses it; park it if it is invalid."""
-        if self.msg is None or isinstance(self.msg, tuple):
+        if self.msg is None:
             return
+        if isinstance(self.msg, tuple):
+            logger.critical("hopchain does not validate batches yet; not handling this batch")
+            await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+            raise NackMessage
         record = ConsumedRecord.from_aiokafka(self.msg)
-        if self.runtime.registry.is_dead_letter_topic(record.topic):
+        if self.hopchain.registry.is_dead_letter_topic(record.topic):
             # Dead-letter topics are read as they are: re-parking their records would loop.
             return
-        subscriber = self.context.get("handler_")
-        if getattr(subscriber, "ack_policy", None) in _REFUSED_ACK_POLICIES:
-            check_subscriber(subscriber, self.runtime.registry)
-        group = getattr(subscriber, "group_id", None) or ""
         try:
-            decoded = self.runtime.accept(record)
+            decoded = self.hopchain.accept(record)
         except DecodeError as error:
-            await self._reject(record, error, group, subscriber)
+            await self._reject(record, error)
         self._started = time.perf_counter()
         span = self._scope.enter_context(
             consume_span(
                 record,
                 trace_id=decoded.envelope.trace_id,
-                group=group,
+                group=self.owner.group,
                 envelope_id=decoded.envelope.id,
-                component=self.runtime.component,
+                component=self.hopchain.component,
             )
         )
-        self.hop = HopContext(
-            envelope=decoded.envelope,
-            payload=decoded.payload,
-            record=record,
-            component=self.runtime.component,
-            span_id=span.span_id,
-            received_at=datetime.now(UTC),
-            group=group,
-            registry=self.runtime.registry,
-            dedupe=self.runtime.dedupe,
-            metrics=self.runtime.metrics,
-        )
-        token = _set_current_hop(self.hop)
-        self._scope.callback(_reset_current_hop, token)
+        self.hop = self.hopchain.open(record, decoded, group=self.owner.group, span_id=span.span_id)
+        self._scope.callback(_reset_current_hop, _set_current_hop(self.hop))
 
-    async def _reject(
-        self, record: ConsumedRecord, error: DecodeError, group: str, subscriber: Any
-    ) -> NoReturn:
+    async def _reject(self, record: ConsumedRecord, error: DecodeError) -> NoReturn:
         try:
-            await self.runtime.reject(record, error, group=group, producer=_producer_of(subscriber))
-        except DeadLetterWriteError as exc:
-            self._stop_at(record, subscriber, exc)
-        consumer = getattr(subscriber, "consumer", None)
-        if consumer is not None:
-            # Parked and acknowledged by the broker: now, and only now, move past it.
-            await consumer.commit(
-                {TopicPartition(record.topic, record.partition): record.offset + 1}
+            await self.hopchain.reject(
+                record, error, group=self.owner.group, writer=self.owner.writer
             )
-        raise SkipMessage
+        except DeadLetterWriteError as exc:
+            await self._retry_later(record, exc)
+        _parseable(self.msg)
+        # Parked and acknowledged by the broker: now, and only now, move past it.
+        raise AckMessage
 
-    def _stop_at(self, record: ConsumedRecord, subscriber: Any, exc: Exception) -> NoReturn:
-        """Rewind to the record, stop the subscriber, and commit nothing on the way out."""
-        consumer = getattr(subscriber, "consumer", None)
-        if consumer is not None:
-            consumer.seek(TopicPartition(record.topic, record.partition), record.offset)
+    @staticmethod
+    async def _retry_later(record: ConsumedRecord, exc: Exception) -> NoReturn:
         logger.critical(
-            "stopping the subscriber of %s at %s: %s",
-            record.topic,
+            "%s is not committed and will be read again: %s",
             record.describe(),
             exc,
-            extra={"hopchain_event": "subscriber_stopped", "topic": record.topic},
+            extra={"hopchain_event": "record_retried", "topic": record.topic},
         )
-        if subscriber is not None:
-            # Read nothing more, and stop from another task: a subscriber stopped from its
-            # own consume task cancels itself half-way and keeps its partitions.
-            subscriber.running = False
-            task = asyncio.get_running_loop().create_task(subscriber.stop())
-            _STOPPING.add(task)
-            task.add_done_callback(_STOPPING.discard)
-        # A skipped record is not acknowledged, so its offset is not committed.
-        raise SkipMessage from exc
+        await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+        # FastStream's nack rewinds the consumer to this record: it is read again next.
+        raise NackMessage from exc
 
-    async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+    async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Hand the typed payload to the handler; park the record if the handler fails."""
         hop = self.hop
         if hop is None:
             return await call_next(msg)
-        contract = self.runtime.registry.get(hop.record.topic)
+        self.message = msg
+        if msg.committed is not None:
+            # Committed before the handler ran (ACK_FIRST): a crash now would lose it.
+            raise ConfigurationError(
+                f"{hop.record.describe()} was committed before its handler ran "
+                f"({msg.committed}); hopchain needs offsets committed after processing: use "
+                "AckPolicy.ACK (e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK))"
+            )
+        contract = self.hopchain.registry.get(hop.record.topic)
         if contract.mode is WireMode.BODY:
             # The handler sees the payload, whatever the wire mode.
             msg.body = hop.payload.__pydantic_serializer__.to_json(hop.payload)
             msg.clear_cache()
-        labels = (hop.record.topic, self.runtime.component)
+        labels = (hop.record.topic, self.hopchain.component)
         try:
             result = await call_next(msg)
         except HandlerException:
             raise
         except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
             await self._park_failure(hop, exc)
-        self.runtime.metrics.consumed.labels(*labels).inc()
-        self.runtime.metrics.processing.labels(*labels).observe(time.perf_counter() - self._started)
+        self.hopchain.metrics.consumed.labels(*labels).inc()
+        self.hopchain.metrics.processing.labels(*labels).observe(
+            time.perf_counter() - self._started
+        )
         return result
 
-    async def _park_failure(self, hop: HopContext, exc: Exception) -> NoReturn:
+    async def _park_failure(self, hop: HopContext, exc: BaseException) -> NoReturn:
         """Take the exit the stage declared (or the default exit of the failure's type)."""
-        subscriber = self.context.get("handler_")
         try:
-            settled = await self.runtime.settle_failure(hop, exc, producer=_producer_of(subscriber))
+            settled = await self.hopchain.settle(hop, exc, writer=self.owner.writer)
         except DeadLetterWriteError as write_error:
-            self._stop_at(hop.record, subscriber, write_error)
+            await self._retry_later(hop.record, write_error)
         if settled.aborted:
-            self._stop_at(hop.record, subscriber, exc)
+            self._halt()
+            raise NackMessage from exc
         raise AckMessage from exc
+
+    def _halt(self) -> None:
+        """Read nothing more: pause every partition of the consumer that read the record."""
+        consumer = getattr(self.message, "consumer", None)
+        pause = getattr(consumer, "pause", None)
+        if consumer is not None and pause is not None:
+            pause(*consumer.assignment())
 
     async def after_processed(
         self,
@@ -215,17 +298,17 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
         exc_val: BaseException | None = None,
         exc_tb: Any = None,  # noqa: ARG002
     ) -> bool | None:
-        """Close the hop's span and forget the record; never commit it with its output unsent."""
+        """Close the hop's span; never commit a record with its output unsent."""
         try:
             if exc_val is not None and self.hop is not None:
-                span_error = getattr(exc_val, "code", None) or type(exc_val).__name__
                 from opentelemetry import trace  # noqa: PLC0415
 
+                span_error = getattr(exc_val, "code", None) or type(exc_val).__name__
                 mark_error(trace.get_current_span(), str(span_error))
             if self.hop is not None and exc_val is not None and exc_val is self._unsent:
                 await self._output_not_sent(self.hop, exc_val)
             if self.hop is not None and exc_val is None:
-                self.runtime.handled(self.hop)
+                self.hopchain.handled(self.hop)
         finally:
             self._scope.close()
         return False
@@ -243,20 +326,18 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
                 "topic": hop.record.topic,
                 "partition": hop.record.partition,
                 "offset": hop.record.offset,
-                "component": self.runtime.component,
+                "component": self.hopchain.component,
             },
         )
-        await asyncio.sleep(_RESEND_PAUSE_SECONDS)
-        # FastStream's nack rewinds the consumer to this record, so it is read again next.
+        await asyncio.sleep(_RETRY_PAUSE_SECONDS)
         raise NackMessage from exc
 
     # -- publishing --------------------------------------------------------------------------
 
-    async def publish_scope(self, call_next: Any, cmd: Any) -> Any:
+    async def publish_scope(self, call_next: Any, cmd: KafkaPublishCommand) -> Any:
         """Validate and envelope every publish; refuse (and send nothing) when invalid."""
         topic = cmd.destination
-        registry = self.runtime.registry
-        if registry.is_dead_letter_topic(topic):
+        if _writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):
             return await call_next(cmd)
         incoming = self.hop
         if incoming is None:
@@ -265,7 +346,7 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
             incoming = current_hop()
         if incoming is not None:
             try:
-                record, _ = self.runtime.outgoing(
+                record, _ = self.hopchain.outgoing(
                     topic,
                     cmd.body,
                     incoming=incoming,
@@ -279,8 +360,8 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
                 self._unsent = exc
                 raise
         else:
-            with publish_span(topic, component=self.runtime.component) as span:
-                record, _ = self.runtime.outgoing(
+            with publish_span(topic, component=self.hopchain.component) as span:
+                record, _ = self.hopchain.outgoing(
                     topic,
                     cmd.body,
                     incoming=None,
@@ -289,12 +370,15 @@ class HopchainMiddleware(BaseMiddleware[Any, Any]):
                     headers=cmd.headers,
                 )
                 result = await self._send(call_next, cmd, record.value, record.headers)
-        self.runtime.metrics.published.labels(topic, self.runtime.component).inc()
+        self.hopchain.metrics.published.labels(topic, self.hopchain.component).inc()
         return result
 
     @staticmethod
     async def _send(
-        call_next: Any, cmd: Any, value: bytes, headers: tuple[tuple[str, bytes], ...]
+        call_next: Any,
+        cmd: KafkaPublishCommand,
+        value: bytes,
+        headers: tuple[tuple[str, bytes], ...],
     ) -> Any:
         cmd.body = value
         cmd.headers = {

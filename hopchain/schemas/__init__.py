@@ -19,6 +19,7 @@ from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure, Vali
 from hopchain.schemas.hop import Hop, Position
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, stage_intent_key
 from hopchain.schemas.integrity import Keyring
+from hopchain.schemas.record import ConsumedRecord
 from hopchain.schemas.vocabulary import (
     DEFAULT_ACTIONS,
     VOCABULARY_VERSION,
@@ -43,6 +44,7 @@ __all__ = [
     "AttemptKind",
     "AttemptOutcome",
     "BodyEnvelope",
+    "ConsumedRecord",
     "ContractRegistry",
     "Decision",
     "Decoded",

@@ -17,27 +17,56 @@ from hopchain.schemas.failure import Failure
 from hopchain.schemas.vocabulary import ErrorType
 
 __all__ = [
+    "DLQ_ENVELOPE_HEADER",
+    "DLQ_ID_HEADER",
+    "DLQ_OWNER_HEADER",
+    "DLQ_PARKED_AT_HEADER",
     "DLQ_PREFIX",
+    "DLQ_SOURCE_TOPIC_HEADER",
+    "DLQ_VALUE_HEADER",
+    "NULL_VALUE_MARKER",
+    "REDRIVE_COUNT_HEADER",
+    "REDRIVE_OF_HEADER",
+    "RESERVED_HEADER_PREFIX",
     "DeadLetterInfo",
     "dead_letter_headers",
+    "dead_letter_record",
+    "original_value",
     "read_dead_letter_headers",
 ]
 
+RESERVED_HEADER_PREFIX = "hopchain-"
+"""Every header whose name starts with this is written by hopchain; callers may not set one."""
 DLQ_PREFIX = "hopchain-dlq-"
-_ID = DLQ_PREFIX + "id"
+"""The headers a dead letter adds to the original record's headers."""
+DLQ_ID_HEADER = DLQ_PREFIX + "id"
+DLQ_ENVELOPE_HEADER = DLQ_PREFIX + "envelope"
+"""The envelope with the hop that parked the record, when it had a valid one."""
+DLQ_VALUE_HEADER = DLQ_PREFIX + "value"
+"""Present, with :data:`NULL_VALUE_MARKER`, when the original record had neither key nor value:
+Kafka needs one of them, so the dead letter's value is empty and this says it was null."""
+NULL_VALUE_MARKER = b"null"
+REDRIVE_COUNT_HEADER = "hopchain-redrive-count"
+"""How many times the record was redriven from a dead-letter topic."""
+REDRIVE_OF_HEADER = "hopchain-redrive-of"
+"""The id of the dead letter a redriven record came from."""
+_ID = DLQ_ID_HEADER
 _REASON = DLQ_PREFIX + "reason"
 _PATH = DLQ_PREFIX + "path"
 _ERROR_TYPE = DLQ_PREFIX + "error-type"
-_OWNER = DLQ_PREFIX + "owner"
+DLQ_OWNER_HEADER = DLQ_PREFIX + "owner"
+_OWNER = DLQ_OWNER_HEADER
 _COMPONENT = DLQ_PREFIX + "component"
 _GROUP = DLQ_PREFIX + "group"
-_TOPIC = DLQ_PREFIX + "source-topic"
+DLQ_SOURCE_TOPIC_HEADER = DLQ_PREFIX + "source-topic"
+_TOPIC = DLQ_SOURCE_TOPIC_HEADER
 _PARTITION = DLQ_PREFIX + "source-partition"
 _OFFSET = DLQ_PREFIX + "source-offset"
 _TIMESTAMP = DLQ_PREFIX + "source-timestamp"
-_PARKED_AT = DLQ_PREFIX + "parked-at"
+DLQ_PARKED_AT_HEADER = DLQ_PREFIX + "parked-at"
+_PARKED_AT = DLQ_PARKED_AT_HEADER
 _FAILURE = DLQ_PREFIX + "failure"
-_ENVELOPE = DLQ_PREFIX + "envelope"
+_ENVELOPE = DLQ_ENVELOPE_HEADER
 
 
 @dataclass(frozen=True)
@@ -135,3 +164,30 @@ def read_dead_letter_headers(
         envelope=Envelope.model_validate_json(envelope) if envelope and parse_envelope else None,
         envelope_json=envelope or None,
     )
+
+
+def dead_letter_record(
+    value: bytes | None,
+    key: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+    info: DeadLetterInfo,
+) -> tuple[bytes | None, list[tuple[str, bytes | None]]]:
+    """The value and headers of the dead letter for a record: unchanged, plus ours.
+
+    A record with neither key nor value (Kafka refuses to write one) gets an empty value and
+    the :data:`DLQ_VALUE_HEADER` marker, rather than an invented payload.
+    """
+    parked: list[tuple[str, bytes | None]] = [*headers, *dead_letter_headers(info)]
+    if value is None and key is None:
+        value = b""
+        parked.append((DLQ_VALUE_HEADER, NULL_VALUE_MARKER))
+    return value, parked
+
+
+def original_value(
+    value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> bytes | None:
+    """The value the record had before it was parked (None where the marker says so)."""
+    if any(name == DLQ_VALUE_HEADER and raw == NULL_VALUE_MARKER for name, raw in headers):
+        return None
+    return value

@@ -17,7 +17,7 @@ async def partitions_of(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> li
     for topic in topics:
         numbers = consumer.partitions_for_topic(topic)
         if numbers is None:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
+            await consumer.topics()  # refreshes the metadata of every topic
             numbers = consumer.partitions_for_topic(topic)
         found += [TopicPartition(topic, number) for number in sorted(numbers or ())]
     return found

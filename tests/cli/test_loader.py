@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hopchain.cli.loader import LoadError, load_object, load_registry
 from hopchain.exceptions import ConfigurationError
+from hopchain.loading import LoadError, load_object, load_registry
 from hopchain.schemas import ContractRegistry
 
 

@@ -16,9 +16,9 @@ from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 from typer.testing import CliRunner, Result
 
+from hopchain import Hopchain, HopchainMiddleware, RejectedInput, origin
 from hopchain.cli.app import app
 from hopchain.lookup import find_record
-from hopchain.middleware import HopchainRuntime, RejectedInput, origin
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     ContractRegistry,
@@ -78,7 +78,7 @@ async def _pipeline(bootstrap: str, names: list[str]) -> tuple[ContractRegistry,
     for index in (0, 1):
         broker = KafkaBroker(
             bootstrap,
-            middlewares=[HopchainRuntime(registry, component=f"stage-{index + 1}")],
+            middlewares=[HopchainMiddleware(Hopchain(registry, component=f"stage-{index + 1}"))],
             ack_policy=AckPolicy.ACK,
         )
 
@@ -91,7 +91,7 @@ async def _pipeline(bootstrap: str, names: list[str]) -> tuple[ContractRegistry,
         brokers.append(broker)
     last = KafkaBroker(
         bootstrap,
-        middlewares=[HopchainRuntime(registry, component="stage-3")],
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="stage-3"))],
         ack_policy=AckPolicy.ACK,
     )
 
@@ -112,7 +112,7 @@ async def test_trace_shows_every_hop_and_one_connected_trace(
     await create_topics(kafka_bootstrap, *[f"{name}.dlq" for name in names])
     registry, brokers = await _pipeline(kafka_bootstrap, names)
     feeder = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")]
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
     )
     for broker in [*brokers, feeder]:
         await broker.start()
@@ -177,7 +177,7 @@ async def test_a_tampered_record_shows_the_hop_where_integrity_breaks(
     names = [await new_topic() for _ in range(3)]
     registry, brokers = await _pipeline(kafka_bootstrap, names)
     feeder = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")]
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
     )
     # Only the first stage runs, so the record stops on the second topic with two hops.
     for broker in (brokers[0], feeder):
@@ -276,7 +276,7 @@ async def test_a_redriven_record_shows_the_redrive_hop_and_stays_in_its_trace(
     await create_topics(kafka_bootstrap, dead_letter_topic)
     registry, brokers = await _pipeline(kafka_bootstrap, names)
     feeder = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")]
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
     )
     for broker in [*brokers, feeder]:
         await broker.start()

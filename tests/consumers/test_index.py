@@ -4,12 +4,12 @@ from datetime import UTC, datetime
 
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.metrics import DlqMetrics
-from hopchain.consumers.records import DeadLetter
+from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution, ResolutionKind
 
 
-def letter(dead_letter_id: str, parked_at: float, owner: str = "team-a") -> DeadLetter:
-    return DeadLetter(
+def letter(dead_letter_id: str, parked_at: float, owner: str = "team-a") -> ParkedLetter:
+    return ParkedLetter(
         dead_letter_id=dead_letter_id,
         owner=owner,
         source_topic="orders",

@@ -6,7 +6,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hopchain.consumers.records import (
-    REDRIVE_COUNT_HEADER,
     UNKNOWN,
     DeadLetterRecord,
     coordinate_id,
@@ -14,6 +13,7 @@ from hopchain.consumers.records import (
 )
 from hopchain.consumers.synthetic import envelope_for, synthetic_dead_letter
 from hopchain.schemas import ErrorType
+from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER
 
 
 def as_record(

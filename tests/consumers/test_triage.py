@@ -16,10 +16,10 @@ from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 from typer.testing import CliRunner, Result
 
+from hopchain import Hopchain, HopchainMiddleware, current_hop, origin
 from hopchain.cli.app import app
 from hopchain.consumers import DeadLetterService, load_index
 from hopchain.consumers.synthetic import produce_dead_letters, synthetic_dead_letter
-from hopchain.middleware import HopchainRuntime, current_hop, origin
 from hopchain.schemas import (
     ContractRegistry,
     Decision,
@@ -68,8 +68,10 @@ async def test_redriving_twice_sends_one_record_with_a_redriven_hop_that_the_sta
     source = await new_topic()
     contracts = ContractRegistry([TopicContract(topic=source, model=Order, owner="billing")])
     settings = dlq_settings(dlq_topics={f"{source}.dlq": "billing"})
-    runtime = HopchainRuntime(contracts, component="invoice")
-    broker = KafkaBroker(kafka_bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+    runtime = Hopchain(contracts, component="invoice")
+    broker = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+    )
     calls: list[int] = []
     handled: list[Envelope] = []
 

@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
+from hopchain import ConsumedRecord, EnvelopeProducer, Hopchain, HopContext
 from hopchain.exceptions import ReasonCode
-from hopchain.middleware import ConsumedRecord, EnvelopeProducer, HopchainRuntime, HopContext
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     TRACEPARENT_HEADER,
@@ -219,9 +219,9 @@ def consumed(
     )
 
 
-def received_hop(runtime: HopchainRuntime, topic: str, number: int = 1) -> HopContext:
+def received_hop(runtime: Hopchain, topic: str, number: int = 1) -> HopContext:
     """The HopContext of a valid record of ``topic`` (an origin from component "feeder")."""
-    feeder = HopchainRuntime(runtime.registry, component="feeder")
+    feeder = Hopchain(runtime.registry, component="feeder")
     encoded, _ = feeder.outgoing(
         topic, doc(number), incoming=None, trace_id=new_trace_id(), span_id=new_span_id()
     )
@@ -348,7 +348,7 @@ class MalformedFactory:
     malformed ones are derived from.
     """
 
-    def __init__(self, feeder: HopchainRuntime, topic: str) -> None:
+    def __init__(self, feeder: Hopchain, topic: str) -> None:
         self.feeder = feeder
         self.topic = topic
 

@@ -29,7 +29,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 
-from hopchain.middleware import HopchainRuntime, current_hop
+from hopchain import Hopchain, HopchainMiddleware, current_hop
 from hopchain.middleware.dedupe import SqliteDedupeStore
 from hopchain.middleware.stage import Stage
 from hopchain.schemas import ContractRegistry, EffectKind, TopicContract
@@ -108,7 +108,7 @@ async def serve(arguments: argparse.Namespace) -> int:
     ledger_path = Path(arguments.ledger)
     ledger = open_ledger(ledger_path)
     dedupe = SqliteDedupeStore(ledger_path)
-    runtime = HopchainRuntime(
+    runtime = Hopchain(
         registry(arguments.input, arguments.output), component="filer", dedupe=dedupe
     )
     stage = Stage(
@@ -119,7 +119,9 @@ async def serve(arguments: argparse.Namespace) -> int:
         side_effects_free=False,
         idempotent=True,
     )
-    broker = KafkaBroker(arguments.bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+    broker = KafkaBroker(
+        arguments.bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+    )
 
     async def file_claim(claim: Claim) -> Filed:
         hop = current_hop()

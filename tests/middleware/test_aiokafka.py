@@ -43,24 +43,26 @@ from middleware_helpers import (
 )
 from opentelemetry import trace
 
-from hopchain.exceptions import (
-    ConfigurationError,
-    DeadLetterWriteError,
-    EnvelopeRejected,
-    ReasonCode,
-    UnknownTopicError,
-)
-from hopchain.middleware import (
+from hopchain import (
     Conflict,
     EnvelopeConsumer,
     EnvelopeProducer,
-    HopchainRuntime,
+    Hopchain,
+    HopchainConfig,
+    HopchainMiddleware,
     HopContext,
     RejectedInput,
     Transient,
     Unauthorized,
     current_hop,
     origin,
+)
+from hopchain.exceptions import (
+    ConfigurationError,
+    DeadLetterWriteError,
+    EnvelopeRejected,
+    ReasonCode,
+    UnknownTopicError,
 )
 from hopchain.middleware.policy import Degrade, Reroute
 from hopchain.middleware.stage import Pipeline, StageExit
@@ -99,7 +101,7 @@ async def topic_with_dlq(bootstrap: str, new_topic: TopicFactory, partitions: in
     return topic
 
 
-def sample(runtime: HopchainRuntime, name: str, **labels: str) -> float:
+def sample(runtime: Hopchain, name: str, **labels: str) -> float:
     return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
@@ -148,8 +150,8 @@ async def test_consumer_hands_over_valid_records_and_parks_the_rest(
     topic = await topic_with_dlq(kafka_bootstrap, new_topic, partitions=3)
     dlq, group = f"{topic}.dlq", unique_topic_name("wrapped")
     contracts = registry(contract(topic))
-    feeder = HopchainRuntime(contracts, component="feeder")
-    runtime = HopchainRuntime(
+    feeder = Hopchain(contracts, component="feeder")
+    runtime = Hopchain(
         contracts, component="wrapped", limits=Limits(max_record_bytes=OVERSIZE_LIMIT)
     )
     handled: Counter[int] = Counter()
@@ -169,7 +171,7 @@ async def test_consumer_hands_over_valid_records_and_parks_the_rest(
     ):
         sender = EnvelopeProducer(producer, feeder)
         sent = await send_mixed(producer, sender, MalformedFactory(feeder, topic), plan)
-        records = EnvelopeConsumer(consumer, producer, runtime)
+        records = EnvelopeConsumer(consumer, producer, runtime, group=group)
         loop = asyncio.create_task(consume_until_cancelled(records, handle))
         try:
             await wait_until(lambda: sum(handled.values()) >= valid, what="every valid record")
@@ -222,7 +224,7 @@ async def test_producer_refuses_invalid_records_and_sends_nothing(
     kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
     topic = await new_topic()
-    runtime = HopchainRuntime(registry(contract(topic)), component="feeder")
+    runtime = Hopchain(registry(contract(topic)), component="feeder")
     async with raw_producer(kafka_bootstrap) as producer:
         sender = EnvelopeProducer(producer, runtime)
         refusals = []
@@ -262,7 +264,7 @@ async def test_produced_value_is_the_payload_json_for_plain_consumers(
     kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
     topic = await new_topic()
-    runtime = HopchainRuntime(registry(contract(topic)), component="feeder")
+    runtime = Hopchain(registry(contract(topic)), component="feeder")
     async with raw_producer(kafka_bootstrap) as producer:
         sender = EnvelopeProducer(producer, runtime)
         meta = await sender.send(topic, doc(4), key=b"k4", headers=[("x-tenant", b"acme")])
@@ -284,9 +286,11 @@ async def test_unparkable_rejected_record_rewinds_and_is_parked_on_recovery(
     topic = await topic_with_dlq(kafka_bootstrap, new_topic)
     dlq, group = f"{topic}.dlq", unique_topic_name("rewind")
     contracts = registry(contract(topic))
-    feeder = HopchainRuntime(contracts, component="feeder")
-    runtime = HopchainRuntime(
-        contracts, component="wrapped", dead_letter_attempts=2, dead_letter_backoff=0.01
+    feeder = Hopchain(contracts, component="feeder")
+    runtime = Hopchain(
+        contracts,
+        component="wrapped",
+        config=HopchainConfig(dead_letter_attempts=2, dead_letter_backoff_seconds=0.01),
     )
     async with raw_producer(kafka_bootstrap) as producer:
         sender = EnvelopeProducer(producer, feeder)
@@ -296,7 +300,7 @@ async def test_unparkable_rejected_record_rewinds_and_is_parked_on_recovery(
         await sender.send(topic, doc(2))
         flaky = FlakyProducer(producer, dlq)
         async with envelope_consumer_client(kafka_bootstrap, topic, group) as consumer:
-            records = EnvelopeConsumer(consumer, flaky, runtime)
+            records = EnvelopeConsumer(consumer, flaky, runtime, group=group)
             first = await records.next()
             await records.commit(first)
             with pytest.raises(DeadLetterWriteError) as unparked:
@@ -326,15 +330,17 @@ async def test_unparkable_failed_record_is_not_committed_and_survives_a_restart(
     topic = await topic_with_dlq(kafka_bootstrap, new_topic)
     dlq, group = f"{topic}.dlq", unique_topic_name("restart")
     contracts = registry(contract(topic))
-    feeder = HopchainRuntime(contracts, component="feeder")
+    feeder = Hopchain(contracts, component="feeder")
     async with raw_producer(kafka_bootstrap) as producer:
         await EnvelopeProducer(producer, feeder).send(topic, doc(0))
         flaky = FlakyProducer(producer, dlq)
-        runtime = HopchainRuntime(
-            contracts, component="wrapped", dead_letter_attempts=3, dead_letter_backoff=0.01
+        runtime = Hopchain(
+            contracts,
+            component="wrapped",
+            config=HopchainConfig(dead_letter_attempts=3, dead_letter_backoff_seconds=0.01),
         )
         async with envelope_consumer_client(kafka_bootstrap, topic, group) as consumer:
-            records = EnvelopeConsumer(consumer, flaky, runtime)
+            records = EnvelopeConsumer(consumer, flaky, runtime, group=group)
             hop = await records.next()
             with pytest.raises(DeadLetterWriteError):
                 await records.fail(hop, RuntimeError(f"handler broke on {MARKER}"))
@@ -343,9 +349,9 @@ async def test_unparkable_failed_record_is_not_committed_and_survives_a_restart(
         assert await committed_offsets(kafka_bootstrap, group) == {}
 
         # A new process, the dead-letter topic healthy again: the record is parked.
-        runtime = HopchainRuntime(contracts, component="wrapped")
+        runtime = Hopchain(contracts, component="wrapped")
         async with envelope_consumer_client(kafka_bootstrap, topic, group) as consumer:
-            records = EnvelopeConsumer(consumer, producer, runtime)
+            records = EnvelopeConsumer(consumer, producer, runtime, group=group)
             again = await records.next()
             assert again.record.offset == 0
             info = await records.fail(again, RuntimeError(f"handler broke on {MARKER}"))
@@ -367,8 +373,8 @@ async def test_fail_parks_typed_failures_and_aborts_on_unauthorized(
     topic = await topic_with_dlq(kafka_bootstrap, new_topic)
     dlq, group = f"{topic}.dlq", unique_topic_name("typed")
     contracts = registry(contract(topic))
-    feeder = HopchainRuntime(contracts, component="feeder")
-    runtime = HopchainRuntime(contracts, component="wrapped")
+    feeder = Hopchain(contracts, component="feeder")
+    runtime = Hopchain(contracts, component="wrapped")
     handled: list[int] = []
 
     async def handle(hop: HopContext) -> None:
@@ -390,7 +396,7 @@ async def test_fail_parks_typed_failures_and_aborts_on_unauthorized(
             with origin(run_id="run-t", work_item_id=f"item-{number}"):
                 await sender.send(topic, doc(number))
         async with envelope_consumer_client(kafka_bootstrap, topic, group) as consumer:
-            records = EnvelopeConsumer(consumer, producer, runtime)
+            records = EnvelopeConsumer(consumer, producer, runtime, group=group)
             async with asyncio.timeout(30):
                 # The loop ends by itself: the stage aborted on record 3.
                 await consume_until_cancelled(records, handle, failures)
@@ -439,10 +445,10 @@ async def test_wrapped_stage_extends_a_faststream_origin_in_the_same_trace(
     contracts = registry(contract(a), contract(b, Summary))
     origin_broker = KafkaBroker(
         kafka_bootstrap,
-        middlewares=[HopchainRuntime(contracts, component="feeder")],
+        middlewares=[HopchainMiddleware(Hopchain(contracts, component="feeder"))],
         ack_policy=AckPolicy.ACK,
     )
-    runtime = HopchainRuntime(contracts, component="summarise")
+    runtime = Hopchain(contracts, component="summarise")
     await origin_broker.start()
     try:
         with origin(run_id="run-x", work_item_id="item-x"):
@@ -450,11 +456,12 @@ async def test_wrapped_stage_extends_a_faststream_origin_in_the_same_trace(
     finally:
         await origin_broker.stop()
 
+    group = unique_topic_name("summarise")
     async with (
         raw_producer(kafka_bootstrap) as producer,
-        envelope_consumer_client(kafka_bootstrap, a, unique_topic_name("summarise")) as consumer,
+        envelope_consumer_client(kafka_bootstrap, a, group) as consumer,
     ):
-        records = EnvelopeConsumer(consumer, producer, runtime)
+        records = EnvelopeConsumer(consumer, producer, runtime, group=group)
         sender = EnvelopeProducer(producer, runtime)
         hop = await records.next()
         assert trace.format_span_id(trace.get_current_span().get_span_context().span_id) == (
@@ -492,7 +499,7 @@ async def test_declared_stage_exits_work_through_the_wrapper(
     raw, out, review = [await new_topic(prefix=name) for name in ("raw", "out", "review")]
     await create_topics(kafka_bootstrap, f"{raw}.dlq")
     contracts = registry(contract(raw), contract(out, Summary), contract(review))
-    runtime = HopchainRuntime(contracts, component="summarise")
+    runtime = Hopchain(contracts, component="summarise")
     pipeline = Pipeline("wrapped")
     summarise = pipeline.stage(
         "summarise",
@@ -512,14 +519,13 @@ async def test_declared_stage_exits_work_through_the_wrapper(
         return Summary(id=item.id, text="ok", length=len(item.text))
 
     async with raw_producer(kafka_bootstrap) as producer:
-        feeder = EnvelopeProducer(producer, HopchainRuntime(contracts, component="feeder"))
+        feeder = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
         for number in range(3):
             await feeder.send(raw, doc(number))
         sender = EnvelopeProducer(producer, runtime)
-        async with envelope_consumer_client(
-            kafka_bootstrap, raw, unique_topic_name("stage")
-        ) as consumer:
-            records = EnvelopeConsumer(consumer, producer, runtime)
+        group = unique_topic_name("stage")
+        async with envelope_consumer_client(kafka_bootstrap, raw, group) as consumer:
+            records = EnvelopeConsumer(consumer, producer, runtime, group=group)
             outcomes = []
             for _ in range(3):
                 hop = await records.next()
@@ -552,30 +558,18 @@ async def test_declared_stage_exits_work_through_the_wrapper(
 # -- configuration and settling (no broker: the consumer is never started) ----------------------
 
 
-async def test_consumers_that_commit_on_their_own_are_refused() -> None:
-    contracts = registry(contract("orders"))
-    runtime = HopchainRuntime(contracts, component="wrapped")
-    consumer = AIOKafkaConsumer("orders", group_id="g", bootstrap_servers="127.0.0.1:1")
-    try:
-        with pytest.raises(ConfigurationError, match="enable_auto_commit=False"):
-            EnvelopeConsumer(consumer, FakeProducer(), runtime)
-    finally:
-        await consumer.stop()
-
-
 @pytest.mark.parametrize(
     ("topics", "group", "kwargs", "error", "match"),
     [
-        (["orders"], None, {}, ConfigurationError, "group_id"),
-        (["orders"], "g", {"group": "other"}, ConfigurationError, "not the consumer's group"),
-        (["orders.dlq"], "g", {}, ConfigurationError, "dead-letter topic"),
-        (["payments"], "g", {}, UnknownTopicError, "payments"),
+        (["orders"], None, {"group": ""}, ConfigurationError, "group_id"),
+        (["orders.dlq"], "g", {"group": "g"}, ConfigurationError, "dead-letter topic"),
+        (["payments"], "g", {"group": "g"}, UnknownTopicError, "payments"),
     ],
 )
 async def test_misconfigured_consumers_are_refused(
     topics: list[str], group: str | None, kwargs: dict[str, Any], error: type[Exception], match: str
 ) -> None:
-    runtime = HopchainRuntime(registry(contract("orders")), component="wrapped")
+    runtime = Hopchain(registry(contract("orders")), component="wrapped")
     consumer = AIOKafkaConsumer(
         *topics, group_id=group, enable_auto_commit=False, bootstrap_servers="127.0.0.1:1"
     )
@@ -650,10 +644,12 @@ def consumer_record(offset: int, value: bytes | None, headers: Any) -> ConsumerR
 
 
 @pytest.fixture
-def orders() -> tuple[HopchainRuntime, MalformedFactory]:
+def orders() -> tuple[Hopchain, MalformedFactory]:
     contracts = registry(contract("orders"))
-    runtime = HopchainRuntime(contracts, component="wrapped", dead_letter_backoff=0.0)
-    return runtime, MalformedFactory(HopchainRuntime(contracts, component="feeder"), "orders")
+    runtime = Hopchain(
+        contracts, component="wrapped", config=HopchainConfig(dead_letter_backoff_seconds=0.0)
+    )
+    return runtime, MalformedFactory(Hopchain(contracts, component="feeder"), "orders")
 
 
 def valid_record(factory: MalformedFactory, offset: int) -> ConsumerRecord[bytes, bytes]:
@@ -662,11 +658,11 @@ def valid_record(factory: MalformedFactory, offset: int) -> ConsumerRecord[bytes
 
 
 async def test_a_record_must_be_settled_before_the_next_is_read(
-    orders: tuple[HopchainRuntime, MalformedFactory],
+    orders: tuple[Hopchain, MalformedFactory],
 ) -> None:
     runtime, factory = orders
     fake = FakeConsumer([valid_record(factory, 0), valid_record(factory, 1)])
-    records = EnvelopeConsumer(fake, FakeProducer(), runtime)
+    records = EnvelopeConsumer(fake, FakeProducer(), runtime, group="g")
     first = await records.next()
     with pytest.raises(ConfigurationError, match=r"orders\[0\]@0 was neither committed nor failed"):
         await records.next()
@@ -686,13 +682,13 @@ async def test_a_record_must_be_settled_before_the_next_is_read(
 
 
 async def test_a_rejected_record_is_committed_only_after_it_was_parked(
-    orders: tuple[HopchainRuntime, MalformedFactory],
+    orders: tuple[Hopchain, MalformedFactory],
 ) -> None:
     runtime, factory = orders
     bad = factory.build("missing_field", 0)
     fake = FakeConsumer([consumer_record(0, bad.value, bad.headers), valid_record(factory, 1)])
     down = FakeProducer(fail=True)
-    records = EnvelopeConsumer(fake, down, runtime)
+    records = EnvelopeConsumer(fake, down, runtime, group="g")
     with pytest.raises(DeadLetterWriteError):
         await records.next()
     assert fake.commits == []
@@ -700,7 +696,7 @@ async def test_a_rejected_record_is_committed_only_after_it_was_parked(
 
     up = FakeProducer()
     fake.records.insert(0, consumer_record(0, bad.value, bad.headers))
-    records = EnvelopeConsumer(fake, up, runtime)
+    records = EnvelopeConsumer(fake, up, runtime, group="g")
     hop = await records.next()
     assert hop.record.offset == 1
     assert fake.commits == [{TopicPartition("orders", 0): 1}]
@@ -710,13 +706,13 @@ async def test_a_rejected_record_is_committed_only_after_it_was_parked(
 
 
 async def test_records_of_unknown_topics_stop_the_consumer_without_skipping(
-    orders: tuple[HopchainRuntime, MalformedFactory],
+    orders: tuple[Hopchain, MalformedFactory],
 ) -> None:
     runtime, factory = orders
     stray = valid_record(factory, 5)
     stray.topic = "payments"
     fake = FakeConsumer([stray])
-    records = EnvelopeConsumer(fake, FakeProducer(), runtime)
+    records = EnvelopeConsumer(fake, FakeProducer(), runtime, group="g")
     with pytest.raises(UnknownTopicError):
         await records.next()
     assert fake.seeks == [(TopicPartition("payments", 0), 5)]
@@ -724,11 +720,11 @@ async def test_records_of_unknown_topics_stop_the_consumer_without_skipping(
 
 
 async def test_the_hop_span_is_current_until_the_record_is_settled(
-    orders: tuple[HopchainRuntime, MalformedFactory], spans: InMemorySpanExporter
+    orders: tuple[Hopchain, MalformedFactory], spans: InMemorySpanExporter
 ) -> None:
     runtime, factory = orders
     fake = FakeConsumer([valid_record(factory, 0), valid_record(factory, 1)])
-    records = EnvelopeConsumer(fake, FakeProducer(), runtime)
+    records = EnvelopeConsumer(fake, FakeProducer(), runtime, group="g")
     hop = await records.next()
     current = trace.get_current_span().get_span_context()
     assert trace.format_span_id(current.span_id) == hop.span_id
@@ -744,12 +740,12 @@ async def test_the_hop_span_is_current_until_the_record_is_settled(
 
 
 async def test_an_output_refused_by_hopchain_is_a_contract_violation(
-    orders: tuple[HopchainRuntime, MalformedFactory],
+    orders: tuple[Hopchain, MalformedFactory],
 ) -> None:
     runtime, factory = orders
     fake = FakeConsumer([valid_record(factory, 0)])
     parked = FakeProducer()
-    records = EnvelopeConsumer(fake, parked, runtime)
+    records = EnvelopeConsumer(fake, parked, runtime, group="g")
     hop = await records.next()
     with pytest.raises(EnvelopeRejected) as refused:
         await EnvelopeProducer(parked, runtime).send("orders", {"id": "x"})

@@ -9,8 +9,8 @@ import pytest
 from middleware_helpers import contract, received_hop, registry
 from pydantic import ValidationError
 
+from hopchain import Hopchain, HopContext, current_hop, origin
 from hopchain.exceptions import ReasonCode
-from hopchain.middleware import HopchainRuntime, HopContext, current_hop, origin
 from hopchain.middleware.context import (
     RetryFeedback,
     _reset_current_hop,
@@ -28,12 +28,12 @@ from hopchain.schemas import (
 
 
 @pytest.fixture
-def runtime() -> HopchainRuntime:
-    return HopchainRuntime(registry(contract("orders")), component="stage")
+def runtime() -> Hopchain:
+    return Hopchain(registry(contract("orders")), component="stage")
 
 
 @pytest.fixture
-def hop(runtime: HopchainRuntime) -> HopContext:
+def hop(runtime: Hopchain) -> HopContext:
     return received_hop(runtime, "orders")
 
 
@@ -86,9 +86,7 @@ def test_the_hop_reads_its_envelope(hop: HopContext) -> None:
     )
 
 
-def test_the_stage_key_depends_on_intent_and_stage_only(
-    runtime: HopchainRuntime, hop: HopContext
-) -> None:
+def test_the_stage_key_depends_on_intent_and_stage_only(runtime: Hopchain, hop: HopContext) -> None:
     redelivered = received_hop(runtime, "orders", number=2)
     redelivered.envelope = redelivered.envelope.model_copy(update={"intent_key": hop.intent_key})
     assert hop.stage_key() == redelivered.stage_key()
@@ -126,7 +124,7 @@ def test_the_decision_follows_the_attempts_unless_a_policy_said_otherwise(
 
 
 async def test_once_commits_an_effect_at_most_once_per_intent(
-    runtime: HopchainRuntime, hop: HopContext
+    runtime: Hopchain, hop: HopContext
 ) -> None:
     calls: list[str] = []
 

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore, SqliteDedupeStore
-from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas import EffectKind, new_envelope
 from hopchain.schemas.ids import new_span_id
+from hopchain.schemas.record import ConsumedRecord
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

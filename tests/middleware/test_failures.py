@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from middleware_helpers import MARKER, contract, received_hop, registry
 
-from hopchain.middleware import (
+from hopchain import (
     Conflict,
     ContractViolation,
     EnvironmentFailure,
-    HopchainRuntime,
+    Hopchain,
     HopContext,
     RejectedInput,
     StageFailure,
@@ -72,7 +72,7 @@ def test_mappers_decide_before_the_defaults_and_may_pass() -> None:
 
 @pytest.fixture
 def hop() -> HopContext:
-    hop = received_hop(HopchainRuntime(registry(contract("orders")), component="stage"), "orders")
+    hop = received_hop(Hopchain(registry(contract("orders")), component="stage"), "orders")
     hop.record_effect(EffectKind.RECORD_WRITTEN, "db.orders", "order-1")
     hop.attempts.append(
         Attempt(

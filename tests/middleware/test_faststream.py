@@ -6,11 +6,12 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
-from faststream import AckPolicy
+from faststream import AckPolicy, BaseMiddleware, ContextRepo
 from faststream.kafka import KafkaBroker, TestKafkaBroker
 from middleware_helpers import (
     MARKER,
@@ -38,16 +39,19 @@ from middleware_helpers import (
     wait_until,
 )
 
-from hopchain.exceptions import ConfigurationError, EnvelopeRejected, ReasonCode
-from hopchain.middleware import (
+from hopchain import (
     EnvelopeProducer,
-    HopchainRuntime,
+    Hopchain,
+    HopchainConfig,
+    HopchainMiddleware,
     HopContext,
+    KafkaWriter,
+    RecordWriter,
     Transient,
     current_hop,
     origin,
 )
-from hopchain.middleware.faststream import _producer_of
+from hopchain.exceptions import ConfigurationError, EnvelopeRejected, ReasonCode
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     Decision,
@@ -85,9 +89,13 @@ async def topic_with_dlq(bootstrap: str, new_topic: TopicFactory, partitions: in
     return topic
 
 
-def stage_broker(bootstrap: str, runtime: HopchainRuntime) -> KafkaBroker:
+def stage_broker(bootstrap: str, runtime: Hopchain, group: str | None = None) -> KafkaBroker:
     # FastStream's default access log level (INFO): the payload-leak checks read those lines.
-    return KafkaBroker(bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+    return KafkaBroker(
+        bootstrap,
+        middlewares=[HopchainMiddleware(runtime, group=group)],
+        ack_policy=AckPolicy.ACK,
+    )
 
 
 def logged_by(caplog: pytest.LogCaptureFixture) -> set[str]:
@@ -104,14 +112,14 @@ async def stopped(*brokers: KafkaBroker) -> None:
         await broker.stop()
 
 
-def rejected(runtime: HopchainRuntime, topic: str, direction: str, reason: str) -> float:
+def rejected(runtime: Hopchain, topic: str, direction: str, reason: str) -> float:
     value = runtime.metrics.registry.get_sample_value(
         "hopchain_rejected_total", {"topic": topic, "direction": direction, "reason": reason}
     )
     return value or 0.0
 
 
-def counted(runtime: HopchainRuntime, name: str, labels: dict[str, str]) -> float:
+def counted(runtime: Hopchain, name: str, labels: dict[str, str]) -> float:
     return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
@@ -126,9 +134,9 @@ async def test_three_services_append_one_hop_each_in_one_trace(
     contracts = registry(
         contract(a), contract(b, Summary, WireMode.BODY), contract(c, Summary, WireMode.HEADERS)
     )
-    feeder = stage_broker(kafka_bootstrap, HopchainRuntime(contracts, component="feeder"))
-    summarise = stage_broker(kafka_bootstrap, HopchainRuntime(contracts, component="summarise"))
-    publish = stage_broker(kafka_bootstrap, HopchainRuntime(contracts, component="publish"))
+    feeder = stage_broker(kafka_bootstrap, Hopchain(contracts, component="feeder"))
+    summarise = stage_broker(kafka_bootstrap, Hopchain(contracts, component="summarise"))
+    publish = stage_broker(kafka_bootstrap, Hopchain(contracts, component="publish"))
     seen_by_publish: list[HopContext] = []
 
     @summarise.subscriber(a, group_id=unique_topic_name("summarise"), auto_offset_reset="earliest")
@@ -203,11 +211,9 @@ async def test_mixed_records_are_handled_once_or_parked_byte_for_byte(
     topic = await topic_with_dlq(kafka_bootstrap, new_topic, partitions=3)
     dlq, group = f"{topic}.dlq", unique_topic_name("mixed")
     contracts = registry(contract(topic))
-    feeder = HopchainRuntime(contracts, component="feeder")
-    runtime = HopchainRuntime(
-        contracts, component="stage", limits=Limits(max_record_bytes=OVERSIZE_LIMIT)
-    )
-    broker = stage_broker(kafka_bootstrap, runtime)
+    feeder = Hopchain(contracts, component="feeder")
+    runtime = Hopchain(contracts, component="stage", limits=Limits(max_record_bytes=OVERSIZE_LIMIT))
+    broker = stage_broker(kafka_bootstrap, runtime, group)
     handled: Counter[int] = Counter()
 
     @broker.subscriber(topic, group_id=group, auto_offset_reset="earliest")
@@ -281,7 +287,7 @@ async def test_invalid_publish_is_refused_and_nothing_is_sent(
     kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
     topic = await new_topic()
-    runtime = HopchainRuntime(registry(contract(topic)), component="feeder")
+    runtime = Hopchain(registry(contract(topic)), component="feeder")
     broker = stage_broker(kafka_bootstrap, runtime)
     await broker.start()
     try:
@@ -311,44 +317,32 @@ async def test_invalid_publish_is_refused_and_nothing_is_sent(
 
 
 class FailingDeadLetters:
-    """Makes one broker's producer fail every write to one topic (a restart heals it)."""
+    """A dead-letter writer that refuses every write until released, then writes for real."""
 
-    def __init__(self, producer: Any, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.topic = topic
+    def __init__(self, writer: RecordWriter) -> None:
+        self.writer = writer
         self.failures = 0
-        original = producer.send_and_wait
+        self.released = False
 
-        async def send_and_wait(topic: str, *args: Any, **kwargs: Any) -> Any:
-            if topic == self.topic:
-                self.failures += 1
-                raise KafkaConnectionError("injected: dead-letter topic unavailable")
-            return await original(topic, *args, **kwargs)
-
-        monkeypatch.setattr(producer, "send_and_wait", send_and_wait)
-
-
-def let_stop_finish(subscriber: Any, monkeypatch: pytest.MonkeyPatch) -> list[asyncio.Task[Any]]:
-    """Shield the subscriber's consumer.stop() from FastStream 0.7.8's self-cancellation.
-
-    On StopConsume the subscriber's stop() cancels its consume task, which is the very task
-    running it, so ``consumer.stop()`` is cancelled half way: connections stay open and the
-    group heartbeat keeps running. Shielded, the stop completes; the test awaits it.
-    """
-    consumer = subscriber.consumer
-    original = consumer.stop
-    stops: list[asyncio.Task[Any]] = []
-
-    async def stop() -> None:
-        task = asyncio.ensure_future(original())
-        stops.append(task)
-        await asyncio.shield(task)
-
-    monkeypatch.setattr(consumer, "stop", stop)
-    return stops
+    async def write(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int | None = None,
+    ) -> None:
+        if not self.released:
+            self.failures += 1
+            raise KafkaConnectionError("injected: dead-letter topic unavailable")
+        await self.writer.write(
+            topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms
+        )
 
 
 async def send_good_bad_good(
-    bootstrap: str, feeder: HopchainRuntime, topic: str, *, malformed: bool
+    bootstrap: str, feeder: Hopchain, topic: str, *, malformed: bool
 ) -> None:
     """Offsets 0 and 2 are valid; offset 1 is malformed, or valid with a handler that fails."""
     async with raw_producer(bootstrap) as producer:
@@ -364,55 +358,48 @@ async def send_good_bad_good(
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("failing", ["rejected", "handler_failed"])
-async def test_unwritable_dead_letter_stops_the_subscriber_and_loses_nothing(
-    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch, failing: str
+async def test_unwritable_dead_letter_is_retried_and_nothing_passes_it(
+    kafka_bootstrap: str, new_topic: TopicFactory, failing: str
 ) -> None:
     topic = await topic_with_dlq(kafka_bootstrap, new_topic)
     dlq, group = f"{topic}.dlq", unique_topic_name("dlq-down")
     contracts = registry(contract(topic))
-    feeder = HopchainRuntime(contracts, component="feeder")
+    feeder = Hopchain(contracts, component="feeder")
     handled: list[int] = []
+    runtime = Hopchain(
+        contracts,
+        component="stage",
+        config=HopchainConfig(dead_letter_attempts=3, dead_letter_backoff_seconds=0.01),
+    )
+    fault = FailingDeadLetters(KafkaWriter(runtime.config))
+    middleware = HopchainMiddleware(runtime, writer=fault, group=group)
+    broker = KafkaBroker(kafka_bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
 
-    def make_broker() -> tuple[KafkaBroker, HopchainRuntime, Any]:
-        runtime = HopchainRuntime(
-            contracts, component="stage", dead_letter_attempts=3, dead_letter_backoff=0.01
-        )
-        broker = stage_broker(kafka_bootstrap, runtime)
+    @broker.subscriber(topic, group_id=group, auto_offset_reset="earliest")
+    async def handle(item: Doc) -> None:
+        if item.id == 1:
+            raise RuntimeError(f"cannot handle {MARKER}")
+        handled.append(item.id)
 
-        @broker.subscriber(topic, group_id=group, auto_offset_reset="earliest")
-        async def handle(item: Doc) -> None:
-            if item.id == 1:
-                raise RuntimeError(f"cannot handle {MARKER}")
-            handled.append(item.id)
-
-        return broker, runtime, handle
-
-    broker, runtime, _ = make_broker()
+    middleware.check(broker)
     await broker.start()
-    [subscriber] = broker.subscribers
-    fault = FailingDeadLetters(_producer_of(subscriber), dlq, monkeypatch)
-    stops = let_stop_finish(subscriber, monkeypatch)
     try:
         await send_good_bad_good(kafka_bootstrap, feeder, topic, malformed=failing == "rejected")
-        await wait_until(lambda: not subscriber.running, what="the subscriber to stop")
-    finally:
-        await broker.stop()
-        await asyncio.gather(*stops)
-
-    assert fault.failures == 3
-    assert handled == [0]
-    assert await committed_offsets(kafka_bootstrap, group) == {(topic, 0): 1}
-    assert await record_count(kafka_bootstrap, dlq) == 0
-    assert counted(runtime, "hopchain_dead_letter_write_failures_total", {"topic": topic}) == 3
-
-    # Restarted without the fault: the record is parked, then the next one is handled.
-    broker, runtime, _ = make_broker()
-    await broker.start()
-    try:
+        # Two rounds of three attempts: the record is read again after each round.
+        await wait_until(lambda: fault.failures >= 6, what="two rounds of failed writes")
+        assert handled == [0]
+        assert await committed_offsets(kafka_bootstrap, group) == {(topic, 0): 1}
+        assert await record_count(kafka_bootstrap, dlq) == 0
+        assert broker.subscribers[0].running  # still consuming: not stopped by the failure
+        fault.released = True
         await wait_until(lambda: handled == [0, 2], what="the record after the parked one")
         await wait_until(lambda: _committed_to_end(kafka_bootstrap, group, topic), what="commits")
     finally:
         await broker.stop()
+        await fault.writer.close()  # type: ignore[attr-defined]
+
+    failures = counted(runtime, "hopchain_dead_letter_write_failures_total", {"topic": topic})
+    assert failures == fault.failures
     [parked] = await read_topic(kafka_bootstrap, dlq)
     info = read_dead_letter_headers(parked.headers)
     assert (info.source_offset, info.source_partition) == (1, 0)
@@ -428,9 +415,7 @@ async def test_headers_mode_value_is_the_payload_json_for_plain_consumers(
     kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
     topic = await new_topic()
-    broker = stage_broker(
-        kafka_bootstrap, HopchainRuntime(registry(contract(topic)), component="feeder")
-    )
+    broker = stage_broker(kafka_bootstrap, Hopchain(registry(contract(topic)), component="feeder"))
     await broker.start()
     try:
         await broker.publish(doc(7), topic)
@@ -453,8 +438,8 @@ async def test_handler_exceptions_are_parked_as_typed_failures_without_their_mes
     topic = await topic_with_dlq(kafka_bootstrap, new_topic)
     dlq, group = f"{topic}.dlq", unique_topic_name("handler")
     contracts = registry(contract(topic))
-    runtime = HopchainRuntime(contracts, component="stage")
-    broker = stage_broker(kafka_bootstrap, runtime)
+    runtime = Hopchain(contracts, component="stage")
+    broker = stage_broker(kafka_bootstrap, runtime, group)
     handled: list[int] = []
 
     @broker.subscriber(topic, group_id=group, auto_offset_reset="earliest")
@@ -530,7 +515,8 @@ async def test_handler_exceptions_are_parked_as_typed_failures_without_their_mes
 async def memory_pipeline() -> AsyncIterator[tuple[KafkaBroker, ContractRegistry, list[Any]]]:
     contracts = registry(contract("in"), contract("out", Summary, WireMode.BODY))
     broker = KafkaBroker(
-        middlewares=[HopchainRuntime(contracts, component="stage")], ack_policy=AckPolicy.ACK
+        middlewares=[HopchainMiddleware(Hopchain(contracts, component="stage"))],
+        ack_policy=AckPolicy.ACK,
     )
     seen: list[Any] = []
 
@@ -581,7 +567,7 @@ async def test_in_memory_publish_refusal_names_the_field(
 
 async def test_ack_first_subscribers_are_refused() -> None:
     contracts = registry(contract("in"))
-    broker = KafkaBroker(middlewares=[HopchainRuntime(contracts, component="stage")])
+    broker = KafkaBroker(middlewares=[HopchainMiddleware(Hopchain(contracts, component="stage"))])
     calls: list[Doc] = []
 
     @broker.subscriber("in", group_id="stage", ack_policy=AckPolicy.ACK_FIRST)
@@ -597,7 +583,8 @@ async def test_ack_first_subscribers_are_refused() -> None:
 async def test_dead_letter_topics_pass_through_unvalidated() -> None:
     contracts = registry(contract("in"))
     broker = KafkaBroker(
-        middlewares=[HopchainRuntime(contracts, component="ops")], ack_policy=AckPolicy.ACK
+        middlewares=[HopchainMiddleware(Hopchain(contracts, component="ops"))],
+        ack_policy=AckPolicy.ACK,
     )
     parked: list[bytes] = []
 
@@ -610,8 +597,8 @@ async def test_dead_letter_topics_pass_through_unvalidated() -> None:
     assert parked == [b"\xff not an envelope"]
 
 
-def test_runtime_is_a_faststream_middleware_factory() -> None:
-    runtime = HopchainRuntime(registry(contract("in")), component="stage")
-    made = runtime(None, context=None)
-    assert made.runtime is runtime
+def test_the_middleware_is_a_faststream_middleware_factory() -> None:
+    middleware = HopchainMiddleware(Hopchain(registry(contract("in")), component="stage"))
+    made = middleware(None, context=ContextRepo())
+    assert isinstance(made, BaseMiddleware)
     assert asyncio.iscoroutinefunction(made.consume_scope)

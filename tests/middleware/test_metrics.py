@@ -6,14 +6,13 @@ import pytest
 from middleware_helpers import contract, registry
 from prometheus_client import CollectorRegistry
 
-from hopchain.middleware import HopchainRuntime, MiddlewareMetrics
+from hopchain import Hopchain
+from hopchain.middleware.metrics import MiddlewareMetrics
 
 
 def test_metrics_live_on_the_injected_registry() -> None:
     shared = CollectorRegistry()
-    runtime = HopchainRuntime(
-        registry(contract("orders")), component="stage", metrics_registry=shared
-    )
+    runtime = Hopchain(registry(contract("orders")), component="stage", metrics_registry=shared)
     runtime.metrics.consumed.labels("orders", "stage").inc()
     assert runtime.metrics.registry is shared
     assert (
@@ -26,8 +25,8 @@ def test_metrics_live_on_the_injected_registry() -> None:
 
 def test_each_runtime_gets_its_own_registry_by_default() -> None:
     contracts = registry(contract("orders"))
-    first = HopchainRuntime(contracts, component="a")
-    second = HopchainRuntime(contracts, component="b")
+    first = Hopchain(contracts, component="a")
+    second = Hopchain(contracts, component="b")
     first.metrics.published.labels("orders", "a").inc()
     assert first.metrics.registry is not second.metrics.registry
     labels = {"topic": "orders", "component": "a"}

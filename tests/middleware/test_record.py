@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from hopchain.middleware import ConsumedRecord
+from hopchain import ConsumedRecord
 from hopchain.schemas import Position
 
 

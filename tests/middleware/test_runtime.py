@@ -1,4 +1,4 @@
-"""HopchainRuntime: the engine both middlewares share (no broker: a producer in memory)."""
+"""Hopchain: the engine both middlewares share (no broker: a producer in memory)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from middleware_helpers import (
     registry,
 )
 
+from hopchain import Hopchain, HopchainConfig, ProducerWriter, origin
 from hopchain.exceptions import (
     DeadLetterWriteError,
     DecodeError,
@@ -25,7 +26,6 @@ from hopchain.exceptions import (
     ReasonCode,
     UnknownTopicError,
 )
-from hopchain.middleware import HopchainRuntime, origin
 from hopchain.schemas import Decision, ErrorType, Failure, WireMode, verify_chain
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id
@@ -63,23 +63,26 @@ class RecordingProducer:
 
 
 @pytest.fixture
-def runtime() -> HopchainRuntime:
+def runtime() -> Hopchain:
     contracts = registry(contract("orders"), contract("summaries", Summary, WireMode.BODY))
-    return HopchainRuntime(
-        contracts, component="stage", instance="stage-1", dead_letter_backoff=0.0
+    return Hopchain(
+        contracts,
+        component="stage",
+        instance="stage-1",
+        config=HopchainConfig(dead_letter_backoff_seconds=0.0),
     )
 
 
-def sample(runtime: HopchainRuntime, name: str, **labels: str) -> float:
+def sample(runtime: Hopchain, name: str, **labels: str) -> float:
     return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def rejected(runtime: HopchainRuntime, direction: str, reason: str) -> float:
+def rejected(runtime: Hopchain, direction: str, reason: str) -> float:
     labels = {"topic": "orders", "direction": direction, "reason": reason}
     return sample(runtime, "hopchain_rejected_total", **labels)
 
 
-def test_accept_says_where_a_refused_record_was(runtime: HopchainRuntime) -> None:
+def test_accept_says_where_a_refused_record_was(runtime: Hopchain) -> None:
     with pytest.raises(DecodeError) as refused:
         runtime.accept(consumed("orders", None, offset=41, partition=2))
     assert (refused.value.code, refused.value.topic) == (ReasonCode.TOMBSTONE, "orders")
@@ -87,16 +90,16 @@ def test_accept_says_where_a_refused_record_was(runtime: HopchainRuntime) -> Non
 
 
 async def test_reject_parks_the_record_byte_for_byte_with_the_reason(
-    runtime: HopchainRuntime,
+    runtime: Hopchain,
 ) -> None:
-    bad = MalformedFactory(HopchainRuntime(runtime.registry, component="feeder"), "orders").build(
+    bad = MalformedFactory(Hopchain(runtime.registry, component="feeder"), "orders").build(
         "unknown_decision", 7
     )
     record = consumed("orders", bad.value, bad.headers, key=b"k7", offset=7)
     with pytest.raises(DecodeError) as refused:
         runtime.accept(record)
     producer = RecordingProducer()
-    info = await runtime.reject(record, refused.value, group="g1", producer=producer)
+    info = await runtime.reject(record, refused.value, group="g1", writer=ProducerWriter(producer))
 
     [sent] = producer.sent
     assert (sent["topic"], sent["value"], sent["key"]) == ("orders.dlq", bad.value, b"k7")
@@ -115,12 +118,15 @@ async def test_reject_parks_the_record_byte_for_byte_with_the_reason(
 
 
 async def test_a_tombstone_without_a_key_is_parked_with_a_null_marker(
-    runtime: HopchainRuntime,
+    runtime: Hopchain,
 ) -> None:
     record = consumed("orders", None, [("x", b"\xff")])
     producer = RecordingProducer()
     await runtime.reject(
-        record, DecodeError(ReasonCode.TOMBSTONE, "null"), group="g", producer=producer
+        record,
+        DecodeError(ReasonCode.TOMBSTONE, "null"),
+        group="g",
+        writer=ProducerWriter(producer),
     )
     [sent] = producer.sent
     assert (sent["value"], sent["key"]) == (b"", None)
@@ -128,30 +134,30 @@ async def test_a_tombstone_without_a_key_is_parked_with_a_null_marker(
     assert sent["headers"][-1] == ("hopchain-dlq-value", b"null")
 
 
-async def test_dead_letter_writes_are_retried_within_the_budget(runtime: HopchainRuntime) -> None:
+async def test_dead_letter_writes_are_retried_within_the_budget(runtime: Hopchain) -> None:
     record = consumed("orders", b"{}", offset=3)
     error = DecodeError(ReasonCode.BAD_TRACEPARENT, "none")
     producer = RecordingProducer(failures=2)
-    await runtime.reject(record, error, group="g", producer=producer)
+    await runtime.reject(record, error, group="g", writer=ProducerWriter(producer))
     assert len(producer.sent) == 1
     assert sample(runtime, "hopchain_dead_letter_write_failures_total", topic="orders") == 2
 
     down = RecordingProducer(failures=99)
     with pytest.raises(DeadLetterWriteError) as unparked:
-        await runtime.reject(record, error, group="g", producer=down)
+        await runtime.reject(record, error, group="g", writer=ProducerWriter(down))
     assert (unparked.value.source_topic, unparked.value.partition) == ("orders", 0)
     assert (unparked.value.offset, unparked.value.dead_letter_topic) == (3, "orders.dlq")
-    assert down.failures == 99 - runtime.dead_letter_attempts
+    assert down.failures == 99 - runtime.config.dead_letter_attempts
     assert sample(runtime, "hopchain_dead_letter_write_failures_total", topic="orders") == 2 + 3
 
 
 async def test_dead_letter_appends_a_dead_lettered_hop_and_parks_the_original(
-    runtime: HopchainRuntime,
+    runtime: Hopchain,
 ) -> None:
     hop = received_hop(runtime, "orders")
     failure = Failure(component="stage", error_type=ErrorType.INTERNAL, locally_resolvable=False)
     producer = RecordingProducer()
-    info = await runtime.dead_letter(hop, failure, producer=producer)
+    info = await runtime.dead_letter(hop, failure, writer=ProducerWriter(producer))
     [sent] = producer.sent
     assert sent["value"] == hop.record.value
     assert sent["headers"][: len(hop.record.headers)] == list(hop.record.headers)
@@ -167,7 +173,7 @@ async def test_dead_letter_appends_a_dead_lettered_hop_and_parks_the_original(
     assert last.received_from == hop.record.position
 
 
-def test_an_origin_is_named_by_the_origin_block(runtime: HopchainRuntime) -> None:
+def test_an_origin_is_named_by_the_origin_block(runtime: Hopchain) -> None:
     with origin(run_id="run-9", work_item_id="item-9", intent_key="ik-9"):
         record, envelope = runtime.outgoing(
             "orders", doc(9), incoming=None, trace_id=new_trace_id(), span_id=new_span_id()
@@ -187,7 +193,7 @@ def test_an_origin_is_named_by_the_origin_block(runtime: HopchainRuntime) -> Non
 
 
 def test_an_unnamed_origin_still_gets_a_run_and_a_fresh_work_item(
-    runtime: HopchainRuntime,
+    runtime: Hopchain,
 ) -> None:
     envelopes = [
         runtime.outgoing(
@@ -201,7 +207,7 @@ def test_an_unnamed_origin_still_gets_a_run_and_a_fresh_work_item(
 
 
 def test_outgoing_appends_exactly_one_hop_under_the_destination_contract(
-    runtime: HopchainRuntime,
+    runtime: Hopchain,
 ) -> None:
     hop = received_hop(runtime, "orders")
     summary = Summary(id=1, text="short", length=5)
@@ -226,7 +232,7 @@ def test_outgoing_appends_exactly_one_hop_under_the_destination_contract(
 
 
 @pytest.mark.parametrize("name", ["hopchain-envelope", "HOPCHAIN-DEGRADED", "hopchain-dlq-reason"])
-def test_headers_reserved_for_hopchain_are_refused(runtime: HopchainRuntime, name: str) -> None:
+def test_headers_reserved_for_hopchain_are_refused(runtime: Hopchain, name: str) -> None:
     with pytest.raises(EnvelopeRejected) as refused:
         runtime.outgoing(
             "orders",
@@ -253,16 +259,14 @@ def test_headers_reserved_for_hopchain_are_refused(runtime: HopchainRuntime, nam
     ],
     ids=["model", "dict", "json-text", "json-bytes", "another-model"],
 )
-def test_publishable_bodies_are_coerced_to_the_topic_model(
-    runtime: HopchainRuntime, body: Any
-) -> None:
+def test_publishable_bodies_are_coerced_to_the_topic_model(runtime: Hopchain, body: Any) -> None:
     payload = runtime.coerce_payload("orders", body)
     assert isinstance(payload, Doc)
     assert (payload.id, payload.text) == (2, doc(2).text)
 
 
 def test_a_body_that_breaks_the_contract_is_refused_without_its_contents(
-    runtime: HopchainRuntime,
+    runtime: Hopchain,
 ) -> None:
     with pytest.raises(EnvelopeRejected) as refused:
         runtime.coerce_payload("orders", {"id": [MARKER], "text": "x"})
@@ -271,7 +275,7 @@ def test_a_body_that_breaks_the_contract_is_refused_without_its_contents(
     assert rejected(runtime, "produce", "payload_invalid") == 1
 
 
-def test_topics_without_a_contract_are_refused_at_start(runtime: HopchainRuntime) -> None:
+def test_topics_without_a_contract_are_refused_at_start(runtime: Hopchain) -> None:
     runtime.check_topics(["orders", "orders.dlq"])
     with pytest.raises(UnknownTopicError, match=r"TopicContract\(topic='payments'"):
         runtime.check_topics(["orders", "payments"])

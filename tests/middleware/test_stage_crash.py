@@ -28,7 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from faststream.kafka import KafkaBroker
 from stage_worker import KILL_ENV, LEDGER_TABLE, STAGE_NAME, Claim, Filed, registry
 
-from hopchain.middleware import HopchainRuntime, origin
+from hopchain import Hopchain, HopchainMiddleware, origin
 from hopchain.schemas import ContractRegistry, Decision, EffectKind, EnvelopeCodec
 from hopchain.schemas.ids import stage_intent_key
 from hopchain.testing import TopicFactory
@@ -114,7 +114,9 @@ async def start_worker(
 async def feed(bootstrap: str, contracts: ContractRegistry, topic: str) -> dict[str, str]:
     """Publish the claims; returns each claim's intent key, named before the first attempt."""
     intents = {claim_id: f"intent-{uuid.uuid4().hex}" for claim_id in CLAIMS}
-    broker = KafkaBroker(bootstrap, middlewares=[HopchainRuntime(contracts, component="intake")])
+    broker = KafkaBroker(
+        bootstrap, middlewares=[HopchainMiddleware(Hopchain(contracts, component="intake"))]
+    )
     await broker.start()
     try:
         for amount, claim_id in enumerate(CLAIMS, start=1):

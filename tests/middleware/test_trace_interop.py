@@ -11,10 +11,10 @@ from faststream.kafka import KafkaBroker
 from opentelemetry import propagate, trace
 from pydantic import BaseModel
 
-from hopchain.middleware import HopchainRuntime, origin
-from hopchain.middleware.tracing import KafkaHeadersGetter
+from hopchain import Hopchain, HopchainMiddleware, origin
 from hopchain.schemas import ENVELOPE_HEADER, ContractRegistry, Envelope, TopicContract
 from hopchain.testing import TopicFactory, capture_spans, parent_span_id, spans_by_id
+from hopchain.tracing import KafkaHeadersGetter
 
 pytestmark = pytest.mark.kafka
 
@@ -38,7 +38,9 @@ async def test_a_trace_started_elsewhere_continues_through_hopchain_and_out_agai
     spans = capture_spans()
     topic = await new_topic()
     registry = ContractRegistry([TopicContract(topic=topic, model=Ping, owner="team")])
-    broker = KafkaBroker(kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="api")])
+    broker = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="api"))]
+    )
     await broker.start()
     tracer = trace.get_tracer("a-service-without-hopchain")
     try:

@@ -9,14 +9,14 @@ from middleware_helpers import consumed, parent_of, span_exporter, span_index, t
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, StatusCode
 
-from hopchain.middleware.tracing import (
+from hopchain.schemas.ids import new_span_id, new_trace_id
+from hopchain.tracing import (
     KafkaHeadersGetter,
     _ids,
     consume_span,
     mark_error,
     publish_span,
 )
-from hopchain.schemas.ids import new_span_id, new_trace_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -9,14 +9,14 @@ from middleware_helpers import consumed
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan
 
-from hopchain.middleware import tracing
-from hopchain.middleware.tracing import consume_span, publish_span
+from hopchain import tracing
 from hopchain.schemas.ids import new_span_id, new_trace_id
+from hopchain.tracing import consume_span, publish_span
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from hopchain.middleware.tracing import HopSpan
+    from hopchain.tracing import HopSpan
 
 Observed = tuple[str, str, trace.SpanContext, trace.SpanContext]
 

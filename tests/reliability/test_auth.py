@@ -25,14 +25,15 @@ from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLS
 from pydantic import BaseModel
 from reliability_support import REPO, committed_offsets, own_kafka, table, wait_until
 
-from hopchain.exceptions import KafkaLoginError
-from hopchain.middleware import (
+from hopchain import (
     EnvelopeConsumer,
     EnvelopeProducer,
-    HopchainRuntime,
+    Hopchain,
+    HopchainMiddleware,
     current_hop,
     origin,
 )
+from hopchain.exceptions import KafkaLoginError
 from hopchain.schemas import ContractRegistry, TopicContract
 from hopchain.security import KafkaClientSettings, client_security, login_errors
 from hopchain.testing import LocalKafka, create_topics, read_to_end
@@ -108,9 +109,12 @@ async def _failed_start(bootstrap: str, security: BaseSecurity | None) -> BaseEx
 async def _consume(
     bootstrap: str, security: BaseSecurity, group: str, handled: Counter[int], *, park: bool = False
 ) -> KafkaBroker:
-    runtime = HopchainRuntime(REGISTRY, component="ledger")
+    runtime = Hopchain(REGISTRY, component="ledger")
     broker = KafkaBroker(
-        bootstrap, security=security, middlewares=[runtime], ack_policy=AckPolicy.ACK
+        bootstrap,
+        security=security,
+        middlewares=[HopchainMiddleware(runtime)],
+        ack_policy=AckPolicy.ACK,
     )
 
     @broker.subscriber(PAYMENTS, group_id=group, auto_offset_reset="earliest")
@@ -165,7 +169,9 @@ async def test_faststream_with_sasl_wrong_credentials_are_named_and_nothing_is_l
     # Records go in over SASL (PLAIN, another user), before anyone reads them.
     bob = SASLPlaintext("bob", USERS["bob"])
     feeder = KafkaBroker(
-        bootstrap, security=bob, middlewares=[HopchainRuntime(REGISTRY, component="till")]
+        bootstrap,
+        security=bob,
+        middlewares=[HopchainMiddleware(Hopchain(REGISTRY, component="till"))],
     )
     async with login_errors(bootstrap, bob):
         await feeder.start()
@@ -241,7 +247,7 @@ async def test_the_aiokafka_wrapper_logs_in_from_the_settings_and_names_a_refusa
     monkeypatch.setenv("HOPCHAIN_KAFKA_SASL_PASSWORD", USERS["bob"])
     bootstrap = sasl_kafka.sasl_bootstrap
     login = KafkaClientSettings().client_kwargs()
-    runtime = HopchainRuntime(REGISTRY, component="receipts")
+    runtime = Hopchain(REGISTRY, component="receipts")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **login)
     async with login_errors(bootstrap, login):
         await producer.start()
@@ -260,7 +266,7 @@ async def test_the_aiokafka_wrapper_logs_in_from_the_settings_and_names_a_refusa
         async with login_errors(bootstrap, login):
             await consumer.start()
         try:
-            records = EnvelopeConsumer(consumer, producer, runtime)
+            records = EnvelopeConsumer(consumer, producer, runtime, group="receipts-reader")
             hop = await asyncio.wait_for(anext(records), timeout=30)
             await records.commit(hop)
         finally:

@@ -29,8 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 from reliability_support import REPO, SOAK, scale, table, wait_until
 
+from hopchain import ConsumedRecord, Hopchain, ProducerWriter
 from hopchain.exceptions import DecodeError, ReasonCode
-from hopchain.middleware import ConsumedRecord, HopchainRuntime
 from hopchain.schemas import ContractRegistry, TopicContract
 from hopchain.testing import unique_topic_name
 from hopchain.testing._provision import free_port
@@ -159,7 +159,7 @@ class _Service:
 
 
 async def _park(
-    runtime: HopchainRuntime, bootstrap: str, sources: list[str], count: int, start: int
+    runtime: Hopchain, bootstrap: str, sources: list[str], count: int, start: int
 ) -> list[str]:
     """Park ``count`` records the way the middleware does; return their dead-letter ids."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -181,7 +181,9 @@ async def _park(
             error = DecodeError(
                 reason, "refused in the test", "$", topic=source, partition=0, offset=number
             )
-            info = await runtime.reject(record, error, group="orders-reader", producer=producer)
+            info = await runtime.reject(
+                record, error, group="orders-reader", writer=ProducerWriter(producer)
+            )
             ids.append(info.dead_letter_id)
     finally:
         await producer.stop()
@@ -235,7 +237,7 @@ async def test_the_dead_letter_service_killed_with_sigkill_restarts_with_identic
     registry = ContractRegistry(
         [TopicContract(topic=topic, model=Order, owner=owner) for topic, owner in owners.items()]
     )
-    runtime = HopchainRuntime(registry, component="orders-reader")
+    runtime = Hopchain(registry, component="orders-reader")
     service = _Service(
         kafka_bootstrap,
         {f"{topic}.dlq": owner for topic, owner in owners.items()},

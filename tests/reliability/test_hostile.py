@@ -2,7 +2,7 @@
 
 The broker run produces thousands of hostile records with a raw producer, then a valid
 sentinel per topic, to a FastStream consumer with the hopchain middleware. The in-memory
-run puts many more through ``HopchainRuntime.accept`` with hypothesis choosing them.
+run puts many more through ``Hopchain.accept`` with hypothesis choosing them.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, event, given, settings
 from prometheus_client import CollectorRegistry
 from reliability_support import SOAK, TopicTail, counter_values, scale, table
 
+from hopchain import ConsumedRecord, Hopchain, HopchainMiddleware, current_hop
 from hopchain.exceptions import DecodeError, ReasonCode
-from hopchain.middleware import ConsumedRecord, HopchainRuntime, current_hop
 from hopchain.schemas import Decoded, EnvelopeCodec, Limits, verify_chain
 from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
@@ -98,10 +98,10 @@ class _Reader:
     def __init__(self, bootstrap: str, source: HostileSource) -> None:
         self.metrics = CollectorRegistry()
         registry = source.codec.registry
-        runtime = HopchainRuntime(
-            registry, component="hostile-reader", metrics_registry=self.metrics
+        runtime = Hopchain(registry, component="hostile-reader", metrics_registry=self.metrics)
+        self.broker = KafkaBroker(
+            bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
         )
-        self.broker = KafkaBroker(bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
         self.oracle = EnvelopeCodec(registry)
         self.handled: Counter[bytes] = Counter()
         self.violations: list[str] = []
@@ -230,7 +230,7 @@ async def test_hostile_records_are_handled_or_parked_with_a_reason_and_the_consu
 # -- in memory, with hypothesis choosing -----------------------------------------------------
 
 _SOURCE = HostileSource("fuzz-h", "fuzz-b", huge_share=0.0)
-_RUNTIME = HopchainRuntime(
+_RUNTIME = Hopchain(
     _SOURCE.codec.registry, component="fuzz-reader", limits=Limits(max_record_bytes=200_000)
 )
 

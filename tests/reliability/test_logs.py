@@ -25,7 +25,7 @@ from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 from reliability_support import table, wait_until
 
-from hopchain.middleware import HopchainRuntime, Transient, origin
+from hopchain import Hopchain, HopchainMiddleware, Transient, origin
 from hopchain.middleware.policy import Backoff, TransportRetry
 from hopchain.middleware.stage import Pipeline
 from hopchain.schemas import ContractRegistry, TopicContract
@@ -90,8 +90,10 @@ def _text_of(record: logging.LogRecord) -> str:
 
 
 def _pipeline(bootstrap: str, registry: ContractRegistry, topics: dict[str, str]) -> KafkaBroker:
-    runtime = HopchainRuntime(registry, component="summarise")
-    broker = KafkaBroker(bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+    runtime = Hopchain(registry, component="summarise")
+    broker = KafkaBroker(
+        bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+    )
     summarise = Pipeline("letters").stage(
         "summarise",
         input=topics["letters"],
@@ -140,7 +142,9 @@ async def test_no_log_record_at_info_or_above_carries_payload_contents(
         ]
     )
     broker = _pipeline(kafka_bootstrap, registry, topics)
-    feeder = KafkaBroker(kafka_bootstrap, middlewares=[HopchainRuntime(registry, component="post")])
+    feeder = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="post"))]
+    )
     raw = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
 
     with every_log_record() as records:

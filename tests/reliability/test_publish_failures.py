@@ -19,8 +19,8 @@ from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 from reliability_support import committed_offsets, wait_until
 
+from hopchain import Hopchain, HopchainMiddleware, origin
 from hopchain.exceptions import ReasonCode
-from hopchain.middleware import HopchainRuntime, origin
 from hopchain.schemas import ContractRegistry, Decision, ErrorType, TopicContract
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.testing import read_to_end, unique_topic_name
@@ -50,7 +50,9 @@ def _registry(source: str, target: str) -> ContractRegistry:
 
 
 async def _feed(bootstrap: str, registry: ContractRegistry, topic: str) -> None:
-    feeder = KafkaBroker(bootstrap, middlewares=[HopchainRuntime(registry, component="feeder")])
+    feeder = KafkaBroker(
+        bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
+    )
     await feeder.start()
     try:
         for number in range(RECORDS):
@@ -69,8 +71,10 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
     await _feed(kafka_bootstrap, registry, source)
     group = unique_topic_name("review")
     handled: list[int] = []
-    runtime = HopchainRuntime(registry, component="review")
-    broker = KafkaBroker(kafka_bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+    runtime = Hopchain(registry, component="review")
+    broker = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+    )
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
     @broker.publisher(target)
@@ -134,8 +138,10 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
     await _feed(kafka_bootstrap, registry, source)
     group = unique_topic_name("review")
     calls: Counter[int] = Counter()
-    runtime = HopchainRuntime(registry, component="review")
-    broker = KafkaBroker(kafka_bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+    runtime = Hopchain(registry, component="review")
+    broker = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+    )
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
     @broker.publisher(target)
@@ -181,6 +187,6 @@ async def _committed_all(bootstrap: str, group: str, topic: str) -> bool:
 
 
 def test_the_pause_before_a_record_is_handled_again_is_short() -> None:
-    from hopchain.middleware.faststream import _RESEND_PAUSE_SECONDS  # noqa: PLC0415
+    from hopchain.middleware.faststream import _RETRY_PAUSE_SECONDS  # noqa: PLC0415
 
-    assert 0 < _RESEND_PAUSE_SECONDS <= 5
+    assert 0 < _RETRY_PAUSE_SECONDS <= 5

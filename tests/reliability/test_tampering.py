@@ -23,8 +23,9 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from reliability_support import counter_values, table, wait_until
 
+from hopchain import Hopchain, HopchainMiddleware, current_hop, origin
+from hopchain.config import HopchainConfig
 from hopchain.exceptions import DecodeError, ReasonCode
-from hopchain.middleware import HopchainRuntime, current_hop, origin
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     ContractRegistry,
@@ -38,7 +39,6 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.ids import new_span_id
 from hopchain.schemas.integrity import hop_digest
-from hopchain.settings import HopchainSettings
 from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
@@ -141,10 +141,12 @@ class _Reader:
     ) -> None:
         self.metrics = CollectorRegistry()
         self.group = unique_topic_name("audit")
-        runtime = HopchainRuntime(
+        runtime = Hopchain(
             registry, component="audit", keyring=keyring, metrics_registry=self.metrics
         )
-        self.broker = KafkaBroker(bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
+        self.broker = KafkaBroker(
+            bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+        )
         self.handled: Counter[bytes] = Counter()
         self.broker.subscriber(topic, group_id=self.group, auto_offset_reset="earliest")(
             self.handle
@@ -162,11 +164,12 @@ async def _honest_record(
 ) -> Any:
     """Run ``ingest`` -> ``enrich`` with the keys; return the record it wrote to ``enriched``."""
     ingest = KafkaBroker(
-        bootstrap, middlewares=[HopchainRuntime(registry, component="ingest", keyring=keyring)]
+        bootstrap,
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="ingest", keyring=keyring))],
     )
     enrich = KafkaBroker(
         bootstrap,
-        middlewares=[HopchainRuntime(registry, component="enrich", keyring=keyring)],
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="enrich", keyring=keyring))],
         ack_policy=AckPolicy.ACK,
     )
 
@@ -228,7 +231,7 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
 ) -> None:
     keys = {name: base64.b64encode(os.urandom(32)).decode() for name in ("ingest", "enrich")}
     monkeypatch.setenv("HOPCHAIN_HMAC_KEYS", ",".join(f"{n}={k}" for n, k in keys.items()))
-    keyring = HopchainSettings().keyring()
+    keyring = HopchainConfig().keyring()
     assert keyring is not None
     assert keys["ingest"] not in repr(keyring)
     claims, enriched = await new_topic(prefix="claims"), await new_topic(prefix="enriched")
@@ -300,7 +303,7 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
 def _signed_record() -> tuple[EnvelopeCodec, str, bytes, list[tuple[str, bytes]]]:
     keyring = Keyring({"ingest": os.urandom(32)})
     registry = ContractRegistry([TopicContract(topic="claims", model=Claim, owner="intake")])
-    runtime = HopchainRuntime(registry, component="ingest", keyring=keyring)
+    runtime = Hopchain(registry, component="ingest", keyring=keyring)
     with origin(run_id="gaps", work_item_id="claim-1"):
         record, _ = runtime.outgoing(
             "claims",
@@ -334,7 +337,7 @@ def test_a_payload_with_nan_is_refused() -> None:
         value: float
 
     registry = ContractRegistry([TopicContract(topic="readings", model=Reading, owner="lab")])
-    runtime = HopchainRuntime(registry, component="sensor")
+    runtime = Hopchain(registry, component="sensor")
     with origin(run_id="gaps", work_item_id="reading-1"):
         record, _ = runtime.outgoing(
             "readings", Reading(value=1.0), incoming=None, trace_id="1" * 32, span_id="2" * 16

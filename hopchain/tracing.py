@@ -17,8 +17,8 @@ from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from hopchain.middleware.record import ConsumedRecord
 from hopchain.schemas.ids import new_span_id, new_trace_id
+from hopchain.schemas.record import ConsumedRecord
 
 __all__ = [
     "HopSpan",

@@ -1,4 +1,7 @@
-"""Load the objects a command names as ``module:attribute``, with errors that say what to fix.
+"""Load what a setting or a command names as ``module:attribute``, with errors that say why.
+
+The one loader of hopchain: ``--contracts``, ``HOPCHAIN_CONTRACTS`` and ``hopchain policy
+show`` all use it.
 
 ``hopchain schema export out --contracts claims.topics:registry`` imports ``claims.topics`` and
 takes its ``registry``. As with ``uvicorn`` and ``faststream run``, the directory the command
@@ -84,7 +87,10 @@ def load_object(spec: str, *, search_path: Path | None = None) -> object:
 
 
 def load_registry(spec: str, *, search_path: Path | None = None) -> ContractRegistry:
-    """Load a :class:`ContractRegistry`: the object itself, or its ``registry`` or ``contracts``.
+    """Load a :class:`ContractRegistry` named as ``module:attribute``.
+
+    The attribute may be the registry, an object holding it as ``registry`` or
+    ``contracts``, or a callable of no arguments returning one.
 
     An application object that keeps its registry as ``app.registry`` can be named directly.
 
@@ -92,6 +98,11 @@ def load_registry(spec: str, *, search_path: Path | None = None) -> ContractRegi
         LoadError: as :func:`load_object`, or the object holds no registry.
     """
     loaded = load_object(spec, search_path=search_path)
+    if callable(loaded) and not isinstance(loaded, type | ContractRegistry):
+        try:
+            loaded = loaded()
+        except Exception as exc:
+            raise LoadError(spec, f"calling {spec} raised {type(exc).__name__}: {exc}") from exc
     if isinstance(loaded, ContractRegistry):
         return loaded
     for name in _REGISTRY_ATTRIBUTES:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hopchain.schemas import Position
+from hopchain.schemas.hop import Position
 
 __all__ = ["ConsumedRecord"]
 

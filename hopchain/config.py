@@ -1,0 +1,302 @@
+"""One configuration object for every part of hopchain: :class:`HopchainConfig`.
+
+The middleware, the dead-letter service and the command line read the same object, so one
+variable means one thing everywhere. Each value comes from, in order:
+
+1. an explicit argument (``HopchainConfig(kafka_bootstrap="kafka:9092")``),
+2. its environment variable, named ``HOPCHAIN_`` + the field name upper-cased
+   (``kafka_bootstrap`` is ``HOPCHAIN_KAFKA_BOOTSTRAP``),
+3. the default documented on the field.
+
+Dictionaries and lists are written as JSON in variables
+(``HOPCHAIN_DLQ_TOPICS='{"orders.dlq": "payments"}'``). The environment is read when the
+object is built, never later behind the caller's back. An invalid value fails there, with
+one line naming the variable and what it should look like.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import ssl
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hopchain.exceptions import ConfigurationError
+from hopchain.schemas import DEAD_LETTER_SUFFIX, Keyring
+
+__all__ = [
+    "DEFAULT_RESOLUTIONS_TOPIC",
+    "DEFAULT_TOPIC_PATTERN",
+    "ENV_PREFIX",
+    "MIN_KEY_BYTES",
+    "HopchainConfig",
+    "parse_hmac_keys",
+]
+
+ENV_PREFIX = "HOPCHAIN_"
+MIN_KEY_BYTES = 16
+DEFAULT_RESOLUTIONS_TOPIC = "hopchain.dlq.resolutions"
+DEFAULT_TOPIC_PATTERN = ".*" + re.escape(DEAD_LETTER_SUFFIX)
+_SECRET_FIELDS = frozenset({"hmac_keys", "kafka_sasl_password", "dlq_token"})
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a configuration field."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def parse_hmac_keys(text: str) -> dict[str, bytes]:
+    """Parse ``component=base64key,...`` into keys by component.
+
+    Raises:
+        ConfigurationError: an entry is malformed; the message names the entry, never a key.
+    """
+    keys: dict[str, bytes] = {}
+    for position, entry in enumerate(part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        component, sep, encoded = entry.partition("=")
+        name = component.strip()
+        if not sep or not name:
+            raise ConfigurationError(
+                f"HOPCHAIN_HMAC_KEYS entry {position} is not component=base64key"
+            )
+        try:
+            key = base64.b64decode(encoded.strip(), validate=True)
+        except binascii.Error:
+            raise ConfigurationError(
+                f"HOPCHAIN_HMAC_KEYS key for {name!r} is not valid base64"
+            ) from None
+        if len(key) < MIN_KEY_BYTES:
+            raise ConfigurationError(
+                f"HOPCHAIN_HMAC_KEYS key for {name!r} is {len(key)} bytes; "
+                f"use at least {MIN_KEY_BYTES} random bytes"
+            )
+        keys[name] = key
+    return keys
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first problem of a validation error, named by its variable, on one line."""
+    error = exc.errors(include_url=False)[0]
+    field = str(error["loc"][0]) if error["loc"] else ""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    shown = "" if field in _SECRET_FIELDS else f"={error.get('input')!r}"
+    return f"{env_name(field)}{shown}: {message}"
+
+
+class HopchainConfig(BaseSettings):
+    """Connection, security, middleware and dead-letter service settings.
+
+    Raises:
+        ConfigurationError: a value (given or from the environment) is invalid; the message
+            names the variable and the fix.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        use_attribute_docstrings=True,
+        validate_default=True,
+    )
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise ConfigurationError(_one_line(exc)) from None
+
+    # -- Kafka connection ----------------------------------------------------------------------
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    """``host:port[,host:port...]`` of the Kafka cluster (HOPCHAIN_KAFKA_BOOTSTRAP). The
+    middleware writes dead letters there with a producer of its own."""
+
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """The listener's protocol (HOPCHAIN_KAFKA_SECURITY_PROTOCOL)."""
+
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    """The SASL mechanism, for the SASL protocols (HOPCHAIN_KAFKA_SASL_MECHANISM)."""
+
+    kafka_sasl_username: str | None = None
+    """The SASL user name (HOPCHAIN_KAFKA_SASL_USERNAME)."""
+
+    kafka_sasl_password: SecretStr | None = None
+    """The SASL password (HOPCHAIN_KAFKA_SASL_PASSWORD); never logged."""
+
+    # -- contracts and integrity ---------------------------------------------------------------
+
+    contracts: str | None = None
+    """The topic contracts as ``module:attribute`` (HOPCHAIN_CONTRACTS): a
+    ``ContractRegistry``, an object holding one as ``registry`` or ``contracts``, or a
+    callable returning one. The ``--contracts`` flag of every command means the same."""
+
+    hmac_keys: SecretStr | None = None
+    """HMAC keys by component, ``component=base64key,...`` (HOPCHAIN_HMAC_KEYS). A component
+    signs its hops with its own key; a reader holding a component's key refuses that
+    component's unsigned or forged hops (``unsigned_hop``, ``bad_signature``)."""
+
+    # -- middleware ----------------------------------------------------------------------------
+
+    dead_letter_attempts: int = Field(default=3, ge=1)
+    """Writes of one dead letter tried before its partition is paused and retried later
+    (HOPCHAIN_DEAD_LETTER_ATTEMPTS); its offset is never committed unparked."""
+
+    dead_letter_backoff_seconds: float = Field(default=0.2, ge=0)
+    """Pause before the first retry of a dead-letter write, doubled each time
+    (HOPCHAIN_DEAD_LETTER_BACKOFF_SECONDS)."""
+
+    # -- dead-letter service -------------------------------------------------------------------
+
+    dlq_topics: dict[str, str] = Field(default_factory=dict)
+    """Dead-letter topics to consume, each with the owner paged for it (HOPCHAIN_DLQ_TOPICS)."""
+
+    dlq_topic_pattern: str | None = None
+    """A regular expression; every existing topic whose whole name matches it is consumed
+    (checked again every ``dlq_refresh_seconds``) (HOPCHAIN_DLQ_TOPIC_PATTERN). When no
+    contracts, topics or pattern are given, ``.*\\.dlq`` is used."""
+
+    dlq_resolutions_topic: str = DEFAULT_RESOLUTIONS_TOPIC
+    """The compacted topic holding one resolution (redriven, discarded) per dead-letter id
+    (HOPCHAIN_DLQ_RESOLUTIONS_TOPIC)."""
+
+    dlq_create_topics: bool = True
+    """Create missing dead-letter topics (retention.ms=-1, retention.bytes=-1) and the
+    resolutions topic (cleanup.policy=compact) at start-up (HOPCHAIN_DLQ_CREATE_TOPICS)."""
+
+    dlq_topic_partitions: int = Field(default=1, ge=1)
+    """Partitions of a dead-letter or resolutions topic the service creates
+    (HOPCHAIN_DLQ_TOPIC_PARTITIONS)."""
+
+    dlq_replication_factor: int = Field(default=1, ge=1)
+    """Replication factor of the topics the service creates (HOPCHAIN_DLQ_REPLICATION_FACTOR)."""
+
+    dlq_host: str = "127.0.0.1"
+    """Address the service's HTTP server binds to (HOPCHAIN_DLQ_HOST)."""
+
+    dlq_port: int = Field(default=9478, ge=0, le=65535)
+    """Port of the service's HTTP server; 0 picks a free one (HOPCHAIN_DLQ_PORT)."""
+
+    dlq_token: SecretStr | None = None
+    """Bearer token for the mutating endpoints (discard, redrive) (HOPCHAIN_DLQ_TOKEN).
+    Without one they are disabled; with one, a request without it is refused with 401."""
+
+    dlq_redrive_limit: int = Field(default=3, ge=1)
+    """How many times one record may be redriven before a redrive is refused unless forced
+    (HOPCHAIN_DLQ_REDRIVE_LIMIT): a record that keeps failing is in a loop, not unlucky."""
+
+    dlq_component: str = "hopchain-dlq"
+    """The component name written into the ``redriven`` hop (HOPCHAIN_DLQ_COMPONENT)."""
+
+    dlq_refresh_seconds: float = Field(default=30.0, gt=0)
+    """How often matching topics and partitions are looked up again
+    (HOPCHAIN_DLQ_REFRESH_SECONDS)."""
+
+    dlq_request_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Timeout of one Kafka request of the service (HOPCHAIN_DLQ_REQUEST_TIMEOUT_SECONDS)."""
+
+    # -- validation ----------------------------------------------------------------------------
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        servers = [part.strip() for part in value.split(",")]
+        if not all(re.fullmatch(r"[^\s:,]+:\d{1,5}", server) for server in servers):
+            msg = "expected host:port[,host:port...], e.g. 127.0.0.1:9092"
+            raise ValueError(msg)
+        return ",".join(servers)
+
+    @field_validator("hmac_keys")
+    @classmethod
+    def _keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        try:
+            parse_hmac_keys(value.get_secret_value())
+        except ConfigurationError as exc:
+            raise ValueError(str(exc).removeprefix("HOPCHAIN_HMAC_KEYS ")) from None
+        return value
+
+    @field_validator("dlq_token", mode="before")
+    @classmethod
+    def _no_empty_token(cls, value: object) -> object:
+        # An empty HOPCHAIN_DLQ_TOKEN= must disable the endpoints, not accept an empty token.
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, SecretStr) and not value.get_secret_value().strip():
+            return None
+        return value
+
+    @field_validator("dlq_topic_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                msg = f"not a regular expression: {exc}"
+                raise ValueError(msg) from None
+        return value
+
+    @field_validator("contracts")
+    @classmethod
+    def _module_attribute(cls, value: str | None) -> str | None:
+        if value is not None and value.count(":") != 1:
+            msg = "expected MODULE:ATTRIBUTE, e.g. 'myapp.topics:registry'"
+            raise ValueError(msg)
+        return value
+
+    # -- derived values ------------------------------------------------------------------------
+
+    def keyring(self) -> Keyring | None:
+        """The keyring from ``hmac_keys``, or None when no keys are configured."""
+        if self.hmac_keys is None:
+            return None
+        return Keyring(parse_hmac_keys(self.hmac_keys.get_secret_value()))
+
+    @property
+    def effective_pattern(self) -> str | None:
+        """The pattern to match dead-letter topics with, including the default."""
+        if self.dlq_topic_pattern is not None:
+            return self.dlq_topic_pattern
+        if self.contracts is None and not self.dlq_topics:
+            return DEFAULT_TOPIC_PATTERN
+        return None
+
+    def _sasl(self) -> tuple[str, str, str]:
+        protocol = self.kafka_security_protocol
+        if self.kafka_sasl_mechanism is None:
+            raise ConfigurationError(
+                f"HOPCHAIN_KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                "HOPCHAIN_KAFKA_SASL_MECHANISM (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+            )
+        if not self.kafka_sasl_username or self.kafka_sasl_password is None:
+            raise ConfigurationError(
+                f"HOPCHAIN_KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                "HOPCHAIN_KAFKA_SASL_USERNAME and HOPCHAIN_KAFKA_SASL_PASSWORD"
+            )
+        password = self.kafka_sasl_password.get_secret_value()
+        return self.kafka_sasl_mechanism, self.kafka_sasl_username, password
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Login keyword arguments for aiokafka's producer, consumer and admin client.
+
+        Raises:
+            ConfigurationError: a SASL protocol without a mechanism, user name or password.
+        """
+        protocol = self.kafka_security_protocol
+        kwargs: dict[str, Any] = {"security_protocol": protocol}
+        if protocol in {"SSL", "SASL_SSL"}:
+            kwargs["ssl_context"] = ssl.create_default_context()
+        if protocol.startswith("SASL_"):
+            mechanism, username, password = self._sasl()
+            kwargs.update(
+                sasl_mechanism=mechanism,
+                sasl_plain_username=username,
+                sasl_plain_password=password,
+            )
+        return kwargs

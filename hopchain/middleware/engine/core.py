@@ -1,0 +1,269 @@
+"""The engine of one component: :class:`Hopchain`, shared by every client adapter.
+
+It knows no Kafka client. An adapter (the FastStream middleware, the aiokafka wrapper)
+hands it the records it reads as :class:`~hopchain.schemas.record.ConsumedRecord` and a
+:class:`~hopchain.middleware.engine.writer.RecordWriter` to park with; the engine validates,
+builds hops, decides exits and writes dead letters. Each step is a small object that
+receives only the collaborators it needs (:class:`~hopchain.middleware.engine.parts.EngineParts`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from hopchain.config import HopchainConfig
+from hopchain.exceptions import ConfigurationError, DecodeError
+from hopchain.loading import load_registry
+from hopchain.middleware.context import HopContext
+from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
+from hopchain.middleware.engine.abort import AbortState
+from hopchain.middleware.engine.consume import Receiver
+from hopchain.middleware.engine.parts import EngineParts
+from hopchain.middleware.engine.publish import Publisher
+from hopchain.middleware.engine.settle import Settled, Settler
+from hopchain.middleware.engine.writer import DeadLetterWriter, RecordWriter
+from hopchain.middleware.failures import ExceptionMapper
+from hopchain.middleware.metrics import MiddlewareMetrics
+from hopchain.schemas import (
+    ContractRegistry,
+    Decision,
+    Decoded,
+    EncodedRecord,
+    Envelope,
+    EnvelopeCodec,
+    ErrorType,
+    Failure,
+    Keyring,
+    Limits,
+)
+from hopchain.schemas.deadletter import DeadLetterInfo
+from hopchain.schemas.record import ConsumedRecord
+
+__all__ = ["Hopchain"]
+
+
+def _default_instance() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Hopchain:
+    """Validation, rejection, hop building and failure exits for one component.
+
+    Args:
+        registry: the contracts of every topic the component reads or writes; when None,
+            they are loaded from ``config.contracts`` (``HOPCHAIN_CONTRACTS``).
+        component: the component's logical name, written into every hop it appends.
+        config: settings; by default read from the ``HOPCHAIN_*`` environment variables.
+        instance: which running copy (defaults to ``host:pid``).
+        keyring: HMAC keys; by default those of ``config.hmac_keys`` (``HOPCHAIN_HMAC_KEYS``).
+            The component signs its hops when it holds its own key, and refuses unsigned or
+            forged hops of every component whose key it holds.
+        limits: hop and size limits.
+        metrics_registry: the Prometheus registry to put metrics on (a new one if None).
+        dedupe: where ``HopContext.once`` remembers committed effects (in memory if None;
+            use a durable store for side-effecting stages).
+
+    Raises:
+        ConfigurationError: no contracts were given or configured, or a setting is invalid.
+    """
+
+    def __init__(
+        self,
+        registry: ContractRegistry | None = None,
+        *,
+        component: str,
+        config: HopchainConfig | None = None,
+        instance: str | None = None,
+        keyring: Keyring | None = None,
+        limits: Limits | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        dedupe: DedupeStore | None = None,
+    ) -> None:
+        self.config = config if config is not None else HopchainConfig()
+        if registry is None:
+            if self.config.contracts is None:
+                raise ConfigurationError(
+                    "no topic contracts: pass Hopchain(registry, ...) or set HOPCHAIN_CONTRACTS "
+                    "to MODULE:ATTRIBUTE of a ContractRegistry"
+                )
+            registry = load_registry(self.config.contracts)
+        keys = keyring if keyring is not None else self.config.keyring()
+        metrics = MiddlewareMetrics(metrics_registry)
+        self.parts = EngineParts(
+            registry=registry,
+            component=component,
+            instance=instance or _default_instance(),
+            keyring=keys,
+            codec=EnvelopeCodec(registry, keyring=keys, limits=limits),
+            metrics=metrics,
+            dedupe=dedupe if dedupe is not None else MemoryDedupeStore(),
+            dead_letters=DeadLetterWriter(
+                metrics,
+                component=component,
+                attempts=self.config.dead_letter_attempts,
+                backoff_seconds=self.config.dead_letter_backoff_seconds,
+            ),
+            aborted=AbortState(),
+        )
+        self.receiver = Receiver(self.parts)
+        self.publisher = Publisher(self.parts)
+        self.settler = Settler(self.parts, self.publisher)
+
+    # -- what the component is ---------------------------------------------------------------
+
+    @property
+    def registry(self) -> ContractRegistry:
+        """The topic contracts."""
+        return self.parts.registry
+
+    @property
+    def component(self) -> str:
+        """The component's logical name."""
+        return self.parts.component
+
+    @property
+    def instance(self) -> str:
+        """Which running copy of the component this is."""
+        return self.parts.instance
+
+    @property
+    def keyring(self) -> Keyring | None:
+        """The HMAC keys in use, if any."""
+        return self.parts.keyring
+
+    @property
+    def codec(self) -> EnvelopeCodec:
+        """The envelope codec for the component's contracts and keys."""
+        return self.parts.codec
+
+    @property
+    def metrics(self) -> MiddlewareMetrics:
+        """The component's Prometheus metrics."""
+        return self.parts.metrics
+
+    @property
+    def dedupe(self) -> DedupeStore:
+        """Where committed effects are remembered."""
+        return self.parts.dedupe
+
+    @property
+    def aborted(self) -> AbortState:
+        """Set when a stage aborted: wait on it and exit non-zero (see :class:`AbortState`)."""
+        return self.parts.aborted
+
+    def check_topics(self, topics: Iterable[str]) -> None:
+        """Refuse to start when a topic has no contract (names the topic and the fix)."""
+        self.registry.require(topics)
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    def accept(self, record: ConsumedRecord) -> Decoded:
+        """Validate a consumed record (see :meth:`Receiver.accept`)."""
+        return self.receiver.accept(record)
+
+    def open(
+        self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
+    ) -> HopContext:
+        """The handling context of a valid record."""
+        return self.receiver.open(record, decoded, group=group, span_id=span_id)
+
+    async def reject(
+        self, record: ConsumedRecord, error: DecodeError, *, group: str, writer: RecordWriter
+    ) -> DeadLetterInfo:
+        """Park a record that failed validation (see :meth:`Receiver.reject`)."""
+        return await self.receiver.reject(record, error, group=group, writer=writer)
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def failure_of(
+        self,
+        exc: BaseException,
+        hop: HopContext,
+        *,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> Failure:
+        """The failure a hop reports for ``exc`` (see :meth:`Settler.failure_of`)."""
+        return self.settler.failure_of(exc, hop, mappers=mappers, error_type=error_type)
+
+    async def settle(
+        self,
+        hop: HopContext,
+        exc: BaseException,
+        *,
+        writer: RecordWriter,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> Settled:
+        """Take the exit of a failed record (see :meth:`Settler.settle`)."""
+        return await self.settler.settle(
+            hop, exc, writer=writer, mappers=mappers, error_type=error_type
+        )
+
+    async def dead_letter(
+        self,
+        hop: HopContext,
+        failure: Failure,
+        *,
+        writer: RecordWriter,
+        observation: str = "",
+        dead_letter_topic: str | None = None,
+        owner: str | None = None,
+    ) -> DeadLetterInfo:
+        """Park a valid record whose handling failed (see :meth:`Settler.dead_letter`)."""
+        return await self.settler.dead_letter(
+            hop,
+            failure,
+            writer=writer,
+            observation=observation,
+            dead_letter_topic=dead_letter_topic,
+            owner=owner,
+        )
+
+    def abort(self, hop: HopContext, failure: Failure, *, run: bool = True) -> None:
+        """Record that a stage stopped on this record (see :meth:`Settler.abort`)."""
+        self.settler.abort(hop, failure, run=run)
+
+    def handled(self, hop: HopContext) -> None:
+        """Account for a record handled without sending anything on."""
+        self.settler.handled(hop)
+
+    # -- publishing --------------------------------------------------------------------------
+
+    def coerce_payload(self, topic: str, body: Any) -> BaseModel:
+        """The topic's payload model from what the caller publishes."""
+        return self.publisher.coerce_payload(topic, body)
+
+    def append(self, hop: HopContext, **what: Any) -> Envelope:
+        """The received envelope with this component's hop appended."""
+        return self.publisher.append(hop, **what)
+
+    def outgoing(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        trace_id: str,
+        span_id: str,
+        headers: Mapping[str, str] | None = None,
+        decision: Decision | None = None,
+        observation: str = "",
+    ) -> tuple[EncodedRecord, Envelope]:
+        """Validate and envelope a record for ``topic`` (see :meth:`Publisher.outgoing`)."""
+        return self.publisher.outgoing(
+            topic,
+            body,
+            incoming=incoming,
+            trace_id=trace_id,
+            span_id=span_id,
+            headers=headers,
+            decision=decision,
+            observation=observation,
+        )

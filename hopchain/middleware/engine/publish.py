@@ -1,0 +1,193 @@
+"""The publish side: a payload and the record being handled become one record to send.
+
+Exactly one new hop per record sent: appended to the received chain, or, for a record
+published with nothing being handled, an origin hop on a new envelope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from hopchain.exceptions import EnvelopeRejected, ReasonCode
+from hopchain.middleware.context import HopContext, current_origin
+from hopchain.middleware.engine.parts import EngineParts
+from hopchain.schemas import (
+    Attempt,
+    Decision,
+    EncodedRecord,
+    Envelope,
+    Failure,
+    append_hop,
+    new_envelope,
+    new_envelope_id,
+)
+from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
+
+__all__ = ["Publisher"]
+
+
+class Publisher:
+    """Validates and envelopes what a component sends; refuses what breaks a contract."""
+
+    def __init__(self, parts: EngineParts) -> None:
+        self.parts = parts
+
+    def refuse(self, topic: str, code: ReasonCode, detail: str, path: str) -> EnvelopeRejected:
+        """Count a refused publish and make the error to raise."""
+        self.parts.metrics.rejected.labels(topic, "produce", code.value).inc()
+        return EnvelopeRejected(code, detail, path, topic=topic)
+
+    def coerce_payload(self, topic: str, body: Any) -> BaseModel:
+        """Turn what the caller publishes into the topic's payload model.
+
+        Raises:
+            EnvelopeRejected: the body does not satisfy the topic's contract.
+        """
+        model = self.parts.registry.get(topic).model
+        if isinstance(body, model):
+            return body
+        try:
+            if isinstance(body, bytes | str):
+                return model.model_validate_json(body)
+            if isinstance(body, BaseModel):
+                return model.model_validate(body.model_dump())
+            return model.model_validate(body)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False, include_input=False)[0]
+            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+            raise self.refuse(
+                topic, ReasonCode.PAYLOAD_INVALID, error["msg"], f"$.payload{loc}"
+            ) from None
+
+    def append(
+        self,
+        hop: HopContext,
+        *,
+        decision: Decision | None,
+        destination: str | None,
+        failure: Failure | None = None,
+        observation: str = "",
+        attempts: Iterable[Attempt] | None = None,
+        contract: tuple[str, int] | None = None,
+    ) -> Envelope:
+        """The received envelope with this component's hop appended.
+
+        What the hop says defaults to what the stage policy recorded on ``hop``: its
+        decision (forwarded, recovered, degraded), failure and degradation marker.
+        """
+        parts = self.parts
+        decided = decision or hop.effective_decision
+        parts.metrics.stage_decisions.labels(hop.stage or parts.component, decided.value).inc()
+        hop.hops_appended += 1
+        base = hop.envelope
+        if contract is not None:
+            base = base.model_copy(
+                update={"contract": contract[0], "contract_version": contract[1]}
+            )
+        return append_hop(
+            base,
+            component=parts.component,
+            instance=parts.instance,
+            decision=decided,
+            span_id=hop.span_id,
+            observation=observation,
+            received_from=hop.record.position,
+            received_at=hop.received_at,
+            destination=destination,
+            attempts=tuple(hop.attempts if attempts is None else attempts),
+            effects=tuple(hop.effects),
+            failure=failure or hop.failure,
+            degradation=hop.degradation,
+            keyring=parts.keyring,
+        )
+
+    def outgoing(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        trace_id: str,
+        span_id: str,
+        headers: Mapping[str, str] | None = None,
+        decision: Decision | None = None,
+        observation: str = "",
+    ) -> tuple[EncodedRecord, Envelope]:
+        """Validate and envelope a record for ``topic``: exactly one new hop.
+
+        With an incoming record, the new hop extends its chain; without one, the record is
+        an origin and a new envelope is minted (named by :func:`~hopchain.origin`).
+
+        Raises:
+            EnvelopeRejected: the record breaks the contract; nothing may be sent.
+        """
+        for name in headers or {}:
+            if name.lower().startswith(RESERVED_HEADER_PREFIX):
+                raise self.refuse(
+                    topic,
+                    ReasonCode.CHAIN_REWRITTEN,
+                    f"header {name!r} is written by hopchain; a caller may not set it "
+                    "(each hop appends, none rewrites)",
+                    f"$.headers.{name}",
+                )
+        contract = self.parts.registry.get(topic)
+        payload = self.coerce_payload(topic, body)
+        if incoming is not None:
+            envelope = self.append(
+                incoming,
+                decision=decision,
+                destination=topic,
+                observation=observation,
+                contract=(contract.name, contract.version),
+            )
+            verified = len(incoming.envelope.chain)
+            self._check_extends(topic, incoming.envelope, envelope)
+        else:
+            envelope = self._originate(topic, trace_id, span_id, observation)
+            verified = 0
+        try:
+            record = self.parts.codec.encode(topic, envelope, payload, verified_hops=verified)
+        except EnvelopeRejected as exc:
+            self.parts.metrics.rejected.labels(topic, "produce", exc.code.value).inc()
+            raise
+        return record, envelope
+
+    def _originate(self, topic: str, trace_id: str, span_id: str, observation: str) -> Envelope:
+        parts = self.parts
+        contract = parts.registry.get(topic)
+        named = current_origin()
+        envelope = new_envelope(
+            contract=contract.name,
+            contract_version=contract.version,
+            run_id=named.run_id if named else f"{parts.component}-run",
+            work_item_id=named.work_item_id if named else new_envelope_id(),
+            intent_key=named.intent_key if named else None,
+            trace_id=trace_id,
+            origin_span_id=span_id,
+        )
+        return append_hop(
+            envelope,
+            component=parts.component,
+            instance=parts.instance,
+            decision=Decision.ORIGINATED,
+            span_id=span_id,
+            observation=observation,
+            destination=topic,
+            keyring=parts.keyring,
+        )
+
+    def _check_extends(self, topic: str, received: Envelope, outgoing: Envelope) -> None:
+        old, new = received.chain, outgoing.chain
+        if len(new) != len(old) + 1 or any(
+            a.digest != b.digest for a, b in zip(old, new, strict=False)
+        ):
+            raise self.refuse(
+                topic,
+                ReasonCode.CHAIN_REWRITTEN,
+                f"the outgoing chain does not extend the received one by exactly one hop "
+                f"({len(old)} received, {len(new)} outgoing)",
+                "$.chain",
+            )

@@ -1,0 +1,129 @@
+"""Writing dead letters and rerouted records: what the engine needs from a Kafka client.
+
+The engine decides what to write; a :class:`RecordWriter` (given by the adapter) sends it
+and waits for the broker's acknowledgement. :class:`DeadLetterWriter` adds the retries, the
+metrics and the logs, the same for every client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from hopchain.exceptions import DeadLetterWriteError
+from hopchain.middleware.metrics import MiddlewareMetrics
+from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record
+from hopchain.schemas.record import ConsumedRecord
+
+__all__ = ["DeadLetterWriter", "RecordWriter"]
+
+logger = logging.getLogger("hopchain")
+
+
+class RecordWriter(Protocol):
+    """Sends one record and returns once the broker acknowledged it."""
+
+    async def write(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Send the record; raise if the broker did not acknowledge it."""
+
+
+class DeadLetterWriter:
+    """Parks records in dead-letter topics, with bounded retries.
+
+    Args:
+        metrics: where write failures and parked records are counted.
+        component: the component that parks, for the metric labels.
+        attempts: writes tried before giving up (at least 1).
+        backoff_seconds: pause before the first retry, doubled each time.
+    """
+
+    def __init__(
+        self,
+        metrics: MiddlewareMetrics,
+        *,
+        component: str,
+        attempts: int,
+        backoff_seconds: float,
+    ) -> None:
+        self.metrics = metrics
+        self.component = component
+        self.attempts = attempts
+        self.backoff_seconds = backoff_seconds
+
+    async def park(
+        self, record: ConsumedRecord, info: DeadLetterInfo, topic: str, writer: RecordWriter
+    ) -> None:
+        """Write ``record`` unchanged, plus the dead-letter headers of ``info``, to ``topic``.
+
+        Raises:
+            DeadLetterWriteError: no attempt was acknowledged; do not commit the record.
+        """
+        value, headers = dead_letter_record(record.value, record.key, record.headers, info)
+        delay = self.backoff_seconds
+        for attempt in range(1, self.attempts + 1):
+            try:
+                await writer.write(
+                    topic,
+                    value=value,
+                    key=record.key,
+                    headers=headers,
+                    timestamp_ms=record.timestamp_ms if record.timestamp_ms >= 0 else None,
+                )
+            except Exception as exc:  # noqa: BLE001 - any failure means "not parked"
+                self.metrics.dead_letter_write_failures.labels(record.topic).inc()
+                logger.warning(
+                    "could not park %s in %s (attempt %d of %d): %s",
+                    record.describe(),
+                    topic,
+                    attempt,
+                    self.attempts,
+                    type(exc).__name__,
+                    extra={"hopchain_event": "dead_letter_write_failed", "topic": record.topic},
+                )
+                if attempt < self.attempts:
+                    await asyncio.sleep(delay)
+                    delay *= 2
+            else:
+                self.metrics.dead_lettered.labels(
+                    record.topic, self.component, info.error_type.value
+                ).inc()
+                return
+        raise DeadLetterWriteError(
+            source_topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            dead_letter_topic=topic,
+        )
+
+    @staticmethod
+    async def send(
+        record: ConsumedRecord,
+        topic: str,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes]],
+        writer: RecordWriter,
+    ) -> None:
+        """Send a rerouted record (the input with a ``rerouted`` hop) to ``topic``.
+
+        Raises:
+            DeadLetterWriteError: the alternate topic did not acknowledge the write.
+        """
+        try:
+            await writer.write(topic, value=value, key=record.key, headers=list(headers))
+        except Exception as exc:
+            raise DeadLetterWriteError(
+                source_topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                dead_letter_topic=topic,
+            ) from exc

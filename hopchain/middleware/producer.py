@@ -1,0 +1,104 @@
+"""Record writers on aiokafka: a producer the caller owns, or one hopchain owns.
+
+Dead letters must keep the original headers byte for byte (binary values and repeated
+names included), which FastStream's publish API cannot express; so they are written with
+an aiokafka producer. :class:`KafkaWriter` owns one, started on the first write (most
+components rarely park anything) with ``acks="all"`` and idempotence, so an acknowledged
+dead letter is on every in-sync replica and a retried send is not written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer
+
+from hopchain.config import HopchainConfig
+
+__all__ = ["KafkaWriter", "ProducerWriter"]
+
+
+class ProducerWriter:
+    """Writes through a started ``AIOKafkaProducer`` the caller owns (and stops)."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+
+    async def write(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Send one record and wait for the broker's acknowledgement."""
+        await self.producer.send_and_wait(
+            topic, value=value, key=key, headers=list(headers), timestamp_ms=timestamp_ms
+        )
+
+
+class KafkaWriter:
+    """Writes through a producer of its own, built from the configuration's connection.
+
+    Args:
+        config: where the cluster is (``HOPCHAIN_KAFKA_BOOTSTRAP``) and how to log in.
+        client_id: the producer's client id, as the broker logs and quotas see it.
+        max_request_size: the largest record the producer sends, in bytes.
+    """
+
+    def __init__(
+        self,
+        config: HopchainConfig,
+        *,
+        client_id: str = "hopchain",
+        max_request_size: int = 1_048_576,
+    ) -> None:
+        self.config = config
+        self.client_id = client_id
+        self.max_request_size = max_request_size
+        self._producer: AIOKafkaProducer | None = None
+        self._lock = asyncio.Lock()
+
+    async def _started(self) -> AIOKafkaProducer:
+        async with self._lock:
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=self.config.kafka_bootstrap,
+                    client_id=self.client_id,
+                    acks="all",
+                    enable_idempotence=True,
+                    max_request_size=self.max_request_size,
+                    **self.config.client_kwargs(),
+                )
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()
+                    raise
+                self._producer = producer
+            return self._producer
+
+    async def write(
+        self,
+        topic: str,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Send one record and wait until every in-sync replica has it."""
+        producer = await self._started()
+        await producer.send_and_wait(
+            topic, value=value, key=key, headers=list(headers), timestamp_ms=timestamp_ms
+        )
+
+    async def close(self) -> None:
+        """Flush and stop the producer, if it was started; the writer can start again."""
+        async with self._lock:
+            producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()

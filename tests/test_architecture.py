@@ -1,0 +1,121 @@
+"""The package's shape: no import cycles, a client-neutral engine, public client APIs only."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hopchain"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every hopchain module and the hopchain modules it imports (at any depth)."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    candidate = f"{node.module}.{alias.name}"
+                    targets.add(candidate if candidate in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:  # noqa: C901 - Tarjan, as written
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in graph:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_inside_the_package() -> None:
+    assert _cycles(_imports()) == []
+
+
+def test_the_engine_imports_no_client_and_no_adapter() -> None:
+    graph = _imports()
+    engine = {name: targets for name, targets in graph.items() if ".middleware.engine" in name}
+    assert engine
+    for name, targets in engine.items():
+        clients = {t for t in targets if t.split(".")[0] in {"faststream", "aiokafka"}}
+        adapters = {
+            t
+            for t in targets
+            if t.startswith(("hopchain.middleware.faststream", "hopchain.middleware.aiokafka"))
+        }
+        assert not clients, f"{name} imports {clients}"
+        assert not adapters, f"{name} imports {adapters}"
+
+
+def test_the_dead_letter_service_imports_no_middleware() -> None:
+    graph = _imports()
+    for name, targets in graph.items():
+        if name.startswith("hopchain.consumers"):
+            used = {t for t in targets if t.startswith("hopchain.middleware")}
+            assert not used, f"{name} imports {used}"
+
+
+def test_importing_the_dead_letter_service_loads_no_adapter() -> None:
+    code = (
+        "import sys, hopchain.consumers.service;"
+        "print(sorted(m for m in sys.modules if m.startswith('hopchain.middleware')))"
+    )
+    result = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+_PRIVATE = re.compile(
+    r"faststream\._internal|_outer_config|_producer\._producer|"
+    r"(consumer|client|producer|subscriber)\._[a-z]|\.running = False|\"handler_\""
+)
+
+
+def test_no_private_attribute_of_faststream_or_aiokafka_is_used() -> None:
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}"
+        for path in PACKAGE.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if _PRIVATE.search(line)
+    ]
+    assert offenders == []
