@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
 
 from hopchain.exceptions import EnvelopeError
+from hopchain.metadata import topic_partitions
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Keyring, verify_chain
 from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
 
@@ -153,13 +154,7 @@ async def find_record(
     )
     await consumer.start()
     try:
-        # topics() refreshes the metadata of every topic, not only subscribed ones.
-        await consumer.topics()
-        partitions = [
-            TopicPartition(topic, partition)
-            for topic in topics
-            for partition in sorted(consumer.partitions_for_topic(topic) or ())
-        ]
+        partitions = await topic_partitions(bootstrap, topics, **(client_options or {}))
         result.topics_scanned = len(topics)
         if not partitions:
             return result

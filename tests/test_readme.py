@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from hopchain import Hopchain, HopchainMiddleware, origin
-from hopchain.middleware.stage import Stage
+from hopchain import Hopchain, HopchainMiddleware, Stage, origin
 from hopchain.schemas import ENVELOPE_HEADER, Envelope
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.testing import create_topics
@@ -70,6 +69,7 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
         await raw.stop()
         await feeder.stop()
         await broker.stop()
+        await namespace["middleware"].close()
 
     assert invoice.value == b'{"order_id":"o-1","total_cents":1250}'
     envelope = Envelope.model_validate_json(dict(invoice.headers)[ENVELOPE_HEADER])

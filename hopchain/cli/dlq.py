@@ -72,7 +72,7 @@ ContractsOption = Annotated[
     str | None,
     typer.Option(
         "--contracts",
-        envvar="HOPCHAIN_DLQ_CONTRACTS",
+        envvar="HOPCHAIN_CONTRACTS",
         help="A ContractRegistry as module:attribute; its dead-letter topics are read.",
         show_default=False,
     ),
@@ -170,7 +170,7 @@ def _source(
 ) -> DlqSettings:
     return _settings(
         kafka_bootstrap=bootstrap,
-        dlq_contracts=contracts,
+        contracts=contracts,
         dlq_topic_pattern=pattern,
         dlq_topics=_topic_pairs(dlq_topics),
         dlq_resolutions_topic=resolutions_topic,
@@ -321,7 +321,7 @@ def serve(
         pairs.setdefault(name, "unknown")
     settings = _settings(
         kafka_bootstrap=bootstrap,
-        dlq_contracts=contracts,
+        contracts=contracts,
         dlq_topic_pattern=pattern,
         dlq_topics=pairs or None,
         dlq_resolutions_topic=resolutions_topic,

@@ -5,7 +5,7 @@ is harmless, its two retry budgets, and the exit it takes when they run out (wit
 type whose exit differs)::
 
     hopchain policy show claims.app:pipeline
-    hopchain policy show claims.app:pipeline --registry claims.app:registry --json
+    hopchain policy show claims.app:pipeline --contracts claims.app:registry --json
 
 ``ATTR`` is a :class:`~hopchain.middleware.stage.Pipeline`, a
 :class:`~hopchain.middleware.stage.Stage`, or a list of stages (dotted paths such as
@@ -224,12 +224,12 @@ def show(
         ),
     ],
     *,
-    registry: Annotated[
+    contracts_spec: Annotated[
         str | None,
         typer.Option(
-            "--registry",
+            "--contracts",
             metavar="MODULE:ATTR",
-            envvar="HOPCHAIN_POLICY_REGISTRY",
+            envvar="HOPCHAIN_CONTRACTS",
             help="The ContractRegistry the stages run with, to show the dead-letter topic "
             "each input's contract names.",
             show_default=False,
@@ -243,7 +243,7 @@ def show(
     try:
         loaded = load_object(target)
         stages = list(stages_of(loaded))
-        contracts = load_registry(registry) if registry is not None else None
+        contracts = load_registry(contracts_spec) if contracts_spec is not None else None
     except LoadError as exc:
         fail(str(exc), ExitCode.USAGE)
     except ConfigurationError as exc:
@@ -265,5 +265,5 @@ def show(
         "Error types not listed under 'other exits' take the 'when exhausted' exit. Transport "
         "retries apply to transient failures; contract retries re-run the stage with the "
         "validation errors (contract_violation, conflict). A (default) dead-letter topic is "
-        "the input contract's, unless that contract names another: pass --registry to check."
+        "the input contract's, unless that contract names another: pass --contracts to check."
     )

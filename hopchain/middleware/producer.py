@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -47,6 +48,8 @@ class KafkaWriter:
         config: where the cluster is (``HOPCHAIN_KAFKA_BOOTSTRAP``) and how to log in.
         client_id: the producer's client id, as the broker logs and quotas see it.
         max_request_size: the largest record the producer sends, in bytes.
+        options: further ``AIOKafkaProducer`` arguments; they override the login settings
+            of ``config`` (e.g. those of ``hopchain.security.client_security(security)``).
     """
 
     def __init__(
@@ -55,10 +58,12 @@ class KafkaWriter:
         *,
         client_id: str = "hopchain",
         max_request_size: int = 1_048_576,
+        **options: Any,
     ) -> None:
         self.config = config
         self.client_id = client_id
         self.max_request_size = max_request_size
+        self.options = options
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
 
@@ -71,7 +76,7 @@ class KafkaWriter:
                     acks="all",
                     enable_idempotence=True,
                     max_request_size=self.max_request_size,
-                    **self.config.client_kwargs(),
+                    **{**self.config.client_kwargs(), **self.options},
                 )
                 try:
                     await producer.start()

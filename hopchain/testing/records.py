@@ -8,19 +8,16 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from hopchain.metadata import topic_partitions
+
 __all__ = ["partitions_of", "read_to_end"]
 
 
-async def partitions_of(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> list[TopicPartition]:
-    """Every partition of ``topics``, asking the broker for metadata the consumer lacks."""
-    found: list[TopicPartition] = []
-    for topic in topics:
-        numbers = consumer.partitions_for_topic(topic)
-        if numbers is None:
-            await consumer.topics()  # refreshes the metadata of every topic
-            numbers = consumer.partitions_for_topic(topic)
-        found += [TopicPartition(topic, number) for number in sorted(numbers or ())]
-    return found
+async def partitions_of(
+    bootstrap: str, topics: Iterable[str], **client: Any
+) -> list[TopicPartition]:
+    """Every partition of ``topics``, as the cluster describes them."""
+    return await topic_partitions(bootstrap, topics, **client)
 
 
 async def read_to_end(
@@ -31,7 +28,7 @@ async def read_to_end(
     await consumer.start()
     try:
         async with asyncio.timeout(within):
-            partitions = await partitions_of(consumer, topics)
+            partitions = await partitions_of(bootstrap, topics, **client)
             if not partitions:
                 return []
             consumer.assign(partitions)

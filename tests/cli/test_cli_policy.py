@@ -254,7 +254,7 @@ def test_a_single_stage_or_a_list_of_stages_is_shown_too() -> None:
 
 
 def test_registry_names_the_dead_letter_topic_the_contract_declares() -> None:
-    shown = shown_json(TARGET, "--registry", f"{__name__}:REGISTRY")
+    shown = shown_json(TARGET, "--contracts", f"{__name__}:REGISTRY")
 
     extract = shown["stages"][0]
     assert extract["dead_letter_topic"] == "claims.intake.parked"
@@ -294,7 +294,7 @@ def test_what_cannot_be_loaded_exits_2_and_says_why(target: str, message: str) -
 
 
 def test_a_registry_that_is_not_one_exits_2() -> None:
-    result = show(TARGET, "--registry", f"{__name__}:PIPELINE")
+    result = show(TARGET, "--contracts", f"{__name__}:PIPELINE")
 
     assert result.exit_code == 2
     assert "is a Pipeline, not a ContractRegistry" in result.stderr

@@ -101,7 +101,7 @@ class TopicTail:
         )
         await consumer.start()
         self._consumer = consumer
-        self._partitions = await partitions_of(consumer, self.topics)
+        self._partitions = await partitions_of(self.bootstrap, self.topics, **self._client)
         consumer.assign(self._partitions)
         await consumer.seek_to_beginning(*self._partitions)
         return self
@@ -156,7 +156,7 @@ async def end_offsets(bootstrap: str, topics: Sequence[str], **client: Any) -> d
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client)
     await consumer.start()
     try:
-        partitions = await partitions_of(consumer, topics)
+        partitions = await partitions_of(bootstrap, topics, **client)
         ends = await consumer.end_offsets(partitions) if partitions else {}
     finally:
         await consumer.stop()

@@ -29,7 +29,9 @@ from hopchain import (
     EnvelopeConsumer,
     EnvelopeProducer,
     Hopchain,
+    HopchainConfig,
     HopchainMiddleware,
+    KafkaWriter,
     current_hop,
     origin,
 )
@@ -109,11 +111,13 @@ async def _failed_start(bootstrap: str, security: BaseSecurity | None) -> BaseEx
 async def _consume(
     bootstrap: str, security: BaseSecurity, group: str, handled: Counter[int], *, park: bool = False
 ) -> KafkaBroker:
-    runtime = Hopchain(REGISTRY, component="ledger")
+    config = HopchainConfig(kafka_bootstrap=bootstrap)
+    runtime = Hopchain(REGISTRY, component="ledger", config=config)
+    writer = KafkaWriter(config, **client_security(security))
     broker = KafkaBroker(
         bootstrap,
         security=security,
-        middlewares=[HopchainMiddleware(runtime)],
+        middlewares=[HopchainMiddleware(runtime, writer=writer, group=group)],
         ack_policy=AckPolicy.ACK,
     )
 

@@ -60,6 +60,7 @@ class _Outputs:
     or for ``file`` an attempted ledger write (its side effect, before it publishes)."""
 
     def __init__(self, bootstrap: str, ledger: Path) -> None:
+        self._bootstrap = bootstrap
         self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         self._partitions: dict[str, list[TopicPartition]] = {}
         self._db = sqlite3.connect(ledger)
@@ -67,7 +68,7 @@ class _Outputs:
     async def __aenter__(self) -> Self:
         await self._consumer.start()
         for stage, topics in OUTPUTS.items():
-            self._partitions[stage] = await partitions_of(self._consumer, topics)
+            self._partitions[stage] = await partitions_of(self._bootstrap, topics)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

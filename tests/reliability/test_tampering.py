@@ -137,15 +137,19 @@ def _forgeries(
 
 class _Reader:
     def __init__(
-        self, bootstrap: str, registry: ContractRegistry, topic: str, keyring: Keyring | None
+        self, bootstrap: str, registry: ContractRegistry, topic: str, *, keys: bool
     ) -> None:
         self.metrics = CollectorRegistry()
         self.group = unique_topic_name("audit")
+        # With keys: nothing but HOPCHAIN_HMAC_KEYS, as a service built from the README has.
+        config = HopchainConfig() if keys else HopchainConfig(hmac_keys=None)
         runtime = Hopchain(
-            registry, component="audit", keyring=keyring, metrics_registry=self.metrics
+            registry, component="audit", config=config, metrics_registry=self.metrics
         )
         self.broker = KafkaBroker(
-            bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+            bootstrap,
+            middlewares=[HopchainMiddleware(runtime, group=self.group)],
+            ack_policy=AckPolicy.ACK,
         )
         self.handled: Counter[bytes] = Counter()
         self.broker.subscriber(topic, group_id=self.group, auto_offset_reset="earliest")(
@@ -160,16 +164,15 @@ class _Reader:
 
 
 async def _honest_record(
-    bootstrap: str, registry: ContractRegistry, keyring: Keyring, claims: str, enriched: str
+    bootstrap: str, registry: ContractRegistry, claims: str, enriched: str
 ) -> Any:
-    """Run ``ingest`` -> ``enrich`` with the keys; return the record it wrote to ``enriched``."""
+    """Run ``ingest`` -> ``enrich``, keyed by the environment alone; return what it wrote."""
     ingest = KafkaBroker(
-        bootstrap,
-        middlewares=[HopchainMiddleware(Hopchain(registry, component="ingest", keyring=keyring))],
+        bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="ingest"))]
     )
     enrich = KafkaBroker(
         bootstrap,
-        middlewares=[HopchainMiddleware(Hopchain(registry, component="enrich", keyring=keyring))],
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="enrich"))],
         ack_policy=AckPolicy.ACK,
     )
 
@@ -243,7 +246,7 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
             TopicContract(topic=enriched, model=Claim, owner="audit-team"),
         ]
     )
-    record = await _honest_record(kafka_bootstrap, registry, keyring, claims, enriched)
+    record = await _honest_record(kafka_bootstrap, registry, claims, enriched)
     headers = list(record.headers)
     genuine = Envelope.model_validate_json(dict(headers)[ENVELOPE_HEADER])
     assert [(h.component, h.signature is not None) for h in genuine.chain] == [
@@ -252,8 +255,8 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
     ]
     forged = _forgeries(genuine, headers)
     await _produce(kafka_bootstrap, enriched, record.value, forged)
-    keyed = _Reader(kafka_bootstrap, registry, enriched, keyring)
-    keyless = _Reader(kafka_bootstrap, registry, enriched, None)
+    keyed = _Reader(kafka_bootstrap, registry, enriched, keys=True)
+    keyless = _Reader(kafka_bootstrap, registry, enriched, keys=False)
     await _decide(kafka_bootstrap, [keyed, keyless], dead_letter_topic, 2 * (len(forged) + 1))
 
     outcome: dict[str, dict[bytes, str]] = {keyed.group: {}, keyless.group: {}}
