@@ -1,0 +1,198 @@
+"""The whole failure path under FastStream's TestKafkaBroker, as a user's unit tests run it.
+
+No Kafka here: ``BrokerWriter`` parks dead letters and reroutes through the in-memory broker,
+so a subscriber on the dead-letter topic receives them. The same scenarios run against the
+real broker in test_faststream.py and test_stage.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker, KafkaRouter, TestKafkaBroker
+from faststream.kafka.annotations import KafkaMessage
+from pydantic import BaseModel
+
+from hopchain import (
+    BrokerWriter,
+    ContractRegistry,
+    Degrade,
+    Hopchain,
+    HopchainConfig,
+    HopchainMiddleware,
+    Pipeline,
+    RejectedInput,
+    Reroute,
+    TopicContract,
+    current_hop,
+    origin,
+)
+from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope, ErrorType
+from hopchain.schemas.deadletter import read_dead_letter_headers
+
+
+class Order(BaseModel):
+    order_id: str
+    amount_cents: int
+
+
+class Invoice(BaseModel):
+    order_id: str
+    total_cents: int
+
+
+CONTRACTS = ContractRegistry(
+    [
+        TopicContract(topic="orders", model=Order, owner="checkout-team"),
+        TopicContract(topic="invoices", model=Invoice, owner="billing-team"),
+        TopicContract(topic="review", model=Order, owner="billing-team"),
+    ]
+)
+
+
+class Seen:
+    """What the in-memory subscribers received: bodies and headers, per topic."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, list[tuple[bytes, dict[str, str]]]] = {}
+
+    def recorder(self, topic: str) -> Any:
+        async def record(message: KafkaMessage) -> None:
+            self.records.setdefault(topic, []).append((message.body, dict(message.headers)))
+
+        return record
+
+
+def app(seen: Seen, *, router: bool = False) -> tuple[KafkaBroker, HopchainMiddleware, Any]:
+    """An invoicing service: fails on order 'boom', rejects 'bad', degrades or reroutes."""
+    hopchain = Hopchain(CONTRACTS, component="invoicer", config=HopchainConfig())
+    broker = KafkaBroker(ack_policy=AckPolicy.ACK)
+    middleware = HopchainMiddleware(hopchain, writer=BrokerWriter(broker), group="invoicer")
+    target: KafkaBroker | KafkaRouter = (
+        KafkaRouter(middlewares=[middleware], ack_policy=AckPolicy.ACK) if router else broker
+    )
+    if not router:
+        broker.add_middleware(middleware)
+    pipeline = Pipeline("billing")
+    price = pipeline.stage(
+        "price",
+        input="orders",
+        output="invoices",
+        owner="billing-team",
+        side_effects_free=True,
+        on_exhausted=Degrade(Invoice(order_id="?", total_cents=0), reason="priced later"),
+        on_error={ErrorType.CONFLICT: Reroute(topic="review")},
+    )
+
+    @target.subscriber("orders", group_id="invoicer")
+    @target.publisher("invoices")
+    @price
+    async def invoice(order: Order) -> Invoice:
+        assert current_hop() is not None
+        if order.order_id == "boom":
+            raise RuntimeError("the invoice store is broken")
+        if order.order_id == "bad":
+            raise RejectedInput("no such customer")
+        if order.order_id == "stale":
+            from hopchain import Conflict  # noqa: PLC0415
+
+            raise Conflict("the price list moved on")
+        return Invoice(order_id=order.order_id, total_cents=order.amount_cents)
+
+    for topic in ("invoices", "orders.dlq", "review"):
+        target.subscriber(topic, group_id=f"observer-{topic}")(seen.recorder(topic))
+    # The checkout service's side: publishing through the middleware mints origin hops.
+    checkout = target.publisher("orders")
+    if router:
+        broker.include_router(target)
+    middleware.check(broker)
+    return broker, middleware, checkout
+
+
+async def send(checkout: Any, order_id: str) -> None:
+    with origin(run_id="unit", work_item_id=order_id):
+        await checkout.publish(Order(order_id=order_id, amount_cents=1250))
+
+
+def chain_of(headers: dict[str, str], name: str = ENVELOPE_HEADER) -> Envelope:
+    return Envelope.model_validate_json(headers[name])
+
+
+@pytest.mark.parametrize("router", [False, True], ids=["broker", "router"])
+async def test_valid_records_are_handled_and_forwarded_with_one_new_hop(router: bool) -> None:
+    seen = Seen()
+    broker, _, checkout = app(seen, router=router)
+    async with TestKafkaBroker(broker):
+        await send(checkout, "o-1")
+    [(body, headers)] = seen.records["invoices"]
+    assert body == b'{"order_id":"o-1","total_cents":1250}'
+    assert [h.decision for h in chain_of(headers).chain] == [
+        Decision.ORIGINATED,
+        Decision.FORWARDED,
+    ]
+    assert "orders.dlq" not in seen.records
+
+
+@pytest.mark.parametrize("router", [False, True], ids=["broker", "router"])
+async def test_a_bare_record_is_parked_byte_for_byte_and_never_handled(router: bool) -> None:
+    seen = Seen()
+    broker, middleware, _ = app(seen, router=router)
+    async with TestKafkaBroker(broker) as test_broker:
+        await BrokerWriter(test_broker).write(
+            "orders", value=b'{"order_id": "o-2"}', key=b"k", headers=[("source", b"legacy")]
+        )
+    [(body, headers)] = seen.records["orders.dlq"]
+    assert body == b'{"order_id": "o-2"}'
+    assert headers["source"] == "legacy"
+    info = read_dead_letter_headers([(n, v.encode()) for n, v in headers.items()])
+    assert (info.reason, info.owner, info.group) == (
+        "missing_header",
+        "checkout-team",
+        "invoicer",
+    )
+    assert "invoices" not in seen.records
+    rejected = middleware.hopchain.metrics.registry.get_sample_value(
+        "hopchain_rejected_total",
+        {"topic": "orders", "direction": "consume", "reason": "missing_header"},
+    )
+    assert rejected == 1
+
+
+async def test_a_handler_failure_is_dead_lettered_with_its_hop() -> None:
+    seen = Seen()
+    broker, _, checkout = app(seen)
+    async with TestKafkaBroker(broker):
+        await send(checkout, "boom")
+    [(body, headers)] = seen.records["orders.dlq"]
+    assert body == b'{"order_id":"boom","amount_cents":1250}'
+    parked = chain_of(headers, "hopchain-dlq-envelope")
+    assert parked.chain[-1].decision is Decision.DEAD_LETTERED
+    assert parked.chain[-1].failure is not None
+    assert parked.chain[-1].failure.error_type is ErrorType.INTERNAL
+    assert "invoices" not in seen.records
+
+
+async def test_rejected_input_is_degraded_and_marked() -> None:
+    seen = Seen()
+    broker, _, checkout = app(seen)
+    async with TestKafkaBroker(broker):
+        await send(checkout, "bad")
+    [(body, headers)] = seen.records["invoices"]
+    assert body == b'{"order_id":"?","total_cents":0}'
+    assert chain_of(headers).chain[-1].decision is Decision.DEGRADED
+    assert headers["hopchain-degraded"]
+    assert "orders.dlq" not in seen.records
+
+
+async def test_a_conflict_is_rerouted_with_a_rerouted_hop() -> None:
+    seen = Seen()
+    broker, _, checkout = app(seen)
+    async with TestKafkaBroker(broker):
+        await send(checkout, "stale")
+    [(body, headers)] = seen.records["review"]
+    assert body == b'{"order_id":"stale","amount_cents":1250}'
+    assert chain_of(headers).chain[-1].decision is Decision.REROUTED
+    assert "invoices" not in seen.records
+    assert "orders.dlq" not in seen.records
