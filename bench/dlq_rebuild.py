@@ -25,14 +25,14 @@ import urllib.request
 from collections import defaultdict
 
 from hopchain.consumers import DeadLetterService, DlqSettings
-from hopchain.consumers.synthetic import (
+from hopchain.schemas import ErrorType
+from hopchain.testing import delete_topics, unique_topic_name
+from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
     envelope_for,
     produce_dead_letters,
     synthetic_dead_letter,
 )
-from hopchain.schemas import ErrorType
-from hopchain.testing import delete_topics, unique_topic_name
 
 OWNERS = ("team-a", "team-b", "team-c")
 ERROR_TYPES = (

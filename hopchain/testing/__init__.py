@@ -1,7 +1,8 @@
 """Helpers for testing Kafka services with hopchain: a real local broker and topic utilities.
 
 :class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
-:func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker.
+:func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
+:func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them.
 """
 
 from hopchain.testing.admin import (
@@ -19,6 +20,12 @@ from hopchain.testing.broker_state import (
     formatted_ports,
     stop_broker,
 )
+from hopchain.testing.deadletters import (
+    SyntheticDeadLetter,
+    envelope_for,
+    produce_dead_letters,
+    synthetic_dead_letter,
+)
 from hopchain.testing.kafka import (
     SASL_MECHANISMS,
     LocalKafka,
@@ -34,6 +41,7 @@ __all__ = [
     "BrokerState",
     "BrokerStatus",
     "LocalKafka",
+    "SyntheticDeadLetter",
     "TopicFactory",
     "broker_metadata",
     "broker_status",
@@ -42,14 +50,17 @@ __all__ = [
     "create_topics",
     "default_run_dir",
     "delete_topics",
+    "envelope_for",
     "formatted_ports",
     "parent_span_id",
     "partitions_of",
     "probe_broker",
+    "produce_dead_letters",
     "read_to_end",
     "span_id_of",
     "spans_by_id",
     "stop_broker",
+    "synthetic_dead_letter",
     "unique_topic_name",
     "wait_for_broker",
 ]

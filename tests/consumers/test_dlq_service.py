@@ -26,14 +26,14 @@ from dlq_helpers import (
 )
 
 from hopchain.consumers import DeadLetterService
-from hopchain.consumers.synthetic import (
+from hopchain.schemas import ErrorType
+from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
     envelope_for,
     produce_dead_letters,
     synthetic_dead_letter,
 )
-from hopchain.schemas import ErrorType
-from hopchain.testing import create_topics, unique_topic_name
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from hopchain.consumers.records import (
     coordinate_id,
     parse_dead_letter,
 )
-from hopchain.consumers.synthetic import envelope_for, synthetic_dead_letter
 from hopchain.schemas import ErrorType
 from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER
+from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
 
 
 def as_record(

@@ -7,10 +7,10 @@ import pytest
 from hopchain.consumers.errors import TriageError, TriageRefused
 from hopchain.consumers.records import DeadLetterRecord
 from hopchain.consumers.redrive import build_redrive
-from hopchain.consumers.synthetic import envelope_for, synthetic_dead_letter
 from hopchain.schemas import Decision, Envelope, verify_chain
 from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER, REDRIVE_OF_HEADER
 from hopchain.schemas.traceparent import parse_traceparent
+from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
 
 
 def record_of(

@@ -19,7 +19,6 @@ from typer.testing import CliRunner, Result
 from hopchain import Hopchain, HopchainMiddleware, current_hop, origin
 from hopchain.cli.app import app
 from hopchain.consumers import DeadLetterService, load_index
-from hopchain.consumers.synthetic import produce_dead_letters, synthetic_dead_letter
 from hopchain.schemas import (
     ContractRegistry,
     Decision,
@@ -29,6 +28,7 @@ from hopchain.schemas import (
     verify_chain,
 )
 from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing.deadletters import produce_dead_letters, synthetic_dead_letter
 
 if TYPE_CHECKING:
     from hopchain.consumers import DlqSettings

@@ -16,9 +16,9 @@ import pytest
 from deploy_tools import DEPLOY_DIR, tool
 
 from hopchain.consumers import DeadLetterService, DlqSettings
-from hopchain.consumers.synthetic import produce_dead_letters, synthetic_dead_letter
 from hopchain.schemas import ErrorType
 from hopchain.testing import unique_topic_name
+from hopchain.testing.deadletters import produce_dead_letters, synthetic_dead_letter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
