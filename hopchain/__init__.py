@@ -31,7 +31,13 @@ if TYPE_CHECKING:
     from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
     from hopchain.middleware.context import HopContext, RetryFeedback, current_hop, origin
     from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore, SqliteDedupeStore
-    from hopchain.middleware.engine import AbortState, Hopchain, RecordWriter, Settled
+    from hopchain.middleware.engine import (
+        AbortState,
+        Hopchain,
+        OutgoingRecord,
+        RecordWriter,
+        Settled,
+    )
     from hopchain.middleware.failures import (
         Conflict,
         ContractViolation,
@@ -107,6 +113,7 @@ _EXPORTS: dict[str, str] = {
     "Keyring": "hopchain.schemas",
     "Limits": "hopchain.schemas",
     "MemoryDedupeStore": "hopchain.middleware.dedupe",
+    "OutgoingRecord": "hopchain.middleware.engine",
     "Pipeline": "hopchain.middleware.stage",
     "ProducerWriter": "hopchain.middleware.producer",
     "ReasonCode": "hopchain.exceptions",
@@ -141,6 +148,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     "Hopchain",
     "HopchainMiddleware",
     "KafkaWriter",
+    "OutgoingRecord",
     "ProducerWriter",
     "RecordWriter",
     # configuration

@@ -1,13 +1,26 @@
-"""Pieces every ``hopchain`` subcommand group shares: exit codes and error output."""
+"""Pieces every ``hopchain`` subcommand group shares: exit codes, error output, flags."""
 
 from __future__ import annotations
 
 import enum
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
-__all__ = ["ExitCode", "fail"]
+__all__ = ["ContractsOption", "ExitCode", "fail"]
+
+ContractsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contracts",
+        envvar="HOPCHAIN_CONTRACTS",
+        metavar="MODULE:ATTR",
+        help="The topics' contracts: a ContractRegistry, an object whose 'registry' or "
+        "'contracts' attribute is one, or a callable returning one (e.g. claims.topics:registry).",
+        show_default=False,
+    ),
+]
+"""``--contracts``: the same flag, variable and meaning in every command."""
 
 
 class ExitCode(enum.IntEnum):

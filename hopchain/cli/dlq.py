@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 from rich.console import Console
 
-from hopchain.cli.common import ExitCode, fail
+from hopchain.cli.common import ContractsOption, ExitCode, fail
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
@@ -65,15 +65,6 @@ BootstrapOption = Annotated[
         "--bootstrap",
         envvar="HOPCHAIN_KAFKA_BOOTSTRAP",
         help="Kafka bootstrap servers. Default: 127.0.0.1:9092.",
-        show_default=False,
-    ),
-]
-ContractsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--contracts",
-        envvar="HOPCHAIN_CONTRACTS",
-        help="A ContractRegistry as module:attribute; its dead-letter topics are read.",
         show_default=False,
     ),
 ]

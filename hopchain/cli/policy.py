@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from hopchain.cli.common import ExitCode, fail
+from hopchain.cli.common import ContractsOption, ExitCode, fail
 from hopchain.exceptions import ConfigurationError
 from hopchain.loading import LoadError, load_object, load_registry
 from hopchain.middleware.policy import (
@@ -224,17 +224,7 @@ def show(
         ),
     ],
     *,
-    contracts_spec: Annotated[
-        str | None,
-        typer.Option(
-            "--contracts",
-            metavar="MODULE:ATTR",
-            envvar="HOPCHAIN_CONTRACTS",
-            help="The ContractRegistry the stages run with, to show the dead-letter topic "
-            "each input's contract names.",
-            show_default=False,
-        ),
-    ] = None,
+    contracts_spec: ContractsOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
     ] = False,

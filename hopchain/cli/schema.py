@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hopchain.cli.common import ExitCode, fail
+from hopchain.cli.common import ContractsOption, ExitCode, fail
 from hopchain.loading import LoadError, load_registry
 from hopchain.schemas import ContractRegistry, export_schemas
 
@@ -60,18 +60,7 @@ def export(
         ),
     ],
     *,
-    contracts: Annotated[
-        str | None,
-        typer.Option(
-            "--contracts",
-            envvar="HOPCHAIN_CONTRACTS",
-            metavar="MODULE:ATTR",
-            help="The topics' contracts: a ContractRegistry, or an object whose 'registry' or "
-            "'contracts' attribute is one (e.g. claims.topics:registry). Without it, only the "
-            "envelope's schema is written.",
-            show_default=False,
-        ),
-    ] = None,
+    contracts: ContractsOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
     ] = False,

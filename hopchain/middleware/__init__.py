@@ -8,7 +8,7 @@ everything from :mod:`hopchain` itself.
 
 from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
 from hopchain.middleware.context import HopContext, Origin, RetryFeedback, current_hop, origin
-from hopchain.middleware.engine import AbortState, Hopchain, RecordWriter, Settled
+from hopchain.middleware.engine import AbortState, Hopchain, OutgoingRecord, RecordWriter, Settled
 from hopchain.middleware.faststream import BrokerWriter, HopchainMiddleware
 from hopchain.middleware.producer import KafkaWriter, ProducerWriter
 
@@ -22,6 +22,7 @@ __all__ = [
     "HopchainMiddleware",
     "KafkaWriter",
     "Origin",
+    "OutgoingRecord",
     "ProducerWriter",
     "RecordWriter",
     "RetryFeedback",

@@ -74,7 +74,7 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import HopSpan, consume_span, mark_error, publish_span
+from hopchain.tracing import HopSpan, consume_span, mark_error
 
 __all__ = ["EnvelopeConsumer", "EnvelopeProducer"]
 
@@ -129,29 +129,8 @@ class EnvelopeProducer:
         """
         incoming = hop if hop is not None else current_hop()
         extra = self._caller_headers(topic, headers)
-        if incoming is not None:
-            record, _ = self.hopchain.outgoing(
-                topic,
-                payload,
-                incoming=incoming,
-                trace_id=incoming.trace_id,
-                span_id=incoming.span_id,
-                headers=extra,
-            )
-            metadata = await self._send(topic, record, headers, key=key, partition=partition)
-        else:
-            with publish_span(topic, component=self.hopchain.component) as span:
-                record, _ = self.hopchain.outgoing(
-                    topic,
-                    payload,
-                    incoming=None,
-                    trace_id=span.trace_id,
-                    span_id=span.span_id,
-                    headers=extra,
-                )
-                metadata = await self._send(topic, record, headers, key=key, partition=partition)
-        self.hopchain.metrics.published.labels(topic, self.hopchain.component).inc()
-        return metadata
+        with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
+            return await self._send(topic, record, headers, key=key, partition=partition)
 
     def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
         """The caller's headers as text, refusing what a hopchain reader would reject."""

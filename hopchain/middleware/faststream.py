@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from contextlib import ExitStack
 from contextvars import ContextVar
 from typing import Any, NoReturn
@@ -50,12 +49,17 @@ from hopchain.exceptions import (
     DecodeError,
     EnvelopeRejected,
 )
-from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
-from hopchain.middleware.engine import Hopchain, RecordWriter
+from hopchain.middleware.context import (
+    HopContext,
+    _reset_current_hop,
+    _set_current_hop,
+    current_hop,
+)
+from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import consume_span, mark_error, publish_span
+from hopchain.tracing import consume_span, mark_error
 
 __all__ = ["BrokerWriter", "HopchainMiddleware"]
 
@@ -79,21 +83,17 @@ class BrokerWriter:
     def __init__(self, broker: KafkaBroker) -> None:
         self.broker = broker
 
-    async def write(
-        self,
-        topic: str,
-        *,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp_ms: int | None = None,
-    ) -> None:
+    async def write(self, record: OutgoingRecord) -> None:
         """Publish the record (the hopchain middleware lets it pass unchanged)."""
-        text = {name: (raw or b"").decode() for name, raw in headers}
+        text = {name: (raw or b"").decode() for name, raw in record.headers}
         token = _writing_raw.set(True)
         try:
             await self.broker.publish(
-                value or b"", topic, key=key, headers=text, timestamp_ms=timestamp_ms
+                record.value or b"",
+                record.topic,
+                key=record.key,
+                headers=text,
+                timestamp_ms=record.timestamp_ms,
             )
         finally:
             _writing_raw.reset(token)
@@ -339,39 +339,17 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         topic = cmd.destination
         if _writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):
             return await call_next(cmd)
-        incoming = self.hop
-        if incoming is None:
-            from hopchain.middleware.context import current_hop  # noqa: PLC0415
-
-            incoming = current_hop()
-        if incoming is not None:
-            try:
-                record, _ = self.hopchain.outgoing(
-                    topic,
-                    cmd.body,
-                    incoming=incoming,
-                    trace_id=incoming.trace_id,
-                    span_id=incoming.span_id,
-                    headers=cmd.headers,
-                )
-                result = await self._send(call_next, cmd, record.value, record.headers)
-            except Exception as exc:
+        incoming = self.hop if self.hop is not None else current_hop()
+        try:
+            with self.hopchain.sending(
+                topic, cmd.body, incoming=incoming, headers=cmd.headers
+            ) as record:
+                return await self._send(call_next, cmd, record.value, record.headers)
+        except Exception as exc:
+            if incoming is not None:
                 # Seen again in after_processed: the record must not be committed unsent.
                 self._unsent = exc
-                raise
-        else:
-            with publish_span(topic, component=self.hopchain.component) as span:
-                record, _ = self.hopchain.outgoing(
-                    topic,
-                    cmd.body,
-                    incoming=None,
-                    trace_id=span.trace_id,
-                    span_id=span.span_id,
-                    headers=cmd.headers,
-                )
-                result = await self._send(call_next, cmd, record.value, record.headers)
-        self.hopchain.metrics.published.labels(topic, self.hopchain.component).inc()
-        return result
+            raise
 
     @staticmethod
     async def _send(

@@ -10,14 +10,24 @@ dead letter is on every in-sync replica and a retried send is not written twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from hopchain.config import HopchainConfig
+from hopchain.middleware.engine.writer import OutgoingRecord
 
 __all__ = ["KafkaWriter", "ProducerWriter"]
+
+
+async def _send(producer: AIOKafkaProducer, record: OutgoingRecord) -> None:
+    await producer.send_and_wait(
+        record.topic,
+        value=record.value,
+        key=record.key,
+        headers=list(record.headers),
+        timestamp_ms=record.timestamp_ms,
+    )
 
 
 class ProducerWriter:
@@ -26,19 +36,9 @@ class ProducerWriter:
     def __init__(self, producer: AIOKafkaProducer) -> None:
         self.producer = producer
 
-    async def write(
-        self,
-        topic: str,
-        *,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp_ms: int | None = None,
-    ) -> None:
+    async def write(self, record: OutgoingRecord) -> None:
         """Send one record and wait for the broker's acknowledgement."""
-        await self.producer.send_and_wait(
-            topic, value=value, key=key, headers=list(headers), timestamp_ms=timestamp_ms
-        )
+        await _send(self.producer, record)
 
 
 class KafkaWriter:
@@ -86,20 +86,9 @@ class KafkaWriter:
                 self._producer = producer
             return self._producer
 
-    async def write(
-        self,
-        topic: str,
-        *,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp_ms: int | None = None,
-    ) -> None:
+    async def write(self, record: OutgoingRecord) -> None:
         """Send one record and wait until every in-sync replica has it."""
-        producer = await self._started()
-        await producer.send_and_wait(
-            topic, value=value, key=key, headers=list(headers), timestamp_ms=timestamp_ms
-        )
+        await _send(await self._started(), record)
 
     async def close(self) -> None:
         """Flush and stop the producer, if it was started; the writer can start again."""

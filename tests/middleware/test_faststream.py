@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -46,6 +45,7 @@ from hopchain import (
     HopchainMiddleware,
     HopContext,
     KafkaWriter,
+    OutgoingRecord,
     RecordWriter,
     Transient,
     current_hop,
@@ -324,21 +324,11 @@ class FailingDeadLetters:
         self.failures = 0
         self.released = False
 
-    async def write(
-        self,
-        topic: str,
-        *,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp_ms: int | None = None,
-    ) -> None:
+    async def write(self, record: OutgoingRecord) -> None:
         if not self.released:
             self.failures += 1
             raise KafkaConnectionError("injected: dead-letter topic unavailable")
-        await self.writer.write(
-            topic, value=value, key=key, headers=headers, timestamp_ms=timestamp_ms
-        )
+        await self.writer.write(record)
 
 
 async def send_good_bad_good(

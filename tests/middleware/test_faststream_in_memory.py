@@ -22,6 +22,7 @@ from hopchain import (
     Hopchain,
     HopchainConfig,
     HopchainMiddleware,
+    OutgoingRecord,
     Pipeline,
     RejectedInput,
     Reroute,
@@ -140,9 +141,8 @@ async def test_a_bare_record_is_parked_byte_for_byte_and_never_handled(router: b
     seen = Seen()
     broker, middleware, _ = app(seen, router=router)
     async with TestKafkaBroker(broker) as test_broker:
-        await BrokerWriter(test_broker).write(
-            "orders", value=b'{"order_id": "o-2"}', key=b"k", headers=[("source", b"legacy")]
-        )
+        bare = OutgoingRecord("orders", b'{"order_id": "o-2"}', b"k", [("source", b"legacy")])
+        await BrokerWriter(test_broker).write(bare)
     [(body, headers)] = seen.records["orders.dlq"]
     assert body == b'{"order_id": "o-2"}'
     assert headers["source"] == "legacy"

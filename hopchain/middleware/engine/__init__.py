@@ -7,6 +7,13 @@ aiokafka wrapper are thin layers over :class:`Hopchain`.
 from hopchain.middleware.engine.abort import AbortState
 from hopchain.middleware.engine.core import Hopchain
 from hopchain.middleware.engine.settle import Settled
-from hopchain.middleware.engine.writer import DeadLetterWriter, RecordWriter
+from hopchain.middleware.engine.writer import DeadLetterWriter, OutgoingRecord, RecordWriter
 
-__all__ = ["AbortState", "DeadLetterWriter", "Hopchain", "RecordWriter", "Settled"]
+__all__ = [
+    "AbortState",
+    "DeadLetterWriter",
+    "Hopchain",
+    "OutgoingRecord",
+    "RecordWriter",
+    "Settled",
+]

@@ -11,39 +11,27 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
 
 from hopchain.config import HopchainConfig
-from hopchain.exceptions import ConfigurationError, DecodeError
+from hopchain.exceptions import ConfigurationError
 from hopchain.loading import load_registry
-from hopchain.middleware.context import HopContext
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
 from hopchain.middleware.engine.abort import AbortState
 from hopchain.middleware.engine.consume import Receiver
 from hopchain.middleware.engine.parts import EngineParts
 from hopchain.middleware.engine.publish import Publisher
-from hopchain.middleware.engine.settle import Settled, Settler
-from hopchain.middleware.engine.writer import DeadLetterWriter, RecordWriter
-from hopchain.middleware.failures import ExceptionMapper
+from hopchain.middleware.engine.settle import Settler
+from hopchain.middleware.engine.writer import DeadLetterWriter
 from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.schemas import (
     ContractRegistry,
-    Decision,
-    Decoded,
-    EncodedRecord,
-    Envelope,
     EnvelopeCodec,
-    ErrorType,
-    Failure,
     Keyring,
     Limits,
 )
-from hopchain.schemas.deadletter import DeadLetterInfo
-from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["Hopchain"]
 
@@ -68,6 +56,11 @@ class Hopchain:
         metrics_registry: the Prometheus registry to put metrics on (a new one if None).
         dedupe: where ``HopContext.once`` remembers committed effects (in memory if None;
             use a durable store for side-effecting stages).
+
+    What it does is done by three steps, whose methods it offers as its own:
+    :class:`Receiver` (``accept``, ``open``, ``reject``), :class:`Publisher`
+    (``coerce_payload``, ``append``, ``outgoing``, ``sending``) and :class:`Settler`
+    (``failure_of``, ``settle``, ``dead_letter``, ``abort``, ``handled``).
 
     Raises:
         ConfigurationError: no contracts were given or configured, or a setting is invalid.
@@ -114,6 +107,19 @@ class Hopchain:
         self.receiver = Receiver(self.parts)
         self.publisher = Publisher(self.parts)
         self.settler = Settler(self.parts, self.publisher)
+        # The steps' own methods, so that callers need not know which step does what.
+        self.accept = self.receiver.accept
+        self.open = self.receiver.open
+        self.reject = self.receiver.reject
+        self.coerce_payload = self.publisher.coerce_payload
+        self.append = self.publisher.append
+        self.outgoing = self.publisher.outgoing
+        self.sending = self.publisher.sending
+        self.failure_of = self.settler.failure_of
+        self.settle = self.settler.settle
+        self.dead_letter = self.settler.dead_letter
+        self.abort = self.settler.abort
+        self.handled = self.settler.handled
 
     # -- what the component is ---------------------------------------------------------------
 
@@ -160,110 +166,3 @@ class Hopchain:
     def check_topics(self, topics: Iterable[str]) -> None:
         """Refuse to start when a topic has no contract (names the topic and the fix)."""
         self.registry.require(topics)
-
-    # -- consuming ---------------------------------------------------------------------------
-
-    def accept(self, record: ConsumedRecord) -> Decoded:
-        """Validate a consumed record (see :meth:`Receiver.accept`)."""
-        return self.receiver.accept(record)
-
-    def open(
-        self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
-    ) -> HopContext:
-        """The handling context of a valid record."""
-        return self.receiver.open(record, decoded, group=group, span_id=span_id)
-
-    async def reject(
-        self, record: ConsumedRecord, error: DecodeError, *, group: str, writer: RecordWriter
-    ) -> DeadLetterInfo:
-        """Park a record that failed validation (see :meth:`Receiver.reject`)."""
-        return await self.receiver.reject(record, error, group=group, writer=writer)
-
-    # -- settling ----------------------------------------------------------------------------
-
-    def failure_of(
-        self,
-        exc: BaseException,
-        hop: HopContext,
-        *,
-        mappers: tuple[ExceptionMapper, ...] = (),
-        error_type: ErrorType | None = None,
-    ) -> Failure:
-        """The failure a hop reports for ``exc`` (see :meth:`Settler.failure_of`)."""
-        return self.settler.failure_of(exc, hop, mappers=mappers, error_type=error_type)
-
-    async def settle(
-        self,
-        hop: HopContext,
-        exc: BaseException,
-        *,
-        writer: RecordWriter,
-        mappers: tuple[ExceptionMapper, ...] = (),
-        error_type: ErrorType | None = None,
-    ) -> Settled:
-        """Take the exit of a failed record (see :meth:`Settler.settle`)."""
-        return await self.settler.settle(
-            hop, exc, writer=writer, mappers=mappers, error_type=error_type
-        )
-
-    async def dead_letter(
-        self,
-        hop: HopContext,
-        failure: Failure,
-        *,
-        writer: RecordWriter,
-        observation: str = "",
-        dead_letter_topic: str | None = None,
-        owner: str | None = None,
-    ) -> DeadLetterInfo:
-        """Park a valid record whose handling failed (see :meth:`Settler.dead_letter`)."""
-        return await self.settler.dead_letter(
-            hop,
-            failure,
-            writer=writer,
-            observation=observation,
-            dead_letter_topic=dead_letter_topic,
-            owner=owner,
-        )
-
-    def abort(self, hop: HopContext, failure: Failure, *, run: bool = True) -> None:
-        """Record that a stage stopped on this record (see :meth:`Settler.abort`)."""
-        self.settler.abort(hop, failure, run=run)
-
-    def handled(self, hop: HopContext) -> None:
-        """Account for a record handled without sending anything on."""
-        self.settler.handled(hop)
-
-    # -- publishing --------------------------------------------------------------------------
-
-    def coerce_payload(self, topic: str, body: Any) -> BaseModel:
-        """The topic's payload model from what the caller publishes."""
-        return self.publisher.coerce_payload(topic, body)
-
-    def append(self, hop: HopContext, **what: Any) -> Envelope:
-        """The received envelope with this component's hop appended."""
-        return self.publisher.append(hop, **what)
-
-    def outgoing(
-        self,
-        topic: str,
-        body: Any,
-        *,
-        incoming: HopContext | None,
-        trace_id: str,
-        span_id: str,
-        headers: Mapping[str, str] | None = None,
-        decision: Decision | None = None,
-        observation: str = "",
-    ) -> tuple[EncodedRecord, Envelope]:
-        """Validate and envelope a record for ``topic`` (see :meth:`Publisher.outgoing`)."""
-        return self.publisher.outgoing(
-            topic,
-            body,
-            incoming=incoming,
-            trace_id=trace_id,
-            span_id=span_id,
-            headers=headers,
-            decision=decision,
-            observation=observation,
-        )

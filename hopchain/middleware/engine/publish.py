@@ -6,7 +6,8 @@ published with nothing being handled, an origin hop on a new envelope.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -25,6 +26,7 @@ from hopchain.schemas import (
     new_envelope_id,
 )
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
+from hopchain.tracing import publish_span
 
 __all__ = ["Publisher"]
 
@@ -154,6 +156,48 @@ class Publisher:
             self.parts.metrics.rejected.labels(topic, "produce", exc.code.value).inc()
             raise
         return record, envelope
+
+    @contextmanager
+    def sending(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Iterator[EncodedRecord]:
+        """The record to send for ``body``; the block sends it and returns once it was sent.
+
+        With a record being handled, the new hop extends its chain inside the hop's span; an
+        origin gets a PRODUCER span of its own around the send. A send that completes is
+        counted as published; one that raises is not.
+
+        Raises:
+            EnvelopeRejected: the record breaks the contract; nothing may be sent.
+        """
+        component = self.parts.component
+        if incoming is not None:
+            record, _ = self.outgoing(
+                topic,
+                body,
+                incoming=incoming,
+                trace_id=incoming.trace_id,
+                span_id=incoming.span_id,
+                headers=headers,
+            )
+            yield record
+        else:
+            with publish_span(topic, component=component) as span:
+                record, _ = self.outgoing(
+                    topic,
+                    body,
+                    incoming=None,
+                    trace_id=span.trace_id,
+                    span_id=span.span_id,
+                    headers=headers,
+                )
+                yield record
+        self.parts.metrics.published.labels(topic, component).inc()
 
     def _originate(self, topic: str, trace_id: str, span_id: str, observation: str) -> Envelope:
         parts = self.parts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from hopchain.exceptions import DeadLetterWriteError
@@ -17,23 +18,26 @@ from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record
 from hopchain.schemas.record import ConsumedRecord
 
-__all__ = ["DeadLetterWriter", "RecordWriter"]
+__all__ = ["DeadLetterWriter", "OutgoingRecord", "RecordWriter"]
 
 logger = logging.getLogger("hopchain")
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRecord:
+    """A record to write exactly as given: value, key and headers are not touched."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    timestamp_ms: int | None = None
 
 
 class RecordWriter(Protocol):
     """Sends one record and returns once the broker acknowledged it."""
 
-    async def write(
-        self,
-        topic: str,
-        *,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-        timestamp_ms: int | None = None,
-    ) -> None:
+    async def write(self, record: OutgoingRecord) -> None:
         """Send the record; raise if the broker did not acknowledge it."""
 
 
@@ -69,16 +73,17 @@ class DeadLetterWriter:
             DeadLetterWriteError: no attempt was acknowledged; do not commit the record.
         """
         value, headers = dead_letter_record(record.value, record.key, record.headers, info)
+        parked = OutgoingRecord(
+            topic,
+            value,
+            record.key,
+            headers,
+            record.timestamp_ms if record.timestamp_ms >= 0 else None,
+        )
         delay = self.backoff_seconds
         for attempt in range(1, self.attempts + 1):
             try:
-                await writer.write(
-                    topic,
-                    value=value,
-                    key=record.key,
-                    headers=headers,
-                    timestamp_ms=record.timestamp_ms if record.timestamp_ms >= 0 else None,
-                )
+                await writer.write(parked)
             except Exception as exc:  # noqa: BLE001 - any failure means "not parked"
                 self.metrics.dead_letter_write_failures.labels(record.topic).inc()
                 logger.warning(
@@ -119,7 +124,7 @@ class DeadLetterWriter:
             DeadLetterWriteError: the alternate topic did not acknowledge the write.
         """
         try:
-            await writer.write(topic, value=value, key=record.key, headers=list(headers))
+            await writer.write(OutgoingRecord(topic, value, record.key, headers))
         except Exception as exc:
             raise DeadLetterWriteError(
                 source_topic=record.topic,
