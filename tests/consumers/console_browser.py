@@ -131,6 +131,11 @@ class Browser:
         element = await self.one(css)
         await self._do(Select(element).select_by_visible_text, visible_text)
 
+    async def tick(self, css: str) -> None:
+        """Click a checkbox (nothing to wait for)."""
+        element = await self.one(css)
+        await self._do(element.click)
+
     async def click(self, css: str) -> None:
         """Click a link or button and wait until the page it leads to has replaced this one."""
         element = await self.one(css)

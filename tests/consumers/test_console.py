@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -22,7 +23,7 @@ from dlq_helpers import (
 )
 from selenium import webdriver
 
-from hopchain.consumers import DeadLetterService, ResolutionKind
+from hopchain.consumers import REDRIVE_COUNT_HEADER, DeadLetterService, ResolutionKind
 from hopchain.consumers.synthetic import (
     SyntheticDeadLetter,
     envelope_for,
@@ -364,3 +365,71 @@ async def test_mutating_requests_without_the_token_or_the_csrf_field_are_refused
         )
         assert status == 403
         assert "HOPCHAIN_DLQ_TOKEN" in body
+
+
+async def test_a_broken_chain_and_the_loop_guard_are_shown_and_refused_as_by_the_cli(
+    dlq_settings: SettingsFactory, driver: webdriver.Chrome, kafka_bootstrap: str
+) -> None:
+    source = unique_topic_name("quotes")
+    await create_topics(kafka_bootstrap, source)
+    token = secrets.token_hex(16)
+    settings = dlq_settings(dlq_topics={f"{source}.dlq": "ops"}, dlq_token=token)
+    now = time.time()
+    honest = pipeline_dead_letter(
+        owner="ops", source_topic=source, parked_at=now - 900, value=b"{}"
+    )
+    # Somebody edited what hop 1 said after the chain was sealed.
+    tampered = replace(
+        honest,
+        headers=tuple(
+            (name, raw.replace(b"routed to pricing", b"routed to billing"))
+            if name == "hopchain-dlq-envelope"
+            else (name, raw)
+            for name, raw in honest.headers
+        ),
+    )
+    looped = synthetic_dead_letter(
+        owner="ops",
+        source_topic=source,
+        parked_at=now - 600,
+        envelope=envelope_for(source),
+        extra_headers=[(REDRIVE_COUNT_HEADER, b"3")],
+    )
+    async with DeadLetterService(settings) as service:
+        await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", [tampered, looped])
+        await wait_until(lambda: len(service.index) == 2, what="two indexed")
+        browser = Browser(driver, service.url)
+
+        await browser.open(f"/ui/dead-letters/{quote(tampered.dead_letter_id)}")
+        assert "integrity broken at hop 1" in await browser.text("#integrity-broken")
+        assert await browser.texts("#timeline .mark") == ["ok", "BROKEN", "unverified"]
+
+        await browser.open("/ui/bulk?action=redrive&owner=ops")
+        assert await browser.text("#preview-count") == "2"
+        await browser.fill("#bulk-form input[name=who]", "erin")
+        await browser.fill("#bulk-form input[name=reason]", "retry all")
+        await browser.fill("#bulk-form input[name=token]", token)
+        await browser.click("#confirm")
+        assert await browser.text("#done-count") == "0"
+        assert await browser.text("#refused-count") == "1"
+        assert await browser.text("#failed-count") == "1"
+        page = await browser.source()
+        assert "in a loop, not unlucky" in page
+        assert "does not verify" in page
+        assert await read_topic(kafka_bootstrap, source) == []
+
+        # Forced from its own page, the looped one goes back once, with redrive count 4.
+        await browser.open(f"/ui/dead-letters/{quote(looped.dead_letter_id)}")
+        await browser.fill("input[name=who]", "erin")
+        await browser.fill("input[name=reason]", "the cause is fixed")
+        await browser.fill("input[name=token]", token)
+        await browser.tick("input[name=force]")
+        await browser.click("#redrive")
+        assert (await browser.text("#done")).startswith("Done: redriven by erin")
+        [sent] = await read_topic(kafka_bootstrap, source)
+        assert dict(sent.headers)[REDRIVE_COUNT_HEADER] == b"4"
+        resolution = service.index.resolution(looped.dead_letter_id)
+        assert resolution is not None
+        assert resolution.redrive is not None
+        assert resolution.redrive.forced
+        assert service.index.resolution(tampered.dead_letter_id) is None
