@@ -17,7 +17,6 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -94,12 +93,10 @@ async def not_found(request: Request, exc: Exception) -> Response:
             authorize(backend_of(request), request.headers.get("Authorization"))
         except Refusal as refusal:
             return _error(refusal.status, refusal.message)
+    del exc  # a path served for another method is answered 404, as it always was
     detail = f"no endpoint at {request.url.path}"
     if request.method == "POST":
         detail = f"no POST endpoint at {request.url.path}"
-    status = exc.status_code if isinstance(exc, HTTPException) else 404
-    if status == HTTPStatus.METHOD_NOT_ALLOWED and request.method != "POST":
-        return _error(HTTPStatus.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here")
     return _error(HTTPStatus.NOT_FOUND, detail)
 
 

@@ -21,7 +21,7 @@ from starlette.responses import RedirectResponse, Response
 from hopchain.consumers.api import Refusal, backend_of, check_resolution_fields, resolve
 from hopchain.consumers.console.guard import Form, check_token, read_form
 from hopchain.consumers.console.pages import console_state, render
-from hopchain.consumers.console.views import ListQuery, selection_digest
+from hopchain.consumers.console.views import BULK_LIMIT, ListQuery, selection_digest
 from hopchain.consumers.http_server import HttpBackend
 
 __all__ = ["bulk_action", "single_action"]
@@ -85,7 +85,8 @@ async def bulk_action(request: Request) -> Response:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"the form is damaged: {exc}") from None
     if chosen.is_empty:
         raise Refusal(HTTPStatus.BAD_REQUEST, "refusing to act on every dead letter at once")
-    ids = [letter.dead_letter_id for letter, _ in query.select(backend.index, as_of)]
+    chosen_now = query.select(backend.index, as_of)[:BULK_LIMIT]
+    ids = [letter.dead_letter_id for letter, _ in chosen_now]
     if not ids or selection_digest(ids) != form.get("digest"):
         raise Refusal(
             HTTPStatus.CONFLICT,

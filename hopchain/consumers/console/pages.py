@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, Response
 from hopchain.consumers.api import Refusal, backend_of
 from hopchain.consumers.console.guard import CSRF_FIELD, CsrfGuard
 from hopchain.consumers.console.views import (
+    BULK_LIMIT,
     PAGE_SIZE,
     ListQuery,
     overview_rows,
@@ -255,7 +256,8 @@ async def bulk_preview(request: Request) -> Response:
         )
     as_of = _now(backend)
     unresolved = replace(query, status="unresolved", page=1)
-    letters = unresolved.select(backend.index, as_of)
+    matching = unresolved.select(backend.index, as_of)
+    letters = matching[:BULK_LIMIT]
     ids = [letter.dead_letter_id for letter, _ in letters]
     return render(
         request,
@@ -264,6 +266,7 @@ async def bulk_preview(request: Request) -> Response:
         query=unresolved,
         letters=letters[:BULK_PREVIEW_ROWS],
         total=len(letters),
+        matching=len(matching),
         digest=selection_digest(ids),
         as_of=f"{as_of:.6f}",
         now=as_of,

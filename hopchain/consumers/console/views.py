@@ -16,6 +16,7 @@ from hopchain.consumers.records import DeadLetter
 from hopchain.consumers.resolutions import Resolution
 
 __all__ = [
+    "BULK_LIMIT",
     "PAGE_SIZE",
     "PAYLOAD_PREVIEW_BYTES",
     "GroupRow",
@@ -28,6 +29,9 @@ __all__ = [
 
 PAGE_SIZE = 50
 """Dead letters per page of the list."""
+BULK_LIMIT = 1000
+"""Dead letters one bulk confirmation acts on at most (the oldest first): about a minute of
+redrives, so the request ends before a proxy or the browser gives up on it."""
 PAYLOAD_PREVIEW_BYTES = 64 * 1024
 """Bytes of a payload shown on its page; the whole value is a download away."""
 _HEX_PREVIEW_BYTES = 4096
