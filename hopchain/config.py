@@ -181,6 +181,11 @@ class HopchainConfig(BaseSettings):
     dlq_port: int = Field(default=9478, ge=0, le=65535)
     """Port of the service's HTTP server; 0 picks a free one (HOPCHAIN_DLQ_PORT)."""
 
+    dlq_trace_url: str | None = None
+    """A link into your tracing UI, with ``{trace_id}`` where the trace id goes (e.g.
+    ``https://jaeger.example/trace/{trace_id}``) (HOPCHAIN_DLQ_TRACE_URL); the console links
+    each dead letter's trace with it. Without one, no link is shown."""
+
     dlq_token: SecretStr | None = None
     """Bearer token for the mutating endpoints (discard, redrive) (HOPCHAIN_DLQ_TOKEN).
     Without one they are disabled; with one, a request without it is refused with 401."""
@@ -229,6 +234,16 @@ class HopchainConfig(BaseSettings):
             return None
         if isinstance(value, SecretStr) and not value.get_secret_value().strip():
             return None
+        return value
+
+    @field_validator("dlq_trace_url")
+    @classmethod
+    def _trace_template(cls, value: str | None) -> str | None:
+        if value is not None and (
+            "{trace_id}" not in value or not value.startswith(("http://", "https://"))
+        ):
+            msg = "must be an http(s) address holding {trace_id}, e.g. 'https://jaeger.example/trace/{trace_id}'"
+            raise ValueError(msg)
         return value
 
     @field_validator("dlq_topic_pattern")

@@ -17,12 +17,26 @@ from pydantic import ValidationError
 
 from hopchain.exceptions import EnvelopeError
 from hopchain.metadata import topic_partitions
-from hopchain.schemas import ENVELOPE_HEADER, Envelope, Keyring, verify_chain
-from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
+from hopchain.schemas import ENVELOPE_HEADER, Envelope, Hop, Keyring, verify_chain
+from hopchain.schemas.deadletter import (
+    DLQ_ENVELOPE_HEADER,
+    DLQ_ID_HEADER,
+    DeadLetterInfo,
+    read_dead_letter_headers,
+)
 
-__all__ = ["Integrity", "Sighting", "TraceResult", "find_record", "integrity_of", "matches"]
+__all__ = [
+    "HopFacts",
+    "Integrity",
+    "Sighting",
+    "TraceResult",
+    "find_record",
+    "hop_facts",
+    "integrity_of",
+    "matches",
+]
 
-_DLQ_ENVELOPE = DLQ_PREFIX + "envelope"
+_DLQ_ENVELOPE = DLQ_ENVELOPE_HEADER
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,61 @@ def integrity_of(envelope: Envelope, keyring: Keyring | None) -> Integrity:
     return Integrity(ok=True)
 
 
+@dataclass(frozen=True)
+class HopFacts:
+    """One hop of a chain in words, for a table row (``hopchain trace``, the console).
+
+    Attributes:
+        source: ``topic[partition]@offset`` it was received from, or ``(origin)``.
+        spent_ms: milliseconds between receiving and deciding, when both are known.
+        said: what the hop stated: observation, attempts, effects, degradation, failure
+            (the recovery hint marked as only a hint).
+        integrity: ``ok``, ``BROKEN`` (the chain breaks here) or ``unverified`` (after the
+            break, nothing can be vouched for).
+    """
+
+    source: str
+    spent_ms: float | None
+    said: list[str]
+    integrity: str
+
+
+def hop_facts(hop: Hop, broken_at: int | None) -> HopFacts:
+    """What a hop says, and whether its link holds (``broken_at`` from :func:`integrity_of`)."""
+    source = (
+        f"{hop.received_from.topic}[{hop.received_from.partition}]@{hop.received_from.offset}"
+        if hop.received_from
+        else "(origin)"
+    )
+    spent = (hop.decided_at - hop.received_at).total_seconds() * 1000 if hop.received_at else None
+    said: list[str] = []
+    if hop.observation:
+        said.append(hop.observation)
+    said += [
+        f"attempt {a.number} {a.kind.value}: {a.outcome.value}"
+        + (f" ({a.error_type.value})" if a.error_type else "")
+        for a in hop.attempts
+    ]
+    said += [f"effect {e.kind.value} {e.target} id={e.identifier}" for e in hop.effects]
+    if hop.degradation:
+        d = hop.degradation
+        said.append(f"DEGRADED by {d.stage}: {d.error_type.value} - {d.reason}")
+    if hop.failure:
+        f = hop.failure
+        said.append(
+            f"failure {f.error_type.value}; locally resolvable: {f.locally_resolvable}; "
+            f"{f.description}"
+            + (f"; hint (only a hint): {f.recovery_hint}" if f.recovery_hint else "")
+        )
+    if broken_at is None or hop.seq < broken_at:
+        integrity = "ok"
+    elif hop.seq == broken_at:
+        integrity = "BROKEN"
+    else:
+        integrity = "unverified"
+    return HopFacts(source=source, spent_ms=spent, said=said, integrity=integrity)
+
+
 def _envelope_text(headers: dict[str, bytes], value: bytes | None) -> bytes | None:
     for name in (_DLQ_ENVELOPE, ENVELOPE_HEADER):
         raw = headers.get(name)
@@ -102,7 +171,7 @@ def _sighting(record: Any, needle: str, keyring: Keyring | None) -> Sighting | N
     for name, raw in record.headers or ():
         headers.setdefault(name, raw or b"")
     dead_letter = None
-    if DLQ_PREFIX + "id" in headers:
+    if DLQ_ID_HEADER in headers:
         try:
             dead_letter = read_dead_letter_headers(list(record.headers))
         except (KeyError, ValueError):

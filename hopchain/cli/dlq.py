@@ -292,7 +292,11 @@ def serve(
         str, typer.Option("--log-level", envvar="HOPCHAIN_LOG_LEVEL", help="Logging level.")
     ] = "INFO",
 ) -> None:
-    """Consume every dead-letter topic and serve /metrics, /healthz, /readyz and triage.
+    """Consume every dead-letter topic; serve /metrics, /healthz, /readyz, triage and /ui.
+
+    The console at /ui shows depth and age per owner, lists and filters dead letters, shows
+    one with its hop chain and payload, and redrives or discards (HOPCHAIN_DLQ_TRACE_URL,
+    with {trace_id} in it, links each dead letter's trace).
 
     The bearer token of the mutating endpoints is read from HOPCHAIN_DLQ_TOKEN only (never
     from the command line, where other users could read it); without it they are disabled.

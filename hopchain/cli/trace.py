@@ -14,7 +14,7 @@ from rich.text import Text
 
 from hopchain.cli.common import ExitCode
 from hopchain.config import HopchainConfig
-from hopchain.lookup import Sighting, TraceResult, as_json, find_record
+from hopchain.lookup import Sighting, TraceResult, as_json, find_record, hop_facts
 from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
 
 __all__ = ["render", "trace_command"]
@@ -48,53 +48,22 @@ def _hop_table(sighting: Sighting) -> Table:
     return table
 
 
+_INTEGRITY_STYLE = {"ok": "green", "BROKEN": "bold red", "unverified": "yellow"}
+
+
 def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
-    source = (
-        f"{hop.received_from.topic}[{hop.received_from.partition}]@{hop.received_from.offset}"
-        if hop.received_from
-        else "(origin)"
-    )
-    spent = (
-        f"{(hop.decided_at - hop.received_at).total_seconds() * 1000:.0f} ms"
-        if hop.received_at
-        else "-"
-    )
-    said: list[str] = []
-    if hop.observation:
-        said.append(hop.observation)
-    said += [
-        f"attempt {a.number} {a.kind.value}: {a.outcome.value}"
-        + (f" ({a.error_type.value})" if a.error_type else "")
-        for a in hop.attempts
-    ]
-    said += [f"effect {e.kind.value} {e.target} id={e.identifier}" for e in hop.effects]
-    if hop.degradation:
-        d = hop.degradation
-        said.append(f"DEGRADED by {d.stage}: {d.error_type.value} - {d.reason}")
-    if hop.failure:
-        f = hop.failure
-        said.append(
-            f"failure {f.error_type.value}; locally resolvable: {f.locally_resolvable}; "
-            f"{f.description}"
-            + (f"; hint (only a hint): {f.recovery_hint}" if f.recovery_hint else "")
-        )
-    if broken_at is None or hop.seq < broken_at:
-        mark = Text("ok", style="green")
-    elif hop.seq == broken_at:
-        mark = Text("BROKEN", style="bold red")
-    else:
-        mark = Text("unverified", style="yellow")
+    facts = hop_facts(hop, broken_at)
     return [
         str(hop.seq),
         hop.component,
         hop.decision.value,
-        source,
+        facts.source,
         hop.destination or "-",
         _when(hop.received_at),
         _when(hop.decided_at),
-        spent,
-        "\n".join(said) or "-",
-        mark,
+        "-" if facts.spent_ms is None else f"{facts.spent_ms:.0f} ms",
+        "\n".join(facts.said) or "-",
+        Text(facts.integrity, style=_INTEGRITY_STYLE[facts.integrity]),
     ]
 
 

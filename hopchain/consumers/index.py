@@ -6,8 +6,8 @@ for its id is known. Depth per ``(owner, source_topic, error_type)`` is kept as 
 the oldest unresolved dead letter of each group is found through a heap whose resolved
 entries are dropped lazily, so a scrape costs one step per group, not one per dead letter.
 
-Every method takes the index's lock: the HTTP server reads it from its own thread while
-the consumer loop writes it.
+Every method takes the index's lock, so that a reader in another thread (a caller's own,
+say) always sees a consistent state; the service itself reads and writes it on one loop.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
@@ -77,7 +77,6 @@ class DeadLetterService:
         self._triage: Triage | None = None
         self._http: DlqHttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._reported: dict[str, list[str]] = {}
 
     # -- life cycle --------------------------------------------------------------------------
@@ -89,7 +88,6 @@ class DeadLetterService:
             ConfigurationError: the topics are misconfigured or cannot be created.
         """
         settings = self.settings
-        self._loop = asyncio.get_running_loop()
         try:
             self.plan = plan_topics(settings, self.contracts)
             self._admin = AIOKafkaAdminClient(
@@ -115,7 +113,7 @@ class DeadLetterService:
             self._triage = Triage(settings, self.index, on_resolution=self._resolved)
             await self._triage.start()
             self._http = DlqHttpServer(self._backend(), settings.dlq_host, settings.dlq_port)
-            self._http.start()
+            await self._http.start()
         except BaseException:
             await self.stop()
             raise
@@ -139,7 +137,7 @@ class DeadLetterService:
                 await task
         self._tasks = []
         if self._http is not None:
-            await asyncio.to_thread(self._http.stop)
+            await self._http.stop()
             self._http = None
         if self._triage is not None:
             await self._triage.stop()
@@ -231,16 +229,13 @@ class DeadLetterService:
             triage=self.triage,
             alive=self.alive,
             ready=self.ready,
-            run=self._run_threadsafe,
             token=self.settings.dlq_token,
             operation_timeout=self.settings.dlq_request_timeout_seconds * 2,
+            dead_letter_topics=lambda: sorted(self.reader.dead_letter_topics),
+            keyring=self.settings.keyring(),
+            trace_url=self.settings.dlq_trace_url,
+            clock=self.metrics.collector.clock,
         )
-
-    def _run_threadsafe(self, coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
-        if self._loop is None:
-            coroutine.close()
-            raise RuntimeError("the dead-letter service is not started")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     def _resolved(self, resolution: Resolution) -> None:
         letter = self.index.resolve(resolution)

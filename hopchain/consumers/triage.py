@@ -44,6 +44,7 @@ __all__ = ["Redriven", "Triage"]
 logger = logging.getLogger("hopchain.dlq")
 
 _FETCH_POLL_MS = 500
+_FETCH_WAIT_MS = 20
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,9 @@ class Triage:
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
+                # A seek waits for the fetch in flight; the default 500 ms long poll at
+                # the end of the log made every redrive of a batch take half a second.
+                fetch_max_wait_ms=_FETCH_WAIT_MS,
                 request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
             )
             await consumer.start()

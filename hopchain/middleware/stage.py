@@ -188,7 +188,8 @@ class Stage:
         if hop is None:
             raise ConfigurationError(
                 f"stage {self.name!r} ran outside a hopchain consumer; install the middleware "
-                "(KafkaBroker(..., middlewares=[HopchainRuntime(...)])) or use EnvelopeConsumer"
+                "(KafkaBroker(..., middlewares=[HopchainMiddleware(hopchain)])) or use "
+                "EnvelopeConsumer"
             )
         hop.stage = self.name
         return await _Attempts(self, hop).run(func, args, kwargs)

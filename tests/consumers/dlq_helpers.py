@@ -69,6 +69,44 @@ def scrape(url: str) -> dict[str, Series]:
     """Every sample of a /metrics page: name -> {sorted label pairs: value}."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:  # noqa: S310
         text = response.read().decode()
+    return parse_metrics(text)
+
+
+async def asgi_get(app: Any, path: str) -> tuple[int, bytes]:
+    """GET ``path`` from an ASGI app in-process, without a socket.
+
+    Nothing in the call waits for I/O, so it completes without letting other tasks of the
+    loop run: an answer about the service's state at this very moment.
+    """
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def parse_metrics(text: str) -> dict[str, Series]:
+    """Every sample of a Prometheus exposition: name -> {sorted label pairs: value}."""
     found: dict[str, Series] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

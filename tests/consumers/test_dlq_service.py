@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import secrets
@@ -16,8 +17,10 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from dlq_helpers import (
     Series,
     SettingsFactory,
+    asgi_get,
     call,
     group_key,
+    parse_metrics,
     read_topic,
     report_figure,
     scrape,
@@ -137,7 +140,7 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
         await produce_by_topic(settings.kafka_bootstrap, letters)
         await wait_until(lambda: len(first.index) == COUNT, within=120, what="10,000 indexed")
         ingest_seconds = time.perf_counter() - started
-        seen = scrape(first.url)
+        seen = await asyncio.to_thread(scrape, first.url)
         check_depth_and_age(seen, groups, frozen)
         assert seen["hopchain_dlq_ready"] == {(): 1.0}
 
@@ -152,7 +155,7 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
         )
         assert (status, body["resolution"]) == (200, "discarded")
         del members[0]
-        after = scrape(first.url)
+        after = await asyncio.to_thread(scrape, first.url)
         check_depth_and_age(
             {**after, "hopchain_dlq_parked_total": after["hopchain_dlq_depth"]}, groups, frozen
         )
@@ -165,15 +168,18 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
     second = DeadLetterService(settings, clock=lambda: frozen)
     await second.start()
     try:
-        # Asked before the loop can read anything: not caught up yet.
-        status, body = call("GET", f"{second.url}/readyz")
-        assert (status, body["ready"]) == (503, False)
-        assert scrape(second.url)["hopchain_dlq_ready"] == {(): 0.0}
+        # Asked in-process before the loop can read anything: not caught up yet. (The HTTP
+        # server runs on this loop, so a request over the socket lets the reader run first.)
+        assert second._http is not None
+        status, raw = await asgi_get(second._http.app, "/readyz")
+        assert (status, json.loads(raw)["ready"]) == (503, False)
+        _, text = await asgi_get(second._http.app, "/metrics")
+        assert parse_metrics(text.decode())["hopchain_dlq_ready"] == {(): 0.0}
         started = time.perf_counter()
         await second.wait_ready(timeout=120)
         rebuild_seconds = time.perf_counter() - started
-        assert call("GET", f"{second.url}/readyz")[0] == 200
-        restarted = scrape(second.url)
+        assert (await asyncio.to_thread(call, "GET", f"{second.url}/readyz"))[0] == 200
+        restarted = await asyncio.to_thread(scrape, second.url)
         assert {name: restarted[name] for name in STABLE_FAMILIES} == before_restart
         assert set(restarted["hopchain_dlq_consumer_lag"].values()) == {0.0}
     finally:
@@ -228,14 +234,15 @@ async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_ser
         assert (damaged.owner, damaged.error_type) == ("team-a", "malformed")
         assert letters[good.dead_letter_id].owner == "team-b"
         assert service.alive()
-        seen = scrape(service.url)
+        seen = await asyncio.to_thread(scrape, service.url)
         assert seen["hopchain_dlq_unreadable_records_total"] == {
             (("topic", unowned),): 1.0,
             (("topic", owned),): 2.0,
             (("topic", settings.dlq_resolutions_topic),): 2.0,
         }
         assert seen["hopchain_dlq_depth"][group_key("unknown", "unknown", "malformed")] == 1.0
-        assert call("GET", f"{service.url}/healthz") == (200, {"alive": True})
+        healthz = await asyncio.to_thread(call, "GET", f"{service.url}/healthz")
+        assert healthz == (200, {"alive": True})
 
 
 @pytest.mark.kafka
@@ -250,7 +257,7 @@ async def test_topics_are_created_safe_and_unsafe_retention_is_reported(
     settings = dlq_settings(dlq_topics={created: "team-a", risky: "team-b"})
 
     async with DeadLetterService(settings) as service:
-        unsafe = scrape(service.url)["hopchain_dlq_retention_unsafe"]
+        unsafe = (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_retention_unsafe"]
 
     assert unsafe == {
         (("topic", created),): 0.0,

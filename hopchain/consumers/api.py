@@ -1,0 +1,272 @@
+"""The JSON endpoints of the dead-letter consumer (listed in :mod:`~.http_server`).
+
+Answers and status codes are those of the service's first HTTP server: JSON bodies with
+sorted keys, errors as ``{"error", "status"}``, 401 with ``WWW-Authenticate``, 403 for
+every POST while no token is configured. Redrive and discard are awaited on the service's
+own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
+from hopchain.consumers.filters import DeadLetterFilter, parse_duration
+from hopchain.consumers.resolutions import Resolution
+
+if TYPE_CHECKING:
+    from hopchain.consumers.backend import HttpBackend
+
+__all__ = ["Refusal", "api_routes", "backend_of", "json_response", "not_found"]
+
+logger = logging.getLogger("hopchain.dlq.http")
+
+MAX_BODY = 64 * 1024
+"""Largest request body read, JSON or form."""
+_MAX_REASON = 1000
+_MAX_WHO = 200
+_DEFAULT_LIMIT = 1000
+
+
+class Refusal(Exception):  # noqa: N818 - a control-flow signal carrying an HTTP answer
+    """An answer other than 200, with the message the caller is shown."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(message)
+
+
+def backend_of(request: Request) -> HttpBackend:
+    """The backend the app was built with."""
+    backend: HttpBackend = request.app.state.backend
+    return backend
+
+
+def json_response(status: HTTPStatus, body: Any, headers: dict[str, str] | None = None) -> Response:
+    """``body`` as JSON with sorted keys and a final newline."""
+    return Response(
+        json.dumps(body, sort_keys=True).encode() + b"\n",
+        status_code=status.value,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def _error(status: HTTPStatus, message: str) -> Response:
+    headers = {"Connection": "close"}
+    if status is HTTPStatus.UNAUTHORIZED:
+        headers["WWW-Authenticate"] = 'Bearer realm="hopchain-dlq"'
+    return json_response(status, {"error": message, "status": status.value}, headers)
+
+
+def _guarded(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except Refusal as refusal:
+            return _error(refusal.status, refusal.message)
+        except Exception:
+            logger.exception("%s %s failed", request.method, request.url.path)
+            return _error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the service log")
+
+    return endpoint
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """404 (and 405) as JSON; a POST is authorised first, as every POST always was."""
+    if request.method == "POST" and not request.url.path.startswith("/ui"):
+        try:
+            authorize(backend_of(request), request.headers.get("Authorization"))
+        except Refusal as refusal:
+            return _error(refusal.status, refusal.message)
+    del exc  # a path served for another method is answered 404, as it always was
+    detail = f"no endpoint at {request.url.path}"
+    if request.method == "POST":
+        detail = f"no POST endpoint at {request.url.path}"
+    return _error(HTTPStatus.NOT_FOUND, detail)
+
+
+def authorize(backend: HttpBackend, header: str | None) -> None:
+    """Check ``Authorization: Bearer <token>``.
+
+    Raises:
+        Refusal: 403 while no token is configured, 401 for a missing or wrong token.
+    """
+    token = backend.token
+    if token is None:
+        raise Refusal(
+            HTTPStatus.FORBIDDEN,
+            "mutating endpoints are disabled: no HOPCHAIN_DLQ_TOKEN is configured",
+        )
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token_matches(token.get_secret_value(), given.strip()):
+        raise Refusal(HTTPStatus.UNAUTHORIZED, "send 'Authorization: Bearer <HOPCHAIN_DLQ_TOKEN>'")
+
+
+def token_matches(expected: str, given: str) -> bool:
+    """Compare in constant time."""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def _resolution_json(resolution: Resolution | None) -> Any:
+    return None if resolution is None else json.loads(resolution.model_dump_json())
+
+
+async def _metrics(request: Request) -> Response:
+    body = generate_latest(backend_of(request).registry)
+    return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _healthz(request: Request) -> Response:
+    alive = backend_of(request).alive()
+    return json_response(
+        HTTPStatus.OK if alive else HTTPStatus.SERVICE_UNAVAILABLE, {"alive": alive}
+    )
+
+
+async def _readyz(request: Request) -> Response:
+    backend = backend_of(request)
+    ready = backend.ready()
+    status = HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE
+    return json_response(status, {"ready": ready, **backend.index.counts()})
+
+
+async def _list(request: Request) -> Response:
+    query = request.query_params
+    try:
+        min_age = query.get("min_age")
+        chosen = DeadLetterFilter(
+            owner=query.get("owner"),
+            source_topic=query.get("source_topic"),
+            dead_letter_topic=query.get("dead_letter_topic"),
+            error_type=query.get("error_type"),
+            min_age_seconds=parse_duration(min_age) if min_age is not None else None,
+        )
+    except ValueError as exc:
+        raise Refusal(HTTPStatus.BAD_REQUEST, str(exc)) from None
+    include_resolved = query.get("all") in {"1", "true", "yes"}
+    raw_limit = query.get("limit") or str(_DEFAULT_LIMIT)
+    if not raw_limit.isdigit() or int(raw_limit) < 1:
+        raise Refusal(HTTPStatus.BAD_REQUEST, "limit must be a positive whole number")
+    letters = backend_of(request).index.select(
+        chosen.predicate(), include_resolved=include_resolved
+    )
+    return json_response(
+        HTTPStatus.OK,
+        [
+            {**letter.as_json(), "resolution": _resolution_json(resolution)}
+            for letter, resolution in letters[: int(raw_limit)]
+        ],
+    )
+
+
+async def _show(request: Request) -> Response:
+    dead_letter_id = request.path_params["dead_letter_id"]
+    found = backend_of(request).index.get(dead_letter_id)
+    if found is None:
+        raise Refusal(HTTPStatus.NOT_FOUND, str(DeadLetterNotFound(dead_letter_id)))
+    letter, resolution = found
+    return json_response(
+        HTTPStatus.OK, {**letter.as_json(), "resolution": _resolution_json(resolution)}
+    )
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, refused past :data:`MAX_BODY` bytes."""
+    declared = request.headers.get("Content-Length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise Refusal(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise Refusal(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+    return body
+
+
+def check_resolution_fields(who: object, reason: object, force: object) -> tuple[str, str, bool]:
+    """Who, why and whether forced, as a redrive or discard needs them.
+
+    Raises:
+        Refusal: 400 naming the missing or malformed field.
+    """
+    if not isinstance(who, str) or not who.strip() or len(who) > _MAX_WHO:
+        raise Refusal(HTTPStatus.BAD_REQUEST, "'who' (who is doing this) is required")
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > _MAX_REASON:
+        raise Refusal(
+            HTTPStatus.BAD_REQUEST, f"'reason' (why, 1-{_MAX_REASON} characters) is required"
+        )
+    if not isinstance(force, bool):
+        raise Refusal(HTTPStatus.BAD_REQUEST, "'force' must be true or false")
+    return who.strip(), reason.strip(), force
+
+
+async def resolve(
+    backend: HttpBackend, dead_letter_id: str, action: str, who: str, reason: str, *, force: bool
+) -> Resolution:
+    """Redrive or discard one dead letter through the triage (the CLI's rules).
+
+    Raises:
+        Refusal: 404 unknown, 409 refused by policy, 422 cannot be done.
+    """
+    triage = backend.triage
+    try:
+        async with asyncio.timeout(backend.operation_timeout):
+            if action == "discard":
+                return await triage.discard(dead_letter_id, who=who, reason=reason, force=force)
+            redriven = await triage.redrive(dead_letter_id, who=who, reason=reason, force=force)
+            return redriven.resolution
+    except DeadLetterNotFound as exc:
+        raise Refusal(HTTPStatus.NOT_FOUND, str(exc)) from None
+    except TriageRefused as exc:
+        raise Refusal(HTTPStatus.CONFLICT, str(exc)) from None
+    except TriageError as exc:
+        raise Refusal(HTTPStatus.UNPROCESSABLE_ENTITY, str(exc)) from None
+
+
+async def _resolve(request: Request) -> Response:
+    backend = backend_of(request)
+    authorize(backend, request.headers.get("Authorization"))
+    action = request.path_params["action"]
+    if action not in {"discard", "redrive"}:
+        raise Refusal(HTTPStatus.NOT_FOUND, f"no action {action!r}; use discard or redrive")
+    raw = await read_body(request) or b"{}"
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise Refusal(HTTPStatus.BAD_REQUEST, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise Refusal(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
+    who, reason, force = check_resolution_fields(
+        body.get("who"), body.get("reason"), body.get("force", False)
+    )
+    resolution = await resolve(
+        backend, request.path_params["dead_letter_id"], action, who, reason, force=force
+    )
+    return json_response(HTTPStatus.OK, _resolution_json(resolution))
+
+
+def api_routes() -> list[BaseRoute]:
+    """The JSON endpoints."""
+    return [
+        Route("/metrics", _guarded(_metrics), methods=["GET"]),
+        Route("/healthz", _guarded(_healthz), methods=["GET"]),
+        Route("/readyz", _guarded(_readyz), methods=["GET"]),
+        Route("/dead-letters", _guarded(_list), methods=["GET"]),
+        Route("/dead-letters/{dead_letter_id}", _guarded(_show), methods=["GET"]),
+        Route("/dead-letters/{dead_letter_id}/{action}", _guarded(_resolve), methods=["POST"]),
+    ]

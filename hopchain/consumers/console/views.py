@@ -1,0 +1,215 @@
+"""What the console's pages show, computed from the index and the records (no HTML here)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.datastructures import QueryParams
+
+from hopchain.consumers.filters import DeadLetterFilter, format_age, parse_duration
+from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.resolutions import Resolution
+
+__all__ = [
+    "BULK_LIMIT",
+    "PAGE_SIZE",
+    "PAYLOAD_PREVIEW_BYTES",
+    "GroupRow",
+    "ListQuery",
+    "Payload",
+    "overview_rows",
+    "payload_view",
+    "selection_digest",
+]
+
+PAGE_SIZE = 50
+"""Dead letters per page of the list."""
+BULK_LIMIT = 1000
+"""Dead letters one bulk confirmation acts on at most (the oldest first): about a minute of
+redrives, so the request ends before a proxy or the browser gives up on it."""
+PAYLOAD_PREVIEW_BYTES = 64 * 1024
+"""Bytes of a payload shown on its page; the whole value is a download away."""
+_HEX_PREVIEW_BYTES = 4096
+_STATUSES = ("unresolved", "resolved", "all")
+SORT_KEYS = ("owner", "source_topic", "error_type", "depth", "age")
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One ``(owner, source topic, error type)`` group, as ``/metrics`` reports it."""
+
+    owner: str
+    source_topic: str
+    error_type: str
+    depth: int
+    age_seconds: float | None
+
+    @property
+    def age_text(self) -> str:
+        """The age for people, or ``-`` when nothing is unresolved."""
+        return "-" if self.age_seconds is None else format_age(self.age_seconds)
+
+    @property
+    def list_query(self) -> str:
+        """The list page's query string for this group."""
+        return urlencode(
+            {"owner": self.owner, "source_topic": self.source_topic, "error_type": self.error_type}
+        )
+
+
+def overview_rows(
+    index: DeadLetterIndex, now: float, sort: str, *, descending: bool
+) -> list[GroupRow]:
+    """Every group with depth and oldest age at ``now`` (the same reading as a scrape)."""
+    rows = [
+        GroupRow(
+            *group.labels,
+            depth=group.depth,
+            age_seconds=None
+            if group.oldest_parked_at is None
+            else max(0.0, now - group.oldest_parked_at),
+        )
+        for group in index.groups()
+    ]
+    key = sort if sort in SORT_KEYS else "age"
+
+    def order(row: GroupRow) -> tuple[Any, ...]:
+        if key == "age":
+            return (row.age_seconds if row.age_seconds is not None else -1.0, row.depth)
+        if key == "depth":
+            return (row.depth, row.age_seconds or 0.0)
+        return (getattr(row, key), row.owner, row.source_topic, row.error_type)
+
+    return sorted(rows, key=order, reverse=descending)
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """The list page's filters, as typed into its form (kept as text to show back)."""
+
+    owner: str = ""
+    source_topic: str = ""
+    error_type: str = ""
+    min_age: str = ""
+    status: str = "unresolved"
+    page: int = 1
+
+    @classmethod
+    def parse(cls, query: QueryParams) -> ListQuery:
+        """Read the query string; unknown statuses and pages fall back to defaults."""
+        status = query.get("status", "unresolved")
+        page = query.get("page", "1")
+        return cls(
+            owner=query.get("owner", "").strip(),
+            source_topic=query.get("source_topic", "").strip(),
+            error_type=query.get("error_type", "").strip(),
+            min_age=query.get("min_age", "").strip(),
+            status=status if status in _STATUSES else "unresolved",
+            page=int(page) if page.isdigit() and int(page) > 0 else 1,
+        )
+
+    def chosen(self) -> DeadLetterFilter:
+        """The filter.
+
+        Raises:
+            ValueError: the minimum age is not a duration.
+        """
+        return DeadLetterFilter(
+            owner=self.owner or None,
+            source_topic=self.source_topic or None,
+            error_type=self.error_type or None,
+            min_age_seconds=parse_duration(self.min_age) if self.min_age else None,
+        )
+
+    def select(
+        self, index: DeadLetterIndex, now: float
+    ) -> list[tuple[ParkedLetter, Resolution | None]]:
+        """Every match, oldest first.
+
+        Raises:
+            ValueError: the minimum age is not a duration.
+        """
+        letters = index.select(
+            self.chosen().predicate(now), include_resolved=self.status != "unresolved"
+        )
+        if self.status == "resolved":
+            letters = [pair for pair in letters if pair[1] is not None]
+        return letters
+
+    def query(self, **changes: object) -> str:
+        """The query string of these filters, with ``changes`` applied."""
+        values: dict[str, object] = {
+            "owner": self.owner,
+            "source_topic": self.source_topic,
+            "error_type": self.error_type,
+            "min_age": self.min_age,
+            "status": self.status,
+            "page": self.page,
+        }
+        values.update(changes)
+        return urlencode({k: v for k, v in values.items() if v not in {"", None}})
+
+
+def selection_digest(ids: list[str]) -> str:
+    """A short fingerprint of exactly which dead letters a preview showed."""
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A record value, shown as pretty JSON, text or hex, cut at a size limit.
+
+    Attributes:
+        kind: ``json``, ``text``, ``binary`` or ``null``.
+        text: what to show.
+        size: the whole value's size in bytes.
+        truncated: whether ``text`` shows only the start of the value.
+    """
+
+    kind: str
+    text: str
+    size: int
+    truncated: bool
+
+
+def payload_view(value: bytes | None, limit: int = PAYLOAD_PREVIEW_BYTES) -> Payload:
+    """How to show a payload without showing megabytes."""
+    if value is None:
+        return Payload("null", "", 0, truncated=False)
+    size = len(value)
+    text = _utf8_head(value[:limit], cut=size > limit)
+    if text is None:
+        return Payload(
+            "binary", _hex(value[:_HEX_PREVIEW_BYTES]), size, truncated=size > _HEX_PREVIEW_BYTES
+        )
+    if size <= limit:
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):
+            return Payload("text", text, size, truncated=False)
+        pretty = json.dumps(parsed, indent=2, ensure_ascii=False, sort_keys=False)
+        return Payload("json", pretty, size, truncated=False)
+    return Payload("text", text, size, truncated=True)
+
+
+def _utf8_head(head: bytes, *, cut: bool) -> str | None:
+    """The text of ``head``, or None when it is not UTF-8 (a cut may split one character)."""
+    for trim in range(4 if cut else 1):
+        try:
+            return head[: len(head) - trim].decode()
+        except UnicodeDecodeError:
+            continue
+    return None
+
+
+def _hex(raw: bytes) -> str:
+    lines = []
+    for start in range(0, len(raw), 16):
+        chunk = raw[start : start + 16]
+        lines.append(f"{start:08x}  {chunk.hex(' ')}")
+    return "\n".join(lines)
