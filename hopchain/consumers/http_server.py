@@ -2,6 +2,8 @@
 
 =========================================  =====================================================
 ``GET /metrics``                           Prometheus exposition of the injected registry
+                                           (without ``_created`` series, see
+                                           :mod:`hopchain.consumers.exposition`)
 ``GET /healthz``                           200 while the consumer loop is alive, else 503
 ``GET /readyz``                            200 once caught up to the start-up end offsets
 ``GET /dead-letters``                      unresolved dead letters as JSON (``owner``,
@@ -35,6 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pydantic import SecretStr
 
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
+from hopchain.consumers.exposition import WithoutCreated
 from hopchain.consumers.filters import DeadLetterFilter, parse_duration
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.resolutions import Resolution
@@ -157,7 +160,10 @@ class _Handler(BaseHTTPRequestHandler):
         match segments:
             case ["metrics"]:
                 self._send(
-                    HTTPStatus.OK, generate_latest(backend.registry), CONTENT_TYPE_LATEST, None
+                    HTTPStatus.OK,
+                    generate_latest(WithoutCreated(backend.registry)),
+                    CONTENT_TYPE_LATEST,
+                    None,
                 )
             case ["healthz"]:
                 alive = backend.alive()
