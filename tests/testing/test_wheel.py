@@ -16,6 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ["first", "second", "third"]
+PACKAGE_DATA = (
+    "pom.xml",
+    "server.properties.template",
+    "log4j2.properties",
+    "tools-log4j2.properties",
+)
 
 
 class Session:
@@ -84,7 +90,7 @@ def test_a_wheel_in_a_clean_venv_runs_the_broker_and_its_tools_from_an_empty_fol
     (wheel,) = dist.glob("hopchain-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         shipped = set(archive.namelist())
-    for name in ("pom.xml", "server.properties.template", "log4j2.properties"):
+    for name in PACKAGE_DATA:
         assert f"hopchain/testing/kafka_home/{name}" in shipped
     assert not any(name.startswith(("deploy/", "tests/")) for name in shipped)
 
