@@ -1,7 +1,8 @@
 """Helpers for testing Kafka services with hopchain: a real local broker and topic utilities.
 
 :class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
-:func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker.
+:func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
+:func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars.
 """
 
 from hopchain.testing.admin import (
@@ -26,10 +27,12 @@ from hopchain.testing.kafka import (
     default_run_dir,
     probe_broker,
 )
+from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command
 from hopchain.testing.records import partitions_of, read_to_end
 from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
 __all__ = [
+    "KAFKA_TOOLS",
     "SASL_MECHANISMS",
     "BrokerState",
     "BrokerStatus",
@@ -43,6 +46,7 @@ __all__ = [
     "default_run_dir",
     "delete_topics",
     "formatted_ports",
+    "kafka_tool_command",
     "parent_span_id",
     "partitions_of",
     "probe_broker",
