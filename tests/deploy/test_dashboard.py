@@ -1,12 +1,14 @@
 """End to end: the Grafana dashboard's queries, and the shipped rules, against the real
 Prometheus scraping a real run: a FastStream service wrapped with hopchain (one declared stage
-that forwards, recovers after a transport retry, degrades and rejects) and the dead-letter
-service reading what it parked, all on the session's real broker."""
+that forwards, recovers after a transport retry, degrades and rejects), a second one whose
+dead-letter topic refuses its dead letters (unwritable_service.py), and the dead-letter
+service reading what was parked, all on the session's real broker."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -22,6 +24,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import BaseModel, Field
+from unwritable_service import WRITE_ATTEMPTS
 
 from hopchain.__about__ import __version__
 from hopchain.consumers import DeadLetterService, DlqSettings
@@ -33,6 +36,7 @@ from hopchain.schemas import ContractRegistry, Failure, TopicContract
 from hopchain.testing import TopicFactory, unique_topic_name
 
 DASHBOARD = DEPLOY_DIR / "grafana" / "hopchain.json"
+UNWRITABLE_SERVICE = Path(__file__).resolve().parent / "unwritable_service.py"
 RATE_INTERVAL = "30s"
 """What Grafana's $__rate_interval becomes here (at least four 1 s scrapes)."""
 DEADLINE_SECONDS = 90.0
@@ -167,6 +171,33 @@ async def until_every_query_has_data(port: int, processes: Processes) -> dict[st
         await asyncio.sleep(1.0)
 
 
+def serves_metrics(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+async def until_serving(port: int, processes: Processes) -> None:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not await asyncio.to_thread(serves_metrics, port):
+        processes.check_alive()
+        if time.monotonic() > deadline:
+            pytest.fail(f"nothing serves metrics on port {port}", pytrace=False)
+        await asyncio.sleep(0.2)
+
+
+async def until_value(port: int, promql: str, expected: list[float]) -> list[float]:
+    """Poll ``promql`` until its values are ``expected``; returns the last values seen."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        values = sorted(float(row["value"][1]) for row in query(port, promql))
+        if values == expected or time.monotonic() > deadline:
+            return values
+        await asyncio.sleep(0.5)
+
+
 async def until_firing(port: int, alertname: str) -> dict[str, Any]:
     deadline = time.monotonic() + DEADLINE_SECONDS
     while True:
@@ -198,7 +229,20 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
         dlq_port=0,
         dlq_token=None,
     )
-    stage_port, prom_port = free_port(), free_port()
+    # A dead letter of a 4 kB record cannot fit in 1 kB: every write fails on the broker.
+    unwritable_source = await new_topic(prefix="intake")
+    unwritable_dlq = await new_topic(prefix="intake-dlq", configs={"max.message.bytes": "1024"})
+    stage_port, unwritable_port, prom_port = free_port(), free_port(), free_port()
+    processes.start(
+        "unwritable-service",
+        sys.executable,
+        str(UNWRITABLE_SERVICE),
+        kafka_bootstrap,
+        unwritable_source,
+        unwritable_dlq,
+        str(unwritable_port),
+    )
+    await until_serving(unwritable_port, processes)
     async with (
         DeadLetterService(settings) as service,
         scoring_service(kafka_bootstrap, contracts, source, output, stage_port),
@@ -213,7 +257,9 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
                 },
                 {
                     "job_name": "hopchain-stages",
-                    "static_configs": [{"targets": [f"127.0.0.1:{stage_port}"]}],
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{stage_port}", f"127.0.0.1:{unwritable_port}"]}
+                    ],
                 },
             ],
         }
@@ -227,6 +273,7 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
         )
         await feed(kafka_bootstrap, contracts, source, "ok-1", "ok-2", "flaky-1", "bad-1")
         await send_raw(kafka_bootstrap, source, b"not json at all", b'{"claim_id": 7}')
+        await send_raw(kafka_bootstrap, unwritable_source, b"x" * 4096)
         letter = synthetic_dead_letter(
             owner=ARCHIVE, source_topic="archive", parked_at=time.time() - 120
         )
@@ -236,6 +283,10 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
         # A second unreadable record after Prometheus saw the first: the counter increases.
         await send_raw(kafka_bootstrap, archive_dlq, b"written by hand again")
         unreadable = await until_firing(prom_port, "HopchainDeadLettersUnreadable")
+        unwritable = await until_firing(prom_port, "HopchainDeadLetterWriteFailing")
+        failures = await until_value(
+            prom_port, "hopchain_dead_letter_write_failures_total", [WRITE_ATTEMPTS]
+        )
 
         owners = {
             row["metric"]["owner"]: float(row["value"][1])
@@ -245,7 +296,7 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
             row["metric"]["decision"]: float(row["value"][1])
             for row in query(
                 prom_port,
-                'sum by (decision) (hopchain_stage_decisions_total{job="hopchain-stages"})',
+                'sum by (decision) (hopchain_stage_decisions_total{stage="score"})',
             )
         }
         reasons = {row["metric"]["reason"] for row in query(prom_port, "hopchain_rejected_total")}
@@ -268,5 +319,9 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
     assert created == []  # the service's /metrics carries no _created series
     assert unreadable["labels"]["topic"] == archive_dlq
     assert unreadable["labels"]["severity"] == "warning"
+    assert unwritable["labels"]["topic"] == unwritable_source
+    assert unwritable["labels"]["severity"] == "critical"
+    # Four attempts, then the subscriber stopped: the record was neither parked nor lost.
+    assert failures == [WRITE_ATTEMPTS]
     assert len(rules) == 14
     assert all(rule["health"] == "ok" for rule in rules), rules
