@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from deploy_tools import DEPLOY_DIR, Processes, free_port, tool
-from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
+from hopchain_services import hopchain_broker
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import BaseModel, Field
 from unwritable_service import WRITE_ATTEMPTS
@@ -29,7 +28,8 @@ from unwritable_service import WRITE_ATTEMPTS
 from hopchain.__about__ import __version__
 from hopchain.consumers import DeadLetterService, DlqSettings
 from hopchain.consumers.synthetic import produce_dead_letters, synthetic_dead_letter
-from hopchain.middleware import HopchainRuntime, Transient, origin
+from hopchain.middleware.context import origin
+from hopchain.middleware.failures import Transient
 from hopchain.middleware.policy import Backoff, Degrade, TransportRetry
 from hopchain.middleware.stage import Stage
 from hopchain.schemas import ContractRegistry, Failure, TopicContract
@@ -90,10 +90,9 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 @asynccontextmanager
 async def scoring_service(
     bootstrap: str, contracts: ContractRegistry, source: str, output: str, metrics_port: int
-) -> AsyncIterator[HopchainRuntime]:
+) -> AsyncIterator[None]:
     """The service under observation, with its registry served for Prometheus."""
     registry = CollectorRegistry()
-    runtime = HopchainRuntime(contracts, component="scorer", metrics_registry=registry)
     calls: dict[str, int] = {}
 
     def unscored(payload: BaseModel, failure: Failure) -> Scored:
@@ -119,15 +118,16 @@ async def scoring_service(
             return {"claim_id": claim.claim_id, "score": 1000}
         return Scored(claim_id=claim.claim_id, score=40)
 
-    broker = KafkaBroker(bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
-    subscriber = broker.subscriber(
-        source, group_id=unique_topic_name("scorer"), auto_offset_reset="earliest"
+    group = unique_topic_name("scorer")
+    broker = hopchain_broker(
+        bootstrap, contracts, component="scorer", group=group, metrics_registry=registry
     )
+    subscriber = broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
     subscriber(broker.publisher(output)(stage(score)))
     server, thread = start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
     await broker.start()
     try:
-        yield runtime
+        yield
     finally:
         await broker.stop()
         server.shutdown()
@@ -136,7 +136,7 @@ async def scoring_service(
 
 
 async def feed(bootstrap: str, contracts: ContractRegistry, source: str, *ids: str) -> None:
-    broker = KafkaBroker(bootstrap, middlewares=[HopchainRuntime(contracts, component="intake")])
+    broker = hopchain_broker(bootstrap, contracts, component="intake", group="intake")
     await broker.start()
     try:
         for claim_id in ids:

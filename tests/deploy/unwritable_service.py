@@ -14,12 +14,10 @@ import asyncio
 import signal
 import sys
 
-from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
+from hopchain_services import hopchain_broker
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import BaseModel
 
-from hopchain.middleware import HopchainRuntime
 from hopchain.schemas import ContractRegistry, TopicContract
 
 WRITE_ATTEMPTS = 4
@@ -40,16 +38,18 @@ async def serve(bootstrap: str, source: str, dead_letter_topic: str, port: int) 
             )
         ]
     )
-    runtime = HopchainRuntime(
+    group = f"{source}-intake"
+    broker = hopchain_broker(
+        bootstrap,
         contracts,
         component="intake",
+        group=group,
         metrics_registry=registry,
         dead_letter_attempts=WRITE_ATTEMPTS,
         dead_letter_backoff=FIRST_BACKOFF_SECONDS,
     )
-    broker = KafkaBroker(bootstrap, middlewares=[runtime], ack_policy=AckPolicy.ACK)
 
-    @broker.subscriber(source, group_id=f"{source}-intake", auto_offset_reset="earliest")
+    @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
     async def handle(claim: Claim) -> None:
         del claim
 
