@@ -28,8 +28,8 @@ from hopchain.testing.broker_state import (
     formatted_ports,
     stop_broker,
 )
-from hopchain.testing.kafka import LocalKafka, default_run_dir
-from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command
+from hopchain.testing.kafka import LocalKafka, cached_kafka_version, default_run_dir
+from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command, resolve_tool
 
 __all__ = ["app", "kafka_app"]
 
@@ -250,6 +250,11 @@ def tool(
     """Run one of Kafka's command-line tools (see the command's help)."""
     _, state = broker_status(_data_dir(data_dir))
     try:
+        resolve_tool(name)  # an unknown name fails before anything is resolved
+        if cached_kafka_version() is None:
+            typer.echo(
+                "resolving the Kafka jars with Maven (once; this can take a minute)", err=True
+            )
         command = kafka_tool_command(
             name, ctx.args, bootstrap=state.bootstrap if state is not None else None
         )
