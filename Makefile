@@ -69,7 +69,9 @@ kafka-status: install ## Show the development broker's status (exit 3 if not run
 demo: install ## The claims pipeline with faults, end to end, on a real Kafka broker
 	$(PY) -m examples.claims.demo $(DEMO_ARGS)
 
-clean: ## Stop brokers, remove caches (resolved Kafka jars, broker data, tool caches)
+# The broker's jars and data live in the user's cache (~/.cache/hopchain, or
+# HOPCHAIN_CACHE_DIR), shared by checkouts and installs: clean leaves them.
+clean: ## Stop the development broker, remove build and tool caches
 	-@test -x $(HOPCHAIN) && $(HOPCHAIN) dev kafka stop
 	rm -rf .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -3,11 +3,14 @@
 ``hopchain dev kafka start|stop|status`` runs a real Apache Kafka broker on 127.0.0.1 (see
 :class:`hopchain.testing.LocalKafka`). ``start`` returns once the broker is ready and leaves it
 running in the background; ``stop`` and ``status`` find it through its data directory.
+``hopchain dev kafka tool NAME [ARGS]...`` runs one of Kafka's own command-line tools (see
+:mod:`hopchain.testing.kafka_tools`) against it.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Annotated
@@ -25,7 +28,8 @@ from hopchain.testing.broker_state import (
     formatted_ports,
     stop_broker,
 )
-from hopchain.testing.kafka import LocalKafka, default_run_dir
+from hopchain.testing.kafka import LocalKafka, cached_kafka_version, default_run_dir
+from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command, resolve_tool
 
 __all__ = ["app", "kafka_app"]
 
@@ -45,7 +49,7 @@ DataDirOption = Annotated[
         "--data-dir",
         envvar="HOPCHAIN_KAFKA_DATA_DIR",
         help="Broker data directory (properties, KRaft log, logs, pid file). "
-        "Default: <repository>/.cache/kafka/run.",
+        "Default: $XDG_CACHE_HOME/hopchain/kafka/run (~/.cache/hopchain/kafka/run).",
         file_okay=False,
         show_default=False,
     ),
@@ -219,3 +223,46 @@ def status(*, data_dir: DataDirOption = None, json_output: JsonOption = False) -
         _print_table(current, folder, state)
     if current is not BrokerStatus.RUNNING:
         raise typer.Exit(ExitCode.NOT_RUNNING)
+
+
+@kafka_app.command(
+    "tool",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    help="Run one of Kafka's command-line tools; the arguments after NAME go to the tool. "
+    "Tools that talk to a broker get --bootstrap-server of the running local broker unless "
+    "the arguments name one. Put -- before the tool's own --help: "
+    "`hopchain dev kafka tool topics -- --help`. Exits with the tool's exit status.",
+    epilog=f"Tools: {', '.join(sorted(KAFKA_TOOLS))}.",
+)
+def tool(
+    ctx: typer.Context,
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="A tool's short name (consumer-groups for kafka-consumer-groups.sh) or a "
+            "main class (org.apache.kafka.tools.TopicCommand).",
+            show_default=False,
+        ),
+    ],
+    *,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Run one of Kafka's command-line tools (see the command's help)."""
+    _, state = broker_status(_data_dir(data_dir))
+    try:
+        resolve_tool(name)  # an unknown name fails before anything is resolved
+        if cached_kafka_version() is None:
+            typer.echo(
+                "resolving the Kafka jars with Maven (once; this can take a minute)", err=True
+            )
+        command = kafka_tool_command(
+            name, ctx.args, bootstrap=state.bootstrap if state is not None else None
+        )
+    except LocalKafkaError as exc:
+        fail(str(exc))
+    # The tool inherits the terminal: a console consumer runs until Ctrl-C, like the script.
+    try:
+        result = subprocess.run(command, check=False)  # noqa: S603 - java and our arguments
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    raise typer.Exit(result.returncode)

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
+from hopchain.consumers.exposition import WithoutCreated
 from hopchain.consumers.filters import DeadLetterFilter, parse_duration
 from hopchain.consumers.resolutions import Resolution
 
@@ -127,7 +128,7 @@ def _resolution_json(resolution: Resolution | None) -> Any:
 
 
 async def _metrics(request: Request) -> Response:
-    body = generate_latest(backend_of(request).registry)
+    body = generate_latest(WithoutCreated(backend_of(request).registry))
     return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hopchain.consumers.exposition import register_build_info
 from hopchain.consumers.index import DeadLetterIndex
 
 __all__ = ["DlqMetrics", "IndexCollector"]
@@ -74,6 +75,7 @@ class DlqMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.collector = IndexCollector(index, clock)
         self.registry.register(self.collector)
+        self.build_info = register_build_info(self.registry)
         self.parked = Counter(
             "hopchain_dlq_parked_total",
             "Dead letters read from the dead-letter topics (each id once since start-up).",

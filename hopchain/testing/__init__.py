@@ -2,7 +2,8 @@
 
 :class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
 :func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
-:func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them.
+:func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them;
+:func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars.
 """
 
 from hopchain.testing.admin import (
@@ -33,10 +34,12 @@ from hopchain.testing.kafka import (
     default_run_dir,
     probe_broker,
 )
+from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command
 from hopchain.testing.records import partitions_of, read_to_end
 from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
 __all__ = [
+    "KAFKA_TOOLS",
     "SASL_MECHANISMS",
     "BrokerState",
     "BrokerStatus",
@@ -52,6 +55,7 @@ __all__ = [
     "delete_topics",
     "envelope_for",
     "formatted_ports",
+    "kafka_tool_command",
     "parent_span_id",
     "partitions_of",
     "probe_broker",

@@ -31,6 +31,8 @@ __all__ = [
     "ENV_CACHE_DIR",
     "ENV_KAFKA_HOME",
     "ENV_KAFKA_VERSION",
+    "PACKAGED_KAFKA_HOME",
+    "TOOLS_LOG4J2_CONFIG",
     "ResolvedJars",
     "cached_jars",
     "check_port_free",
@@ -45,17 +47,22 @@ __all__ = [
 ]
 
 ENV_KAFKA_HOME = "HOPCHAIN_KAFKA_HOME"
-"""Folder holding ``pom.xml``, ``server.properties.template`` and the log4j2 configuration."""
+"""Folder holding ``pom.xml``, ``server.properties.template`` and the log4j2 configurations.
+
+Default: the copy shipped inside the package (:data:`PACKAGED_KAFKA_HOME`)."""
 ENV_CACHE_DIR = "HOPCHAIN_CACHE_DIR"
-"""Where resolved jars and the CLI's broker data live; default ``<repository>/.cache``."""
+"""Where resolved jars and the CLI's broker data live; default :func:`default_cache_dir`."""
 ENV_KAFKA_VERSION = "HOPCHAIN_KAFKA_VERSION"
 """Overrides the broker version pinned in ``pom.xml`` (for example ``4.3.1``)."""
 
 POM = "pom.xml"
 PROPERTIES_TEMPLATE = "server.properties.template"
 LOG4J2_CONFIG = "log4j2.properties"
+TOOLS_LOG4J2_CONFIG = "tools-log4j2.properties"
 
-_HOME_IN_REPOSITORY = Path("deploy") / "kafka"
+PACKAGED_KAFKA_HOME = Path(__file__).resolve().parent / "kafka_home"
+"""The Maven project and templates shipped as package data (``deploy/kafka`` links here)."""
+
 _MARKER = "resolved.json"
 _RESOLVE_TIMEOUT_SECONDS = 900.0
 _TAIL_LINES = 20
@@ -80,39 +87,37 @@ def require_tool(name: str) -> str:
 def find_kafka_home(explicit: Path | str | None = None) -> Path:
     """Find the folder with the broker's ``pom.xml``.
 
-    Looks at ``explicit``, then ``$HOPCHAIN_KAFKA_HOME``, then ``deploy/kafka`` in the current
-    directory and each of its parents, then the same walking up from this module (a checkout
-    installed in editable mode).
+    ``explicit``, then ``$HOPCHAIN_KAFKA_HOME``, then the copy shipped in the package, so an
+    installed wheel needs no checkout.
     """
     if explicit is None and os.environ.get(ENV_KAFKA_HOME):
         explicit = os.environ[ENV_KAFKA_HOME]
-    if explicit is not None:
-        home = Path(explicit).expanduser().resolve()
-        if not (home / POM).is_file():
+    home = PACKAGED_KAFKA_HOME if explicit is None else Path(explicit).expanduser().resolve()
+    if not (home / POM).is_file():
+        if explicit is None:
             raise LocalKafkaError(
-                f"{home} has no {POM}; point {ENV_KAFKA_HOME} (or the kafka_home argument) at "
-                "a checkout's deploy/kafka folder"
+                f"the installed hopchain package lacks {home / POM}; reinstall hopchain, or "
+                f"set {ENV_KAFKA_HOME} to a folder that holds {POM}"
             )
-        return home
-    starts = [Path.cwd(), Path(__file__).resolve().parent]
-    for start in starts:
-        for folder in (start, *start.parents):
-            candidate = folder / _HOME_IN_REPOSITORY
-            if (candidate / POM).is_file():
-                return candidate
-    raise LocalKafkaError(
-        f"found no deploy/kafka/{POM} above {starts[0]} or {starts[1]}; run from a hopchain "
-        f"checkout or set {ENV_KAFKA_HOME} to the folder that holds {POM}"
-    )
+        raise LocalKafkaError(
+            f"{home} has no {POM}; point {ENV_KAFKA_HOME} (or the kafka_home argument) at a "
+            "folder like hopchain/testing/kafka_home"
+        )
+    return home
 
 
-def default_cache_dir(home: Path) -> Path:
-    """``$HOPCHAIN_CACHE_DIR``, or ``.cache`` at the root of the repository that holds ``home``."""
+def default_cache_dir() -> Path:
+    """Where jars and the CLI's broker data go: the user's cache, never a checkout.
+
+    ``$HOPCHAIN_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/hopchain``, else
+    ``~/.cache/hopchain``.
+    """
     if os.environ.get(ENV_CACHE_DIR):
         return Path(os.environ[ENV_CACHE_DIR]).expanduser().resolve()
-    if home.parts[-2:] == _HOME_IN_REPOSITORY.parts:
-        return home.parent.parent / ".cache"
-    return home / ".cache"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG specification says a relative path is invalid and must be ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return (base / "hopchain").resolve()
 
 
 def pom_kafka_version(home: Path) -> str:
@@ -136,7 +141,9 @@ class ResolvedJars:
 
 def _version_dir(home: Path, cache_dir: Path, version: str | None) -> tuple[Path, str]:
     wanted = version or os.environ.get(ENV_KAFKA_VERSION) or pom_kafka_version(home)
-    return cache_dir / "kafka" / wanted, wanted
+    # One folder per version and pom: two installed hopchain versions (or checkouts) sharing
+    # the user cache never re-resolve, nor delete, jars the other's broker is running from.
+    return cache_dir / "kafka" / f"{wanted}-{_pom_digest(home)[:12]}", wanted
 
 
 def _pom_digest(home: Path) -> str:
@@ -330,7 +337,8 @@ def render_properties(
     if extra_listeners and extra_listeners not in text:
         raise LocalKafkaError(
             f"{home / PROPERTIES_TEMPLATE} has no ${{extra_listeners}} placeholder in its "
-            "listeners lines, so the extra listener cannot be added; update it from deploy/kafka"
+            "listeners lines, so the extra listener cannot be added; update it from "
+            "hopchain/testing/kafka_home"
         )
     target = data_dir / "server.properties"
     target.write_text(text, encoding="utf-8")

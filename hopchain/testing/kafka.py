@@ -1,8 +1,10 @@
 """A real Apache Kafka broker on this machine, for development and tests.
 
 :class:`LocalKafka` runs one combined KRaft broker+controller JVM on 127.0.0.1 from the jars that
-``deploy/kafka/pom.xml`` resolves (once, into ``.cache/kafka/<version>/libs``). No Docker, no
-download archive: only ``java`` and ``mvn`` on PATH::
+the Maven project shipped in the package (``hopchain/testing/kafka_home/pom.xml``) resolves, once,
+into the user's cache (``~/.cache/hopchain/kafka/<version>-<pom digest>/libs``; see
+:func:`~hopchain.testing._provision.default_cache_dir`). No Docker, no download archive: only
+``java`` and ``mvn`` on PATH::
 
     with LocalKafka() as kafka:          # free ports, temporary data directory
         run_tests_against(kafka.bootstrap)
@@ -88,15 +90,15 @@ _TOOL_TIMEOUT_SECONDS = 120.0
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
-def default_run_dir(kafka_home: Path | str | None = None) -> Path:
-    """The data directory ``hopchain dev kafka`` uses: ``<cache>/kafka/run``."""
-    return default_cache_dir(find_kafka_home(kafka_home)) / "kafka" / "run"
+def default_run_dir() -> Path:
+    """The data directory ``hopchain dev kafka`` uses: ``<user cache>/kafka/run``."""
+    return default_cache_dir() / "kafka" / "run"
 
 
 def cached_kafka_version(kafka_home: Path | str | None = None) -> str | None:
     """The broker version of already resolved jars, without resolving anything."""
     home = find_kafka_home(kafka_home)
-    jars = cached_jars(home, default_cache_dir(home))
+    jars = cached_jars(home, default_cache_dir())
     return None if jars is None else jars.kafka_version
 
 
@@ -105,7 +107,8 @@ class LocalKafka:
 
     Args:
         kafka_home: folder with ``pom.xml``; default: see :func:`find_kafka_home`.
-        cache_dir: where jars are cached; default ``$HOPCHAIN_CACHE_DIR`` or ``<repo>/.cache``.
+        cache_dir: where jars are cached; default ``$HOPCHAIN_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/hopchain``, else ``~/.cache/hopchain``.
         data_dir: where properties, KRaft data and logs go; default a new temporary directory,
             removed again by :meth:`stop` unless ``keep_data``.
         port: PLAINTEXT port; ``None`` or ``0`` picks a free one (or reuses the port a kept
@@ -146,7 +149,7 @@ class LocalKafka:
         sasl_port: int | None = None,
     ) -> None:
         self.home = find_kafka_home(kafka_home)
-        self.cache_dir = Path(cache_dir).resolve() if cache_dir else default_cache_dir(self.home)
+        self.cache_dir = Path(cache_dir).resolve() if cache_dir else default_cache_dir()
         self._data_dir = Path(data_dir).expanduser().resolve() if data_dir else None
         self._requested_ports = (port or None, controller_port or None)
         self.node_id = node_id

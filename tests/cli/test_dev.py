@@ -12,9 +12,12 @@ from hopchain.__about__ import __version__
 from hopchain.cli.app import app
 from hopchain.testing import probe_broker
 from hopchain.testing.broker_state import pid_alive
+from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from hopchain.testing import TopicFactory
 
 runner = CliRunner()
 
@@ -76,3 +79,71 @@ def test_start_detaches_and_another_process_reports_and_stops_it(tmp_path: Path)
     after = hopchain("dev", "kafka", "status", "--data-dir", data_dir)
     assert after.returncode == 3
     assert (tmp_path / "run" / "logs" / "server.log").is_file()  # logs stay for inspection
+
+
+def test_an_unknown_tool_is_one_line_naming_the_known_ones() -> None:
+    result = hopchain("dev", "kafka", "tool", "consumer-grups", "--list")
+
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "no Kafka tool called 'consumer-grups'" in result.stderr
+    assert "consumer-groups" in result.stderr
+
+
+def test_tools_get_the_local_bootstrap_unless_they_name_one() -> None:
+    injected = kafka_tool_command("topics", ["--list"], bootstrap="127.0.0.1:1")
+    named = kafka_tool_command(
+        "topics", ["--list", "--bootstrap-server=127.0.0.1:2"], bootstrap="127.0.0.1:1"
+    )
+    offline = kafka_tool_command("dump-log", ["--files", "x.log"], bootstrap="127.0.0.1:1")
+    by_class = kafka_tool_command("org.apache.kafka.tools.TopicCommand", ["--version"])
+
+    assert injected[-4:] == [
+        KAFKA_TOOLS["topics"].main_class,
+        "--bootstrap-server",
+        "127.0.0.1:1",
+        "--list",
+    ]
+    assert named[-3:] == [
+        KAFKA_TOOLS["topics"].main_class,
+        "--list",
+        "--bootstrap-server=127.0.0.1:2",
+    ]
+    assert offline[-3:] == [KAFKA_TOOLS["dump-log"].main_class, "--files", "x.log"]
+    assert by_class[-2:] == ["org.apache.kafka.tools.TopicCommand", "--version"]
+
+
+@pytest.mark.kafka
+async def test_a_kafka_tool_runs_against_the_broker_with_its_exit_status(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic(partitions=2)
+
+    listed = hopchain(
+        "dev",
+        "kafka",
+        "tool",
+        "topics",
+        "--bootstrap-server",
+        kafka_bootstrap,
+        "--describe",
+        "--topic",
+        topic,
+    )
+    missing = hopchain(
+        "dev",
+        "kafka",
+        "tool",
+        "topics",
+        "--bootstrap-server",
+        kafka_bootstrap,
+        "--describe",
+        "--topic",
+        topic + "-missing",
+    )
+
+    assert listed.returncode == 0, listed.stderr
+    assert f"Topic: {topic}\tTopicId:" in listed.stdout
+    assert "PartitionCount: 2" in listed.stdout
+    assert missing.returncode == 1
+    assert f"Topic '{topic}-missing' does not exist" in missing.stdout + missing.stderr

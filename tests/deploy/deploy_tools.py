@@ -7,6 +7,8 @@ and the routing are only proven by the real tools.
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,47 @@ def tool(name: str) -> str:
         f"Prometheus and Alertmanager. Install them: {INSTALL_HINT}",
         pytrace=False,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Processes:
+    """Processes this test started, each with its log file; stopped (by handle) at the end."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+
+    def start(self, name: str, *command: str) -> None:
+        log = self.folder / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(  # noqa: S603 - binaries found on PATH, our arguments
+                command, stdout=out, stderr=subprocess.STDOUT, cwd=self.folder
+            )
+        self.running.append((name, process, log))
+
+    def check_alive(self) -> None:
+        for name, process, log in self.running:
+            if process.poll() is not None:
+                pytest.fail(f"{name} exited with {process.returncode}:\n{self.tail(log)}")
+
+    @staticmethod
+    def tail(log: Path) -> str:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name}\n{self.tail(log)}" for name, _, log in self.running)
+
+    def stop(self) -> None:
+        for _, process, _ in self.running:
+            process.terminate()
+        for _, process, _ in self.running:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)

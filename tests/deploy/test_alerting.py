@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from deploy_tools import DEPLOY_DIR, tool
+from deploy_tools import DEPLOY_DIR, Processes, free_port, tool
 
 from hopchain.consumers import DeadLetterService, DlqSettings
 from hopchain.schemas import ErrorType
@@ -30,12 +28,6 @@ TINY_AGE_RULE = (
 )
 WEBHOOK_BASE = "http://alerts.example.invalid:9000"
 DEADLINE_SECONDS = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def replace_once(text: str, old: str, new: str, where: str) -> str:
@@ -90,44 +82,6 @@ def webhook() -> Iterator[Webhook]:
     yield hook
     hook.server.shutdown()
     hook.server.server_close()
-
-
-class Processes:
-    """Processes this test started, each with its log file; stopped (by handle) at the end."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.running: list[tuple[str, subprocess.Popen[bytes], Path]] = []
-
-    def start(self, name: str, *command: str) -> None:
-        log = self.folder / f"{name}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(  # noqa: S603 - binaries found on PATH, our arguments
-                command, stdout=out, stderr=subprocess.STDOUT, cwd=self.folder
-            )
-        self.running.append((name, process, log))
-
-    def check_alive(self) -> None:
-        for name, process, log in self.running:
-            if process.poll() is not None:
-                pytest.fail(f"{name} exited with {process.returncode}:\n{self.tail(log)}")
-
-    @staticmethod
-    def tail(log: Path) -> str:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {name}\n{self.tail(log)}" for name, _, log in self.running)
-
-    def stop(self) -> None:
-        for _, process, _ in self.running:
-            process.terminate()
-        for _, process, _ in self.running:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
 
 
 @pytest.fixture

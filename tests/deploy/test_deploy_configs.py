@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from deploy_tools import DEPLOY_DIR, tool
 
-if TYPE_CHECKING:
-    from pathlib import Path
+RUNBOOKS = DEPLOY_DIR.parent / "docs" / "runbooks"
+SEVERITIES = {"critical", "warning", "info"}
 
 
 def run(*command: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -36,7 +39,7 @@ def test_prometheus_config_and_rules_are_valid() -> None:
         tool("promtool"), "check", "rules", str(prometheus / "rules" / "hopchain.rules.yml")
     )
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 11 rules found" in rules.stdout
+    assert "SUCCESS: 14 rules found" in rules.stdout
 
 
 def test_alertmanager_config_is_valid() -> None:
@@ -59,6 +62,9 @@ def test_alertmanager_config_is_valid() -> None:
         (["owner=a-team-nobody-routed"], "platform"),
         (["alertname=HopchainDeadLetterConsumerDown", "job=hopchain-dlq"], "platform"),
         (["alertname=HopchainStageRetryRateDrift", "stage=classify"], "platform"),
+        (["alertname=HopchainDeadLetterWriteFailing", "severity=critical"], "platform"),
+        (["alertname=HopchainStageAborted", "severity=critical"], "platform"),
+        (["alertname=HopchainDeadLettersUnreadable", "topic=orders.dlq"], "platform"),
     ],
 )
 def test_alerts_route_by_owner_and_nothing_is_dropped(labels: list[str], receiver: str) -> None:
@@ -85,3 +91,41 @@ def test_compose_uses_the_tested_config_files() -> None:
     assert "image: apache/kafka:" in compose
     assert "dockerfile: deploy/Containerfile" in compose
     assert (DEPLOY_DIR / "Containerfile").is_file()
+
+
+def alerting_rules() -> list[dict[str, Any]]:
+    rules = yaml.safe_load((DEPLOY_DIR / "prometheus" / "rules" / "hopchain.rules.yml").read_text())
+    return [rule for group in rules["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def github_anchor(heading: str) -> str:
+    return re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alert_has_a_severity_and_a_runbook_section_naming_commands() -> None:
+    rules = alerting_rules()
+    assert len(rules) == 11
+    index = (RUNBOOKS / "README.md").read_text()
+    for rule in rules:
+        name = rule["alert"]
+        assert rule["labels"]["severity"] in SEVERITIES, name
+        path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert path.startswith("docs/runbooks/"), name
+        text = (DEPLOY_DIR.parent / path).read_text()
+        sections = {
+            github_anchor(match[1]): match[2]
+            for match in re.finditer(r"^## (.+)\n((?:(?!^## ).*\n?)*)", text, re.MULTILINE)
+        }
+        assert anchor in sections, f"{name}: no heading for #{anchor} in {path}"
+        assert re.search(r"`(hopchain|kubectl|curl) [^`]+`", sections[anchor]), name
+        assert f"| {name} | {rule['labels']['severity']} |" in index, name
+
+
+def test_every_runbook_section_belongs_to_an_alert() -> None:
+    names = {rule["alert"] for rule in alerting_rules()}
+    headings = {
+        match[1]
+        for path in RUNBOOKS.glob("*.md")
+        for match in re.finditer(r"^## (\S+)$", path.read_text(), re.MULTILINE)
+    }
+    assert headings == names

@@ -9,19 +9,25 @@ import socket
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from faststream import FastStream
 from faststream.kafka import KafkaBroker
 
+import hopchain
 from hopchain.exceptions import LocalKafkaError
 from hopchain.testing import BrokerState, LocalKafka, unique_topic_name
-from hopchain.testing._provision import cached_jars, find_kafka_home
+from hopchain.testing._provision import (
+    PACKAGED_KAFKA_HOME,
+    cached_jars,
+    default_cache_dir,
+    find_kafka_home,
+)
+from hopchain.testing.kafka import default_run_dir
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from hopchain.testing import TopicFactory
 
 RECORDS = 1000
@@ -154,25 +160,60 @@ def test_a_jvm_that_dies_at_start_is_reported_with_its_log(
 
 
 def test_an_interrupted_resolve_is_not_taken_for_a_cache(tmp_path: Path) -> None:
-    home = tmp_path / "repo" / "deploy" / "kafka"
+    home = tmp_path / "home"
     home.mkdir(parents=True)
     (home / "pom.xml").write_text("<kafka.version>9.9.9</kafka.version>\n", encoding="utf-8")
+    digest = hashlib.sha256((home / "pom.xml").read_bytes()).hexdigest()
     cache = tmp_path / "cache"
-    libs = cache / "kafka" / "9.9.9" / "libs"
+    folder = cache / "kafka" / f"9.9.9-{digest[:12]}"
+    libs = folder / "libs"
     libs.mkdir(parents=True)
     (libs / "kafka-clients-9.9.9.jar").write_bytes(b"")
 
     assert cached_jars(home, cache) is None  # jars present, marker absent
 
-    marker = cache / "kafka" / "9.9.9" / "resolved.json"
-    digest = hashlib.sha256((home / "pom.xml").read_bytes()).hexdigest()
-    marker.write_text(json.dumps({"pom_sha256": digest}), encoding="utf-8")
+    (folder / "resolved.json").write_text(json.dumps({"pom_sha256": digest}), encoding="utf-8")
     found = cached_jars(home, cache)
     assert found is not None
     assert found.kafka_version == "9.9.9"
+    assert found.libs == libs
 
     (home / "pom.xml").write_text("<kafka.version>9.9.9</kafka.version><!-- -->\n")
-    assert cached_jars(home, cache) is None  # the pom changed: resolve again
+    assert cached_jars(home, cache) is None  # another pom: its own folder, resolved anew
+
+
+def test_the_cache_is_the_users_not_the_checkouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HOPCHAIN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "hopchain"
+    assert default_run_dir() == tmp_path / "xdg" / "hopchain" / "kafka" / "run"
+
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert default_cache_dir() == tmp_path / "user" / ".cache" / "hopchain"
+
+    monkeypatch.setenv("HOPCHAIN_CACHE_DIR", str(tmp_path / "explicit"))
+    assert default_cache_dir() == tmp_path / "explicit"
+
+
+def test_the_maven_project_ships_in_the_package_and_deploy_kafka_is_the_same_folder(
+    kafka_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HOPCHAIN_KAFKA_HOME", raising=False)
+    packaged = find_kafka_home()
+
+    assert packaged == PACKAGED_KAFKA_HOME
+    assert packaged.is_relative_to(Path(hopchain.__file__).parent)
+    assert kafka_home.resolve() == packaged  # one copy: deploy/kafka links to it
+    names = {path.name for path in packaged.iterdir()}
+    assert names >= {
+        "pom.xml",
+        "server.properties.template",
+        "log4j2.properties",
+        "tools-log4j2.properties",
+    }
 
 
 def test_kafka_home_from_the_environment_must_hold_a_pom(
