@@ -150,6 +150,28 @@ class HopchainConfig(BaseSettings):
     """Pause before the first retry of a dead-letter write, doubled each time
     (HOPCHAIN_DEAD_LETTER_BACKOFF_SECONDS)."""
 
+    transport_retries: int = Field(default=3, ge=0)
+    """Retries in place of a ``transient`` failure of a handler that declares no stage
+    (HOPCHAIN_TRANSPORT_RETRIES); a declared stage uses its own budget."""
+
+    transport_backoff_seconds: float = Field(default=0.1, ge=0)
+    """Pause before the first of those retries, doubled each time up to 5 s, with jitter
+    (HOPCHAIN_TRANSPORT_BACKOFF_SECONDS)."""
+
+    capture_exceptions: bool = False
+    """Put a failed handler's exception type, message and stack trace into its dead letter
+    (``hopchain-dlq-exception``) (HOPCHAIN_CAPTURE_EXCEPTIONS). Off by default: messages
+    may quote payloads. Pass ``Hopchain(redact=...)`` to scrub the text first."""
+
+    exception_limit_bytes: int = Field(default=4096, ge=256)
+    """The most of that text kept, in UTF-8 bytes (HOPCHAIN_EXCEPTION_LIMIT_BYTES)."""
+
+    report_only: bool = False
+    """Validate every record but park none (HOPCHAIN_REPORT_ONLY): what enforcing would park
+    is counted in ``hopchain_would_reject_total``, logged and traced, and handed to the
+    handler as if hopchain were not there. For switching hopchain on in a live estate;
+    ``TopicContract(report_only=True)`` does the same for one topic."""
+
     # -- dead-letter service -------------------------------------------------------------------
 
     dlq_topics: dict[str, str] = Field(default_factory=dict)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-__all__ = ["topic_partitions"]
+__all__ = ["topic_partitions", "wait_for_leaders"]
 
 _UNKNOWN_TOPIC = 3
 
@@ -36,3 +37,24 @@ async def topic_partitions(
         numbers = sorted(partition["partition"] for partition in topic["partitions"])
         found += [TopicPartition(topic["topic"], number) for number in numbers]
     return sorted(found, key=lambda tp: (names.index(tp.topic), tp.partition))
+
+
+async def wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], seconds: float) -> None:
+    """Wait until every partition of ``names`` has a leader, so using them works at once.
+
+    Raises:
+        TimeoutError: some partition had no leader after ``seconds``.
+    """
+    if not names:
+        return
+    async with asyncio.timeout(seconds):
+        while True:
+            described = await admin.describe_topics(names)
+            if len(described) == len(names) and all(
+                topic["error_code"] == 0
+                and topic["partitions"]
+                and all(partition["leader"] >= 0 for partition in topic["partitions"])
+                for topic in described
+            ):
+                return
+            await asyncio.sleep(0.1)

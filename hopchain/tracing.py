@@ -110,10 +110,20 @@ def _attributes(topic: str, operation: str, extra: dict[str, str | int]) -> dict
 
 @contextmanager
 def consume_span(
-    record: ConsumedRecord, *, trace_id: str, group: str, envelope_id: str, component: str
+    record: ConsumedRecord,
+    *,
+    trace_id: str,
+    group: str,
+    envelope_id: str,
+    component: str,
+    carrier: Sequence[tuple[str, bytes | None]] | None = None,
 ) -> Iterator[HopSpan]:
-    """A CONSUMER span for one hop, child of the span that produced the record."""
-    parent = propagate.extract(record.headers, getter=_GETTER)
+    """A CONSUMER span for one hop, child of the span that produced the record.
+
+    The parent is read from ``carrier`` (the trace headers the codec accepted) when given,
+    else from the record's headers.
+    """
+    parent = propagate.extract(record.headers if carrier is None else carrier, getter=_GETTER)
     if _tracing_is_noop():
         # No SDK: the span would not record, so skip its attributes; the hop's ids are
         # minted here, as _ids does for any span that does not record.

@@ -22,7 +22,9 @@ exactly one new hop::
         else:
             await records.commit(hop)  # committed only now, after the handling
 
-The consumer must be created with ``enable_auto_commit=False`` (aiokafka does not tell a
+Report-only topics are a rollout aid of the FastStream middleware: this wrapper hands the
+caller validated records only, so it always enforces. The consumer must be created with
+``enable_auto_commit=False`` (aiokafka does not tell a
 wrapper how it was configured, so this cannot be checked): offsets are committed only after
 handling. A handler wrapped in a declared :class:`~hopchain.middleware.stage.Stage` works the same
 way: the record being read is ``current_hop()``, and ``fail()`` takes the exit the stage
@@ -59,8 +61,6 @@ from hopchain.exceptions import (
 )
 from hopchain.middleware.context import (
     HopContext,
-    _reset_current_hop,
-    _set_current_hop,
     current_hop,
 )
 from hopchain.middleware.engine import Hopchain
@@ -74,7 +74,7 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import HopSpan, consume_span, mark_error
+from hopchain.tracing import HopSpan, mark_error
 
 __all__ = ["EnvelopeConsumer", "EnvelopeProducer"]
 
@@ -189,14 +189,6 @@ class _Handling:
     started: float
 
 
-def _restore_hop(token: object) -> None:
-    try:
-        _reset_current_hop(token)
-    except ValueError:
-        # Settled from another task than the one that read it: just clear it there.
-        _set_current_hop(None)
-
-
 class EnvelopeConsumer:
     """Reads valid records as :class:`HopContext`; parks invalid ones itself.
 
@@ -294,17 +286,9 @@ class EnvelopeConsumer:
                 self._rewind(record)
                 raise
             scope = ExitStack()
-            span = scope.enter_context(
-                consume_span(
-                    record,
-                    trace_id=decoded.envelope.trace_id,
-                    group=self.group,
-                    envelope_id=decoded.envelope.id,
-                    component=self.hopchain.component,
-                )
+            hop, span = scope.enter_context(
+                self.hopchain.handling(record, decoded, group=self.group)
             )
-            hop = self.hopchain.open(record, decoded, group=self.group, span_id=span.span_id)
-            scope.callback(_restore_hop, _set_current_hop(hop))
             self._handling = _Handling(hop, span, scope, time.perf_counter())
             return hop
 

@@ -175,7 +175,11 @@ def _set_current_hop(hop: HopContext | None) -> object:
 
 
 def _reset_current_hop(token: object) -> None:
-    _current_hop.reset(token)  # type: ignore[arg-type]
+    try:
+        _current_hop.reset(token)  # type: ignore[arg-type]
+    except ValueError:
+        # Settled from another task than the one that read it: just clear it there.
+        _current_hop.set(None)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ tried again after a pause, so it is never dropped. When a stage aborts, the reco
 rewound and every partition of that consumer is paused: nothing later is read or committed,
 and a restart resumes at the record.
 
+On a report-only topic (``TopicContract(report_only=True)`` or ``HOPCHAIN_REPORT_ONLY``), a
+record that breaks its contract is counted (``hopchain_would_reject_total``), logged and
+handed to the handler as if hopchain were not there; nothing is parked.
+
 FastStream publishes a handler's return value after the consume scope has ended; if that
 publish fails, the record is not committed either. An output hopchain refuses to send
 (``EnvelopeRejected``) parks the record as a ``contract_violation``; any other failure
@@ -51,15 +55,14 @@ from hopchain.exceptions import (
 )
 from hopchain.middleware.context import (
     HopContext,
-    _reset_current_hop,
-    _set_current_hop,
     current_hop,
 )
 from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
 from hopchain.middleware.producer import KafkaWriter
+from hopchain.middleware.topics import ensure_dead_letter_topics
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import consume_span, mark_error
+from hopchain.tracing import mark_error
 
 __all__ = ["BrokerWriter", "HopchainMiddleware"]
 
@@ -121,6 +124,8 @@ class HopchainMiddleware:
         )
         self.writer: RecordWriter = writer if writer is not None else self._owned  # type: ignore[assignment]
         self.group = group or hopchain.component
+        self.topics: list[str] = []
+        """The topics the checked broker's subscribers read (see :meth:`check`)."""
 
     def __call__(self, msg: Any | None, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
         """The per-message middleware FastStream enters for each record and publish."""
@@ -150,6 +155,21 @@ class HopchainMiddleware:
                     "not validate record by record yet; subscribe one record at a time"
                 )
             self.hopchain.check_topics(topics)
+            self.topics += [topic for topic in topics if topic not in self.topics]
+
+    async def prepare(self) -> list[str]:
+        """Create the dead-letter topics of the checked subscribers; return those created.
+
+        Run it before the broker starts (``FastStream(broker, on_startup=[middleware.prepare])``):
+        a dead-letter topic made by the broker's auto-creation would keep parked records
+        only for its default retention.
+
+        Raises:
+            ConfigurationError: the broker refused to create one (one line, with the reason).
+        """
+        return await ensure_dead_letter_topics(
+            self.hopchain.config, self.hopchain.registry, self.topics
+        )
 
     async def close(self) -> None:
         """Stop the dead-letter producer this middleware owns (if it was started)."""
@@ -206,19 +226,15 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         try:
             decoded = self.hopchain.accept(record)
         except DecodeError as error:
+            if self.hopchain.reporting(record.topic):
+                # Report-only: counted and logged, then handled as without hopchain.
+                self.hopchain.would_reject(record, error)
+                return
             await self._reject(record, error)
         self._started = time.perf_counter()
-        span = self._scope.enter_context(
-            consume_span(
-                record,
-                trace_id=decoded.envelope.trace_id,
-                group=self.owner.group,
-                envelope_id=decoded.envelope.id,
-                component=self.hopchain.component,
-            )
+        self.hop, _ = self._scope.enter_context(
+            self.hopchain.handling(record, decoded, group=self.owner.group)
         )
-        self.hop = self.hopchain.open(record, decoded, group=self.owner.group, span_id=span.span_id)
-        self._scope.callback(_reset_current_hop, _set_current_hop(self.hop))
 
     async def _reject(self, record: ConsumedRecord, error: DecodeError) -> NoReturn:
         try:
@@ -263,7 +279,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             msg.clear_cache()
         labels = (hop.record.topic, self.hopchain.component)
         try:
-            result = await call_next(msg)
+            result = await self.hopchain.default_retry.run(hop, lambda: call_next(msg))
         except HandlerException:
             raise
         except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked

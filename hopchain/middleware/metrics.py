@@ -24,6 +24,20 @@ class MiddlewareMetrics:
             ["topic", "component"],
             registry=self.registry,
         )
+        self.adopted = Counter(
+            "hopchain_adopted_total",
+            "Records without an envelope admitted on a topic that adopts them (their producer "
+            "has not adopted hopchain): watch it fall as producers migrate.",
+            ["topic", "component"],
+            registry=self.registry,
+        )
+        self.would_reject = Counter(
+            "hopchain_would_reject_total",
+            "Records that break their contract on a report-only topic: passed to the handler, "
+            "counted here by the reason code enforcing would park them with.",
+            ["topic", "reason"],
+            registry=self.registry,
+        )
         self.rejected = Counter(
             "hopchain_rejected_total",
             "Records refused at a boundary, by direction (consume, produce) and reason code.",

@@ -44,6 +44,12 @@ class TopicContract:
         mode: how the envelope travels.
         dead_letter_topic: where rejected and abandoned records are parked;
             defaults to ``<topic>.dlq``.
+        adopt_bare: admit records without an envelope whose payload satisfies the contract
+            (from producers that have not adopted hopchain); the consumer writes their
+            origin hop. Headers mode only. Off by default: strict.
+        report_only: validate everything but park nothing: what would be parked is
+            counted (``hopchain_would_reject_total``), logged and traced, then handed to
+            the handler as if hopchain were not there. For rolling hopchain out.
     """
 
     topic: str
@@ -54,6 +60,8 @@ class TopicContract:
     mode: WireMode = WireMode.HEADERS
     dead_letter_topic: str = ""
     description: str = field(default="", compare=False)
+    adopt_bare: bool = False
+    report_only: bool = False
 
     def __post_init__(self) -> None:
         for label, value in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):
@@ -68,6 +76,11 @@ class TopicContract:
             )
         if self.version < 1:
             raise ConfigurationError(f"contract version for {self.topic!r} must be 1 or more")
+        if self.adopt_bare and self.mode is not WireMode.HEADERS:
+            raise ConfigurationError(
+                f"topic {self.topic!r} adopts bare records, which needs mode=WireMode.HEADERS: "
+                "in body mode a record without an envelope has no payload to read"
+            )
         if not self.name:
             object.__setattr__(self, "name", self.topic)
         if not self.dead_letter_topic:

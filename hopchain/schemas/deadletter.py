@@ -18,6 +18,7 @@ from hopchain.schemas.vocabulary import ErrorType
 
 __all__ = [
     "DLQ_ENVELOPE_HEADER",
+    "DLQ_EXCEPTION_HEADER",
     "DLQ_ID_HEADER",
     "DLQ_OWNER_HEADER",
     "DLQ_PARKED_AT_HEADER",
@@ -42,6 +43,9 @@ DLQ_PREFIX = "hopchain-dlq-"
 DLQ_ID_HEADER = DLQ_PREFIX + "id"
 DLQ_ENVELOPE_HEADER = DLQ_PREFIX + "envelope"
 """The envelope with the hop that parked the record, when it had a valid one."""
+DLQ_EXCEPTION_HEADER = DLQ_PREFIX + "exception"
+"""The exception's type, message and stack trace, redacted and size-limited, when the
+component was configured to capture them (``HOPCHAIN_CAPTURE_EXCEPTIONS``)."""
 DLQ_VALUE_HEADER = DLQ_PREFIX + "value"
 """Present, with :data:`NULL_VALUE_MARKER`, when the original record had neither key nor value:
 Kafka needs one of them, so the dead letter's value is empty and this says it was null."""
@@ -87,6 +91,8 @@ class DeadLetterInfo:
         envelope: the record's envelope with the hop that parked it, when it had a valid one.
         envelope_json: that envelope's JSON text as written, when present (also when it was
             not parsed).
+        exception: the exception's type, message and stack trace, when the component
+            captures them (off by default: messages may quote payloads).
     """
 
     dead_letter_id: str
@@ -104,6 +110,7 @@ class DeadLetterInfo:
     failure: Failure
     envelope: Envelope | None = None
     envelope_json: str | None = None
+    exception: str | None = None
 
 
 def dead_letter_headers(info: DeadLetterInfo) -> list[tuple[str, bytes]]:
@@ -127,6 +134,8 @@ def dead_letter_headers(info: DeadLetterInfo) -> list[tuple[str, bytes]]:
         pairs.append((_PATH, info.path))
     if info.envelope is not None:
         pairs.append((_ENVELOPE, info.envelope.model_dump_json()))
+    if info.exception is not None:
+        pairs.append((DLQ_EXCEPTION_HEADER, info.exception))
     return [(name, value.encode()) for name, value in pairs]
 
 
@@ -163,6 +172,7 @@ def read_dead_letter_headers(
         failure=Failure.model_validate_json(found[_FAILURE]),
         envelope=Envelope.model_validate_json(envelope) if envelope and parse_envelope else None,
         envelope_json=envelope or None,
+        exception=found.get(DLQ_EXCEPTION_HEADER),
     )
 
 

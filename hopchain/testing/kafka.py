@@ -128,6 +128,8 @@ class LocalKafka:
             formatted, so a kept data directory keeps the users it was formatted with.
             Passwords are stored in clear text in the data directory: for tests only.
         sasl_port: port of the SASL listener; ``None`` or ``0`` picks a free one.
+        overrides: broker properties set on the command line, over the template's
+            (``{"auto.create.topics.enable": "false"}``).
     """
 
     def __init__(
@@ -147,8 +149,10 @@ class LocalKafka:
         fresh: bool = False,
         sasl_users: Mapping[str, str] | None = None,
         sasl_port: int | None = None,
+        overrides: Mapping[str, str] | None = None,
     ) -> None:
         self.home = find_kafka_home(kafka_home)
+        self.overrides = dict(overrides or {})
         self.cache_dir = Path(cache_dir).resolve() if cache_dir else default_cache_dir()
         self._data_dir = Path(data_dir).expanduser().resolve() if data_dir else None
         self._requested_ports = (port or None, controller_port or None)
@@ -457,6 +461,8 @@ class LocalKafka:
 
     def _spawn(self, java: str, jars: ResolvedJars, properties: Path) -> None:
         command = [*self._java_base(java, jars, heap=self.heap), "kafka.Kafka", str(properties)]
+        for name, value in self.overrides.items():
+            command += ["--override", f"{name}={value}"]
         with self.log_path.open("a", encoding="utf-8") as log:
             log.write(f"# hopchain LocalKafka {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
             log.write(f"# {' '.join(command)}\n")

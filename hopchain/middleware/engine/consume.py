@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from hopchain.exceptions import DecodeError
-from hopchain.middleware.context import HopContext
+from opentelemetry import trace
+
+from hopchain.exceptions import DecodeError, ReasonCode
+from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
+from hopchain.middleware.engine.adopt import adopt, is_bare
 from hopchain.middleware.engine.parts import EngineParts, dead_letter_info
 from hopchain.middleware.engine.writer import RecordWriter
-from hopchain.schemas import Decoded, ErrorType, Failure, ValidationIssue
+from hopchain.schemas import (
+    TRACEPARENT_HEADER,
+    TRACESTATE_HEADER,
+    Decoded,
+    ErrorType,
+    Failure,
+    ValidationIssue,
+)
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
+from hopchain.tracing import HopSpan, consume_span
 
 __all__ = ["Receiver"]
 
@@ -27,14 +40,73 @@ class Receiver:
     def accept(self, record: ConsumedRecord) -> Decoded:
         """Validate a consumed record against its topic's contract.
 
+        A record without an envelope, on a topic that adopts bare records, is adopted when
+        its payload satisfies the contract (see :mod:`~hopchain.middleware.engine.adopt`).
+
         Raises:
             DecodeError: the record breaks its topic's contract; its location is filled in.
         """
         try:
             return self.parts.codec.decode(record.topic, record.value, record.headers)
         except DecodeError as exc:
+            contract = self.parts.registry.get(record.topic)
+            if exc.code is ReasonCode.MISSING_HEADER and is_bare(contract, record):
+                return adopt(self.parts, contract, record)
             exc.topic, exc.partition, exc.offset = record.topic, record.partition, record.offset
             raise
+
+    def reporting(self, topic: str) -> bool:
+        """Whether records of ``topic`` that break their contract are only reported."""
+        return self.parts.report_only or self.parts.registry.get(topic).report_only
+
+    def would_reject(self, record: ConsumedRecord, error: DecodeError) -> None:
+        """Report what enforcing would park, without parking it: count, log, trace."""
+        self.parts.metrics.would_reject.labels(record.topic, error.code.value).inc()
+        logger.warning(
+            "report-only: %s would be parked: %s at %s; handing it on",
+            record.describe(),
+            error.code.value,
+            error.path,
+            extra={
+                "hopchain_event": "would_reject",
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "reason": error.code.value,
+                "path": error.path,
+                "component": self.parts.component,
+            },
+        )
+        span = trace.get_current_span()
+        span.add_event(
+            "hopchain.would_reject",
+            {"hopchain.reason": error.code.value, "hopchain.path": error.path},
+        )
+
+    @contextmanager
+    def handling(
+        self, record: ConsumedRecord, decoded: Decoded, *, group: str
+    ) -> Iterator[tuple[HopContext, HopSpan]]:
+        """Handle a valid record: its hop's span, and ``current_hop()``, for the block."""
+        carrier: list[tuple[str, bytes | None]] = [
+            (TRACEPARENT_HEADER, decoded.traceparent.encode())
+        ]
+        if decoded.tracestate is not None:
+            carrier.append((TRACESTATE_HEADER, decoded.tracestate.encode()))
+        with consume_span(
+            record,
+            trace_id=decoded.envelope.trace_id,
+            group=group,
+            envelope_id=decoded.envelope.id,
+            component=self.parts.component,
+            carrier=carrier,
+        ) as span:
+            hop = self.open(record, decoded, group=group, span_id=span.span_id)
+            token = _set_current_hop(hop)
+            try:
+                yield hop, span
+            finally:
+                _reset_current_hop(token)
 
     def open(
         self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 
@@ -21,11 +21,13 @@ from hopchain.loading import load_registry
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
 from hopchain.middleware.engine.abort import AbortState
 from hopchain.middleware.engine.consume import Receiver
-from hopchain.middleware.engine.parts import EngineParts
+from hopchain.middleware.engine.parts import EngineParts, ExceptionCapture
 from hopchain.middleware.engine.publish import Publisher
+from hopchain.middleware.engine.retry import DefaultRetry
 from hopchain.middleware.engine.settle import Settler
 from hopchain.middleware.engine.writer import DeadLetterWriter
 from hopchain.middleware.metrics import MiddlewareMetrics
+from hopchain.middleware.policy import Backoff, TransportRetry
 from hopchain.schemas import (
     ContractRegistry,
     EnvelopeCodec,
@@ -56,11 +58,14 @@ class Hopchain:
         metrics_registry: the Prometheus registry to put metrics on (a new one if None).
         dedupe: where ``HopContext.once`` remembers committed effects (in memory if None;
             use a durable store for side-effecting stages).
+        redact: scrubs a captured exception's text before it goes into a dead letter (with
+            ``HOPCHAIN_CAPTURE_EXCEPTIONS``); a callback that raises withholds the text.
 
     What it does is done by three steps, whose methods it offers as its own:
-    :class:`Receiver` (``accept``, ``open``, ``reject``), :class:`Publisher`
-    (``coerce_payload``, ``append``, ``outgoing``, ``sending``) and :class:`Settler`
-    (``failure_of``, ``settle``, ``dead_letter``, ``abort``, ``handled``).
+    :class:`Receiver` (``accept``, ``handling``, ``open``, ``reject``, ``reporting``,
+    ``would_reject``),
+    :class:`Publisher` (``coerce_payload``, ``append``, ``outgoing``, ``sending``) and
+    :class:`Settler` (``failure_of``, ``settle``, ``dead_letter``, ``abort``, ``handled``).
 
     Raises:
         ConfigurationError: no contracts were given or configured, or a setting is invalid.
@@ -77,6 +82,7 @@ class Hopchain:
         limits: Limits | None = None,
         metrics_registry: CollectorRegistry | None = None,
         dedupe: DedupeStore | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         self.config = config if config is not None else HopchainConfig()
         if registry is None:
@@ -103,13 +109,27 @@ class Hopchain:
                 backoff_seconds=self.config.dead_letter_backoff_seconds,
             ),
             aborted=AbortState(),
+            report_only=self.config.report_only,
+            capture=ExceptionCapture(self.config.exception_limit_bytes, redact)
+            if self.config.capture_exceptions
+            else None,
         )
         self.receiver = Receiver(self.parts)
         self.publisher = Publisher(self.parts)
         self.settler = Settler(self.parts, self.publisher)
+        self.default_retry = DefaultRetry(
+            self.parts,
+            TransportRetry(
+                retries=self.config.transport_retries,
+                backoff=Backoff(initial=self.config.transport_backoff_seconds),
+            ),
+        )
         # The steps' own methods, so that callers need not know which step does what.
         self.accept = self.receiver.accept
+        self.reporting = self.receiver.reporting
+        self.would_reject = self.receiver.would_reject
         self.open = self.receiver.open
+        self.handling = self.receiver.handling
         self.reject = self.receiver.reject
         self.coerce_payload = self.publisher.coerce_payload
         self.append = self.publisher.append

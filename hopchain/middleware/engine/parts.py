@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -21,7 +24,9 @@ from hopchain.schemas import (
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 
-__all__ = ["EngineParts", "dead_letter_info"]
+__all__ = ["EngineParts", "ExceptionCapture", "dead_letter_info"]
+
+logger = logging.getLogger("hopchain")
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,40 @@ class EngineParts:
     dedupe: DedupeStore
     dead_letters: DeadLetterWriter
     aborted: AbortState
+    report_only: bool = False
+    """Report what would be parked on every topic, park nothing."""
+    capture: ExceptionCapture | None = None
+    """How failed handlers' exceptions are written into dead letters; None: they are not."""
+
+    def exception_text(self, exc: BaseException) -> str | None:
+        """The exception's text for a dead letter, when capture is on."""
+        return self.capture.text(exc) if self.capture is not None else None
+
+
+@dataclass(frozen=True)
+class ExceptionCapture:
+    """Opt-in: an exception's type, message and stack trace, scrubbed and size-limited.
+
+    A ``redact`` callback that raises is logged and counted as withheld text: a user
+    callback never breaks the message path.
+    """
+
+    limit_bytes: int
+    redact: Callable[[str], str] | None = None
+
+    def text(self, exc: BaseException) -> str:
+        """``Type: message`` and the stack trace, redacted, cut to ``limit_bytes``."""
+        text = "".join(traceback.format_exception(exc)).rstrip()
+        if self.redact is not None:
+            try:
+                text = self.redact(text)
+            except Exception:
+                logger.exception("the redact callback raised; the exception text is withheld")
+                text = f"{type(exc).__name__}: (withheld: the redact callback raised)"
+        raw = text.encode()
+        if len(raw) > self.limit_bytes:
+            text = raw[: self.limit_bytes - 20].decode(errors="ignore") + "\n... (truncated)"
+        return text
 
 
 def dead_letter_info(

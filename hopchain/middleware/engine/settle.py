@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -100,6 +101,9 @@ class Settler:
             writer=writer,
             dead_letter_topic=stage.dead_letter_topic if stage else None,
             owner=stage.owner if stage else None,
+            exception=self.parts.exception_text(exc.__cause__ or exc)
+            if isinstance(exc, StageExit)
+            else self.parts.exception_text(exc),
         )
         return Settled(failure=failure, dead_letter=info)
 
@@ -112,6 +116,7 @@ class Settler:
         observation: str = "",
         dead_letter_topic: str | None = None,
         owner: str | None = None,
+        exception: str | None = None,
     ) -> DeadLetterInfo:
         """Park a valid record whose handling failed, with a ``dead_lettered`` hop saying so.
 
@@ -132,6 +137,8 @@ class Settler:
         info = dead_letter_info(
             parts, hop.record, failure, group=hop.group, owner=owner, envelope=envelope
         )
+        if exception is not None:
+            info = dataclasses.replace(info, exception=exception)
         logger.error(
             "dead-lettered %s: %s after %d attempt(s); parking in %s",
             hop.record.describe(),

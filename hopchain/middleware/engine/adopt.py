@@ -1,0 +1,107 @@
+"""Adopting bare records: payloads from producers that have not adopted hopchain yet.
+
+A topic whose contract says ``adopt_bare=True`` admits a record that carries no envelope
+when its payload satisfies the contract. The consuming component writes the origin hop
+itself: it says that it adopted the record and from where, and continues the record's own
+``traceparent`` when there is one, so the trace started by the foreign producer goes on.
+A bare record whose payload fails is refused as ``payload_invalid`` with its JSON path,
+not as a missing envelope: the producer's owner needs the real error.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from hopchain.exceptions import DecodeError, ReasonCode
+from hopchain.middleware.engine.parts import EngineParts
+from hopchain.schemas import (
+    ENVELOPE_HEADER,
+    TRACEPARENT_HEADER,
+    TRACESTATE_HEADER,
+    ConsumedRecord,
+    Decision,
+    Decoded,
+    TopicContract,
+    WireMode,
+    append_hop,
+    new_envelope,
+    new_envelope_id,
+)
+from hopchain.schemas.ids import new_span_id, new_trace_id
+from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
+
+__all__ = ["adopt", "is_bare"]
+
+
+def _last_text(record: ConsumedRecord, name: str) -> str | None:
+    for header, raw in reversed(record.headers):
+        if header == name and raw is not None:
+            try:
+                return raw.decode()
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+def is_bare(contract: TopicContract, record: ConsumedRecord) -> bool:
+    """Whether a refused record is one its topic adopts: no envelope at all, in headers mode."""
+    return (
+        contract.adopt_bare
+        and contract.mode is WireMode.HEADERS
+        and record.value is not None
+        and not any(name == ENVELOPE_HEADER for name, _ in record.headers)
+    )
+
+
+def adopt(parts: EngineParts, contract: TopicContract, record: ConsumedRecord) -> Decoded:
+    """The record as if its producer had sent it with an envelope: an origin hop, by us.
+
+    Raises:
+        DecodeError: the payload does not satisfy the contract (``payload_invalid``).
+    """
+    assert record.value is not None  # noqa: S101 - is_bare checked it
+    try:
+        payload = contract.model.model_validate_json(record.value)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+        raise DecodeError(
+            ReasonCode.PAYLOAD_INVALID,
+            f"bare record (no envelope): {error['msg']}",
+            f"$.payload{loc}",
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+        ) from None
+    incoming = parse_traceparent(_last_text(record, TRACEPARENT_HEADER) or "")
+    trace_id = incoming.trace_id if incoming is not None else new_trace_id()
+    origin_span = incoming.span_id if incoming is not None else new_span_id()
+    envelope = new_envelope(
+        contract=contract.name,
+        contract_version=contract.version,
+        run_id=f"adopted-{record.topic}",
+        work_item_id=new_envelope_id(),
+        trace_id=trace_id,
+        origin_span_id=origin_span,
+    )
+    envelope = append_hop(
+        envelope,
+        component=parts.component,
+        instance=parts.instance,
+        decision=Decision.ORIGINATED,
+        span_id=origin_span,
+        observation=(
+            f"adopted a record without an envelope from {record.describe()}: its producer "
+            "has not adopted hopchain"
+        ),
+        destination=record.topic,
+        keyring=parts.keyring,
+    )
+    parts.metrics.adopted.labels(record.topic, parts.component).inc()
+    return Decoded(
+        envelope,
+        payload,
+        contract,
+        format_traceparent(trace_id, origin_span),
+        _last_text(record, TRACESTATE_HEADER),
+    )

@@ -1,0 +1,99 @@
+"""Dead-letter topics made ready before the first record is read.
+
+A dead-letter topic the broker auto-creates on the first park gets the broker's default
+retention (often 7 days): parked records would expire unseen. With auto-creation off, the
+first park fails. So a service creates its dead-letter topics at start-up, with unlimited
+retention and as many partitions as the source topic, and refuses to start, in one line,
+when the broker refuses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import for_code
+
+from hopchain.config import HopchainConfig
+from hopchain.exceptions import ConfigurationError
+from hopchain.metadata import wait_for_leaders
+from hopchain.schemas import ContractRegistry
+
+__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "ensure_dead_letter_topics"]
+
+logger = logging.getLogger("hopchain")
+
+DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""Dead letters stay until someone resolves them: no time or size limit."""
+_TOPIC_EXISTS = 36
+_MAX_REPLICATION = 3
+_LEADER_WAIT_SECONDS = 30.0
+
+
+async def ensure_dead_letter_topics(
+    config: HopchainConfig, registry: ContractRegistry, source_topics: Iterable[str]
+) -> list[str]:
+    """Create the missing dead-letter topics of ``source_topics``; return those created.
+
+    Raises:
+        ConfigurationError: the broker refused to create one (named, with the reason).
+    """
+    wanted = {
+        registry.get(topic).dead_letter_topic: topic
+        for topic in source_topics
+        if not registry.is_dead_letter_topic(topic)
+    }
+    if not wanted:
+        return []
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=config.kafka_bootstrap,
+        client_id="hopchain-topics",
+        **config.client_kwargs(),
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = {dlq: source for dlq, source in wanted.items() if dlq not in existing}
+        if not missing:
+            return []
+        described = {
+            topic["topic"]: len(topic["partitions"])
+            for topic in await admin.describe_topics(sorted(set(missing.values()) & existing))
+            if topic["error_code"] == 0
+        }
+        brokers = len((await admin.describe_cluster())["brokers"])
+        replication = min(_MAX_REPLICATION, max(brokers, 1))
+        response = await admin.create_topics(
+            [
+                NewTopic(
+                    dlq,
+                    num_partitions=described.get(source, 1),
+                    replication_factor=replication,
+                    topic_configs=dict(DEAD_LETTER_TOPIC_CONFIG),
+                )
+                for dlq, source in sorted(missing.items())
+            ]
+        )
+        created = _created(response.to_object()["topic_errors"])
+        await wait_for_leaders(admin, created, _LEADER_WAIT_SECONDS)
+    finally:
+        await admin.close()
+    for name in created:
+        logger.info("created dead-letter topic %s (retention unlimited)", name)
+    return created
+
+
+def _created(results: list[dict[str, object]]) -> list[str]:
+    created = []
+    for result in results:
+        code = int(str(result["error_code"]))
+        if code == 0:
+            created.append(str(result["topic"]))
+        elif code != _TOPIC_EXISTS:
+            detail = result.get("error_message") or for_code(code).__name__
+            raise ConfigurationError(
+                f"the broker refused to create dead-letter topic {result['topic']!r}: {detail}; "
+                "create it with retention.ms=-1 (or grant this service CREATE on it)"
+            )
+    return created
