@@ -34,9 +34,10 @@ async def _first_record(bootstrap: str, topic: str) -> Any:
 
 def test_the_readme_has_the_snippets_this_test_runs() -> None:
     blocks = _python_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     assert "Hopchain" in blocks[0]
-    assert "pipeline.stage(" in blocks[1]
+    assert "middleware.prepare" in blocks[1]
+    assert "pipeline.stage(" in blocks[2]
 
 
 @pytest.mark.kafka
@@ -82,9 +83,21 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
 
 
 def test_the_policy_snippet_declares_a_stage() -> None:
-    first, second = _python_blocks()
+    first, _, second = _python_blocks()
     namespace: dict[str, Any] = {"__name__": "readme_snippet"}
     exec(compile(first + "\n" + second, "README.md", "exec"), namespace)  # noqa: S102
     stage = namespace["price"]
     assert isinstance(stage, Stage)
     assert (stage.contract_retries, stage.owner) == (1, "billing-team")
+
+
+def test_the_rollout_snippet_exposes_the_metrics_and_prepares_dead_letter_topics() -> None:
+    first, rollout, _ = _python_blocks()
+    namespace: dict[str, Any] = {"__name__": "readme_snippet"}
+    exec(compile(first + "\n" + rollout, "README.md", "exec"), namespace)  # noqa: S102
+    from faststream import FastStream  # noqa: PLC0415
+
+    app = namespace["app"]
+    assert isinstance(app, FastStream)
+    assert namespace["hopchain"].metrics.registry is namespace["registry"]
+    assert list(namespace["broker"].middlewares) == [namespace["middleware"]]

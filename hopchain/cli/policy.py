@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hopchain.cli.common import ContractsOption, ExitCode, fail
+from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError
 from hopchain.loading import LoadError, load_object, load_registry
 from hopchain.middleware.policy import (
@@ -242,7 +243,11 @@ def show(
     if as_json:
         typer.echo(
             json.dumps(
-                {"pipeline": name, "stages": [describe_stage(s, contracts) for s in stages]},
+                {
+                    "pipeline": name,
+                    "stages": [describe_stage(s, contracts) for s in stages],
+                    "plain_handlers": _plain_handlers(),
+                },
                 sort_keys=True,
             )
         )
@@ -256,4 +261,19 @@ def show(
         "retries apply to transient failures; contract retries re-run the stage with the "
         "validation errors (contract_violation, conflict). A (default) dead-letter topic is "
         "the input contract's, unless that contract names another: pass --contracts to check."
+    )
+    console.print(_plain_handlers())
+
+
+def _plain_handlers() -> str:
+    """What a handler without a declared stage does, with the configured default budget."""
+    try:
+        config = HopchainConfig()
+    except ConfigurationError as exc:
+        return f"Handlers without a declared stage: unknown ({exc})."
+    return (
+        "Handlers without a declared stage: transient -> retried in place "
+        f"{config.transport_retries} time(s), backoff {config.transport_backoff_seconds:g}s "
+        "doubling (HOPCHAIN_TRANSPORT_RETRIES), then dead-letter; unauthorized -> halt stage; "
+        "environment -> abort; every other type -> dead-letter."
     )

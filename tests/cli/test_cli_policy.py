@@ -346,3 +346,14 @@ def test_the_command_finds_the_service_module_in_the_working_directory(tmp_path:
     shown = json.loads(done.stdout)
     assert shown["pipeline"] == "orders"
     assert shown["stages"][0]["owner"] == "pricing"
+
+
+def test_handlers_without_a_stage_are_shown_with_the_configured_default_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOPCHAIN_TRANSPORT_RETRIES", "5")
+    shown = shown_json(TARGET)
+    assert shown["plain_handlers"].startswith(
+        "Handlers without a declared stage: transient -> retried in place 5 time(s)"
+    )
+    assert "retried in place 5 time(s)" in " ".join(show(TARGET).output.split())
