@@ -19,10 +19,20 @@ from pydantic_core import ErrorDetails
 
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas.chain import _sealed_here, _verify_chain, verify_chain
+from hopchain.schemas.chain_v2 import upgrade
+from hopchain.schemas.codec_v2 import (
+    PAYLOAD_MEMBER,
+    check_last_hop,
+    is_v2,
+    markers,
+    read_v2,
+    seal_for_topic,
+)
 from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
 from hopchain.schemas.hop import Hop
 from hopchain.schemas.integrity import Keyring, has_unknown_fields
+from hopchain.schemas.sealed import wire_of
 from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
 
 __all__ = [
@@ -46,6 +56,8 @@ EnvelopeT = TypeVar("EnvelopeT", bound=Envelope)
 RawHeaders = Sequence[tuple[str, bytes | None]]
 
 _SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER, TRACEPARENT_HEADER})
+WIRE_MAJOR = 2
+"""The envelope schema written by default; schema 1 is still read."""
 _VERSION = re.compile(rb'"schema_version"\s*:\s*"([0-9]{1,4})\.([0-9]{1,4})"')
 _VOCABULARY_CODES = {
     "error_type": ReasonCode.UNKNOWN_ERROR_TYPE,
@@ -84,6 +96,8 @@ class EncodedRecord:
 
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
+    envelope: Envelope | None = None
+    """The envelope as written (schema 2: with the new hop sealed over the payload's digest)."""
 
     @property
     def size(self) -> int:
@@ -143,11 +157,18 @@ def _version_of(raw: bytes) -> tuple[int, int] | None:
 
 
 def _check_major(major: int, minor: int) -> None:
-    if major > SCHEMA_MAJOR:
+    if major == WIRE_MAJOR:
+        raise EnvelopeError(
+            ReasonCode.NOT_CANONICAL,
+            f"envelope schema {major}.{minor} is written in its own layout (see SPEC.md): "
+            "identity, then one hop a line, then signatures",
+            "$",
+        )
+    if major > WIRE_MAJOR:
         raise EnvelopeError(
             ReasonCode.NEWER_MAJOR_VERSION,
             f"envelope schema {major}.{minor} is newer than this reader's "
-            f"{SCHEMA_MAJOR}.x; upgrade hopchain to read it",
+            f"{WIRE_MAJOR}.x; upgrade hopchain to read it",
             "$.schema_version",
         )
     if major < SCHEMA_MAJOR:
@@ -214,10 +235,23 @@ class EnvelopeCodec:
         *,
         keyring: Keyring | None = None,
         limits: Limits | None = None,
+        schema: int = WIRE_MAJOR,
+        full_check: bool = False,
     ) -> None:
+        """Args:
+        registry: the topics' contracts.
+        keyring: keys to sign this process's hops with and to check others' with.
+        limits: bounds on records.
+        schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
+            for readers that know no other. Both are read.
+        full_check: schema 2: parse and check every hop of every record read, not only
+            the last (earlier hops are otherwise authenticated by the digest chain).
+        """
         self.registry = registry
         self.keyring = keyring
         self.limits = limits or Limits()
+        self.schema = schema
+        self.full_check = full_check
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -258,7 +292,14 @@ class EnvelopeCodec:
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, text_headers)
-        self._check_envelope(contract, envelope)
+        wire = wire_of(envelope)
+        if wire is None:
+            self._check_envelope(contract, envelope)
+            if self.schema == WIRE_MAJOR:
+                # Carried over: the received schema-1 hops travel on inside the identity.
+                envelope = upgrade(envelope, keep=len(envelope.chain))
+        else:
+            self._check_hop_limit(envelope.hop_count, "has")
         traceparent = text_headers.get(TRACEPARENT_HEADER)
         if traceparent is None:
             raise EnvelopeError(
@@ -273,8 +314,15 @@ class EnvelopeCodec:
                 "traceparent is malformed or names another trace than the envelope's trace_id",
                 "$.headers.traceparent",
             )
+        if wire is not None and wire.last is not None and parent.span_id != wire.last.span_id:
+            raise EnvelopeError(
+                ReasonCode.BAD_TRACEPARENT,
+                "traceparent's parent span is not the last hop's span",
+                "$.headers.traceparent",
+            )
         degraded = text_headers.get(DEGRADED_HEADER)
-        if degraded is not None and degraded != _degraded_header(envelope):
+        expected = markers(envelope, wire) if wire is not None else _degraded_header(envelope)
+        if degraded is not None and degraded != expected:
             raise EnvelopeError(
                 ReasonCode.INVALID_VALUE,
                 f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
@@ -298,12 +346,22 @@ class EnvelopeCodec:
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
             envelope_bytes = raw_envelope.encode()
+            if is_v2(envelope_bytes):
+                envelope, _ = read_v2(
+                    contract, envelope_bytes, keyring=self.keyring, full=self.full_check
+                )
+                return envelope, self._payload_v2(contract, envelope, value)
             _refuse_non_finite(envelope_bytes, f"$.headers.{ENVELOPE_HEADER}")
             envelope = self._validate(Envelope, envelope_bytes)
             try:
                 payload = contract.model.model_validate_json(value)
             except ValidationError as exc:
                 raise _from_validation(exc, prefix=("payload",)) from None
+        elif is_v2(value):
+            envelope, payload_bytes = read_v2(
+                contract, value, keyring=self.keyring, full=self.full_check
+            )
+            return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
         else:
             body = self._validate(contract.body_model, value)
             payload = body.payload
@@ -316,6 +374,24 @@ class EnvelopeCodec:
             )
 
         return envelope, payload
+
+    @staticmethod
+    def _payload_v2(contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
+        try:
+            model = contract.model.model_validate_json(payload)
+        except ValidationError as exc:
+            raise _from_validation(exc, prefix=("payload",)) from None
+        check_last_hop(envelope, contract, payload)
+        return model
+
+    def _check_hop_limit(self, hops: int, verb: str) -> None:
+        if hops > self.limits.max_hops:
+            raise EnvelopeError(
+                ReasonCode.HOP_LIMIT,
+                f"the chain {verb} {hops} hops; the limit is {self.limits.max_hops} "
+                "(a routing loop?)",
+                "$.chain",
+            )
 
     @staticmethod
     def _read_headers(headers: RawHeaders) -> dict[str, str]:
@@ -428,6 +504,14 @@ class EnvelopeCodec:
                 f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
                 "$.contract",
             )
+        if self.schema == WIRE_MAJOR:
+            return self._encode_v2(contract, envelope, payload_json, tracestate, verified_hops)
+        if wire_of(envelope) is not None:
+            raise EnvelopeError(
+                ReasonCode.INVALID_VALUE,
+                "a schema-2 envelope cannot be written by a codec writing schema 1",
+                "$.schema_version",
+            )
         unknown = _check_fields(envelope, start=verified_hops)
         _revalidate(envelope, start=verified_hops)
         if len(envelope.chain) > self.limits.max_hops:
@@ -463,6 +547,41 @@ class EnvelopeCodec:
         else:
             value = envelope_json[:-1] + b',"payload":' + payload_json + b"}"
         record = EncodedRecord(value, tuple(headers))
+        if record.size > self.limits.max_record_bytes:
+            raise EnvelopeError(
+                ReasonCode.OVERSIZE,
+                f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
+            )
+        return record
+
+
+    def _encode_v2(
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        payload_json: bytes,
+        tracestate: str | None,
+        verified_hops: int,
+    ) -> EncodedRecord:
+        self._check_hop_limit(envelope.hop_count, "would have")
+        sealed, wire, text = seal_for_topic(
+            envelope, contract, payload_json, verified_hops=verified_hops, keyring=self.keyring
+        )
+        assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
+        headers: list[tuple[str, bytes]] = [
+            (TRACEPARENT_HEADER, format_traceparent(sealed.trace_id, wire.last.span_id).encode()),
+        ]
+        if tracestate:
+            headers.append((TRACESTATE_HEADER, tracestate.encode()))
+        degraded = markers(sealed, wire)
+        if degraded:
+            headers.append((DEGRADED_HEADER, degraded.encode()))
+        if contract.mode is WireMode.HEADERS:
+            headers.append((ENVELOPE_HEADER, text))
+            value = payload_json
+        else:
+            value = text[:-1] + PAYLOAD_MEMBER + payload_json + b"}"
+        record = EncodedRecord(value, tuple(headers), sealed)
         if record.size > self.limits.max_record_bytes:
             raise EnvelopeError(
                 ReasonCode.OVERSIZE,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from hopchain.schemas.failure import Degradation, Failure
 from hopchain.schemas.fields import MODEL_CONFIG, Identifier, SpanId, TraceId
@@ -57,6 +57,13 @@ class Envelope(BaseModel):
     """Hops in the order they were appended; earlier hops are never changed."""
     head: Annotated[str, Field(pattern=DIGEST_PATTERN)]
     """Digest of the last hop (the genesis digest when the chain is empty)."""
+    _wire: Any = PrivateAttr(default=None)
+    """Schema 2: the chain as it travels (:class:`hopchain.schemas.sealed.Wire`)."""
+
+    @property
+    def hop_count(self) -> int:
+        """How many hops the chain holds (schema 2: without reading any of them)."""
+        return len(self.chain)
 
     @property
     def last_hop(self) -> Hop | None:

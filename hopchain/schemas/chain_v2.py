@@ -1,0 +1,500 @@
+"""Schema-2 chains: minting, appending, sealing, reading and writing the envelope text.
+
+Envelope text (the ``hopchain-envelope`` header; in body mode the payload follows as a last
+member)::
+
+    <identity without its closing brace>,"chain":[\\n<hop 0>,\\n<hop 1>...\\n],"signatures":[...]}
+
+Canonical bytes hold no raw newline, so the hops are found by splitting, never by parsing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import hmac
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import orjson
+from pydantic import BaseModel
+
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.hop import Hop
+from hopchain.schemas.sealed import (
+    _REAL_DICT,
+    CHAIN_END,
+    CHAIN_START,
+    SIGNATURES,
+    Wire,
+    component_of,
+    genesis_of,
+    has_marker,
+    link,
+    carried_chain,
+    sealed_envelope,
+    sealed_hop,
+    timestamp_text,
+    wire_of,
+)
+from hopchain.schemas.strict import check_timestamps, convert_strict, decode_strict, jcs
+from hopchain.schemas.vocabulary import Decision
+from hopchain.schemas.wire import WIRE_VERSION, HopWire, IdentityWire
+
+if TYPE_CHECKING:
+    from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
+    from hopchain.schemas.hop import Position
+    from hopchain.schemas.integrity import Keyring
+
+__all__ = [
+    "append_v2",
+    "mint_v2",
+    "payload_digest",
+    "read_envelope_text",
+    "reseal_last",
+    "upgrade",
+    "verify_wire",
+    "write_envelope_text",
+]
+
+_IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
+_SIGNATURE_PREFIX = "hmac-sha256:"
+_SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def payload_digest(payload: bytes) -> str:
+    """SHA-256 of the payload's JSON bytes as written, lowercase hex."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _dump(model: BaseModel | None) -> Any:
+    return None if model is None else model.model_dump(mode="json")
+
+
+def _build(kind: type[msgspec.Struct], document: dict[str, Any], path: str) -> Any:
+    return convert_strict(document, kind, path)
+
+
+def _new_envelope(
+    template: Envelope, wire: Wire, *, contract: str, version: int, head: str
+) -> Envelope:
+    """An envelope of schema 2 sharing the template's identity, built without validation."""
+    state = {name: getattr(wire.ident, name) for name in _IDENTITY_FIELDS}
+    del template
+    state.update(
+        schema_version=wire.ident.schema_version,
+        contract=contract,
+        contract_version=version,
+        head=head,
+    )
+    return sealed_envelope(state, wire)
+
+
+def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, IdentityWire]:
+    document = {name: getattr(envelope, name) for name in _IDENTITY_FIELDS}
+    document.update(
+        contract=envelope.contract,
+        contract_version=envelope.contract_version,
+        schema_version=WIRE_VERSION,
+        legacy=msgspec.Raw(b"null"),
+    )
+    ident = _build(IdentityWire, document, "$")
+    if legacy is not None:
+        ident = msgspec.structs.replace(ident, legacy=msgspec.Raw(legacy))
+    return msgspec.json.encode(ident), ident
+
+
+def mint_v2(envelope: Envelope) -> Envelope:
+    """Give a new envelope (no hops) its schema-2 identity and genesis."""
+    identity, ident = _identity(envelope, None)
+    genesis = genesis_of(identity)
+    wire = Wire(identity, ident, genesis, (), (), (), built=())
+    return _new_envelope(
+        envelope, wire, contract=ident.contract, version=ident.contract_version, head=genesis
+    )
+
+
+def upgrade(envelope: Envelope, keep: int) -> Envelope:
+    """A schema-1 envelope's first ``keep`` hops kept as they are, as a schema-2 envelope.
+
+    The kept hops travel inside the identity (member ``legacy``, the schema-1 envelope), so
+    the genesis covers them and their own digests and signatures still verify; later hops
+    are appended again as schema-2 hops.
+    """
+    kept = envelope.chain[:keep]
+    if kept:
+        legacy = envelope.model_copy(update={"chain": kept, "head": kept[-1].digest})
+        identity, ident = _identity(envelope, jcs(legacy.model_dump(mode="json")))
+    else:
+        identity, ident = _identity(envelope, None)
+    genesis = genesis_of(identity)
+    wire = Wire(identity, ident, genesis, (), (), (), legacy_hops=kept, built=kept)
+    result = _new_envelope(
+        envelope, wire, contract=envelope.contract, version=envelope.contract_version, head=genesis
+    )
+    for hop in envelope.chain[keep:]:
+        result = append_v2(
+            result,
+            component=hop.component,
+            instance=hop.instance,
+            decision=hop.decision,
+            span_id=hop.span_id,
+            observation=hop.observation,
+            received_from=hop.received_from,
+            received_at=hop.received_at,
+            decided_at=hop.decided_at,
+            destination=hop.destination,
+            attempts=hop.attempts,
+            effects=hop.effects,
+            failure=hop.failure,
+            degradation=hop.degradation,
+            keyring=None,
+        )
+    return result
+
+
+def append_v2(  # noqa: PLR0913
+    envelope: Envelope,
+    *,
+    component: str,
+    instance: str,
+    decision: Decision,
+    span_id: str,
+    observation: str = "",
+    received_from: Position | None = None,
+    received_at: datetime | None = None,
+    decided_at: datetime | None = None,
+    destination: str | None = None,
+    attempts: Sequence[Attempt] = (),
+    effects: Sequence[Effect] = (),
+    failure: Failure | None = None,
+    degradation: Degradation | None = None,
+    keyring: Keyring | None = None,
+    payload: str | None = None,
+) -> Envelope:
+    """Append one hop to a schema-2 envelope: its bytes are written once, here.
+
+    Raises:
+        EnvelopeError: a value breaks the schema (the reason code says how).
+    """
+    wire = wire_of(envelope)
+    if wire is None:
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "not a schema-2 envelope", "$")
+    path = f"$.chain[{len(wire.hops)}]"
+    decided = decided_at if decided_at is not None else datetime.now(UTC)
+    for moment in (decided, received_at):
+        if moment is not None and moment.tzinfo is None:
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
+    document = {
+        "component": component,
+        "contract": envelope.contract,
+        "contract_version": envelope.contract_version,
+        "decided_at": timestamp_text(decided),
+        "decision": decision,
+        "degradation": _dump(degradation),
+        "destination": destination,
+        "effects": [_dump(item) for item in effects],
+        "failure": _dump(failure),
+        "instance": instance,
+        "observation": observation,
+        "payload_digest": payload,
+        "received_at": timestamp_text(received_at) if received_at is not None else None,
+        "received_from": _dump(received_from),
+        "span_id": span_id,
+        "tries": [_dump(item) for item in attempts],
+    }
+    hop_wire: HopWire = _build(HopWire, document, path)
+    fields = {
+        "attempts": tuple(attempts),
+        "component": component,
+        "decided_at": decided.astimezone(UTC),
+        "decision": Decision(decision),
+        "degradation": degradation,
+        "destination": destination,
+        "effects": tuple(effects),
+        "failure": failure,
+        "instance": instance,
+        "observation": observation,
+        "received_at": received_at.astimezone(UTC) if received_at is not None else None,
+        "received_from": received_from,
+        "span_id": span_id,
+    }
+    return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=False)
+
+
+def _seal(
+    envelope: Envelope,
+    wire: Wire,
+    hop_wire: HopWire,
+    fields: dict[str, Any],
+    keyring: Keyring | None,
+    *,
+    replace_last: bool,
+) -> Envelope:
+    count = len(wire.hops) - (1 if replace_last else 0)
+    previous = wire.digests[count - 1] if count else wire.genesis
+    sealed = msgspec.json.encode(hop_wire)
+    digest = link(previous, sealed)
+    signature = keyring.sign(hop_wire.component, digest) if keyring is not None else None
+    seq = wire.legacy + count
+    hop = sealed_hop(sealed, digest, previous, seq, signature, **fields)
+    markers = wire.markers
+    if count in markers or hop_wire.degradation is not None:
+        markers = dict(markers)
+        markers.pop(count, None)
+        if hop_wire.degradation is not None:
+            markers[count] = hop_wire.degradation.stage
+    new = Wire(
+        wire.identity,
+        wire.ident,
+        wire.genesis,
+        (*wire.hops[:count], sealed),
+        (*wire.digests[:count], digest),
+        (*wire.signatures[:count], signature),
+        wire.legacy_hops,
+        hop_wire,
+        markers,
+        None if wire.built is None else (*wire.built[: wire.legacy + count], hop),
+    )
+    return _new_envelope(
+        envelope, new, contract=hop_wire.contract, version=hop_wire.contract_version, head=digest
+    )
+
+
+def reseal_last(envelope: Envelope, wire: Wire, digest: str, keyring: Keyring | None) -> Envelope:
+    """Seal the last hop (one this process appended) again, naming the payload's digest."""
+    assert wire.last is not None  # noqa: S101 - the caller checked the chain is not empty
+    fields = {}
+    if wire.built is not None:
+        fields = {
+            name: value
+            for name, value in _REAL_DICT.__get__(wire.built[-1]).items()
+            if name not in {"digest", "prev_digest", "seq", "signature"}
+        }
+    hop_wire = msgspec.structs.replace(wire.last, payload_digest=digest)
+    return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=True)
+
+
+def write_envelope_text(wire: Wire) -> bytes:
+    """The envelope's text in the schema-2 layout."""
+    return b"".join(
+        (
+            wire.identity[:-1],
+            CHAIN_START,
+            b",\n".join(wire.hops),
+            CHAIN_END,
+            orjson.dumps(list(wire.digests)),
+            SIGNATURES,
+            orjson.dumps(list(wire.signatures)),
+            b"}",
+        )
+    )
+
+
+def _check_signature(
+    keyring: Keyring | None, component: str, digest: str, signature: str | None, path: str
+) -> None:
+    if keyring is None or not keyring.has_key(component):
+        return
+    if signature is None:
+        raise EnvelopeError(
+            ReasonCode.UNSIGNED_HOP,
+            f"hop claims component {component!r}, whose hops must be signed, but carries "
+            "no signature",
+            path,
+        )
+    if not keyring.verify(component, digest, signature):
+        raise EnvelopeError(
+            ReasonCode.BAD_SIGNATURE,
+            f"hop claims component {component!r} but its signature does not verify with "
+            "that component's key: forged, altered, or the chain was cut after it",
+            path,
+        )
+
+
+def _digests(text: bytes, count: int) -> list[str]:
+    try:
+        values = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise EnvelopeError(ReasonCode.BAD_JSON, "digests are not JSON", "$.digests") from None
+    if (
+        not isinstance(values, list)
+        or len(values) != count
+        or not all(isinstance(value, str) and _DIGEST.fullmatch(value) for value in values)
+    ):
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE, "one digest (64 lowercase hex digits) per hop", "$.digests"
+        )
+    if orjson.dumps(values) != text:
+        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "digests not canonical", "$.digests")
+    return values
+
+
+def _signatures(text: bytes, count: int) -> tuple[str | None, ...]:
+    try:
+        values = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise EnvelopeError(ReasonCode.BAD_JSON, "signatures are not JSON", "$.signatures") from None
+    if not isinstance(values, list) or len(values) != count:
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE, "one signature (or null) per hop", "$.signatures"
+        )
+    for index, value in enumerate(values):
+        if value is not None and not (
+            isinstance(value, str)
+            and len(value) == _SIGNATURE_LENGTH
+            and value.startswith(_SIGNATURE_PREFIX)
+            and all(char in "0123456789abcdef" for char in value[len(_SIGNATURE_PREFIX) :])
+        ):
+            raise EnvelopeError(
+                ReasonCode.INVALID_VALUE,
+                "a signature is hmac-sha256: and 64 lowercase hex digits",
+                f"$.signatures[{index}]",
+            )
+    if orjson.dumps(values) != text:
+        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "signatures not canonical", "$.signatures")
+    return tuple(values)
+
+
+def has_legacy(ident: IdentityWire) -> bool:
+    """Whether the identity carries a schema-1 chain."""
+    return bytes(ident.legacy) != b"null"
+
+
+def _legacy(ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
+    from hopchain.schemas.chain import _verify_chain  # noqa: PLC0415 - import cycle
+
+    raw = bytes(ident.legacy)
+    try:
+        legacy = Envelope.model_validate_json(raw)
+    except ValueError as exc:
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc)[:300], "$.legacy") from None
+    decode_canonical = orjson.loads(raw)
+    if jcs(decode_canonical) != raw or not legacy.schema_version.startswith("1."):
+        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "legacy chain not canonical", "$.legacy")
+    if any(getattr(legacy, name) != getattr(ident, name) for name in _IDENTITY_FIELDS):
+        raise EnvelopeError(
+            ReasonCode.BAD_DIGEST, "the legacy chain belongs to another envelope", "$.legacy"
+        )
+    _verify_chain(legacy, keyring, start=0, known_fields_only=None)
+    return legacy.chain
+
+
+def read_envelope_text(
+    raw: bytes, *, keyring: Keyring | None, full: bool = False
+) -> tuple[Envelope, bytes]:
+    """Read a schema-2 envelope text; return the envelope and what follows the signatures.
+
+    Every hop's digest and, where the keyring holds its component's key, its signature are
+    checked from the bytes; only the last hop is parsed, unless ``full``.
+
+    Raises:
+        EnvelopeError: the text breaks schema 2 (the reason code says how).
+    """
+    start = raw.find(CHAIN_START)
+    end = raw.find(CHAIN_END, start) if start > 0 else -1
+    middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
+    close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
+        raise EnvelopeError(
+            ReasonCode.NOT_CANONICAL,
+            "not in the schema-2 layout: identity, then chain (one hop a line), then digests "
+            "and signatures",
+            "$",
+        )
+    identity = raw[:start] + b"}"
+    ident = decode_strict(identity, IdentityWire, "$")
+    legacy = _legacy(ident, keyring) if has_legacy(ident) else ()
+    hops = tuple(raw[start + len(CHAIN_START) : end].split(b",\n"))
+    if hops == (b"",):
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
+    last = decode_strict(hops[-1], HopWire, f"$.chain[{len(hops) - 1}]")
+    check_timestamps(last, f"$.chain[{len(hops) - 1}]")
+    stored = _digests(raw[end + len(CHAIN_END) : middle + 1], len(hops))
+    signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
+    genesis = previous = genesis_of(identity)
+    digests: list[str] = []
+    markers: dict[int, str] = {}
+    # Components are read (from each hop's first member) only to check signatures.
+    keyed = bool(keyring) or full
+    for index, hop in enumerate(hops):
+        digest = link(previous, hop)
+        if digest != stored[index]:
+            raise EnvelopeError(
+                ReasonCode.BAD_DIGEST,
+                f"hop {index} does not match its digest: it, a hop before it or the envelope's "
+                "own members were altered after it was sealed",
+                f"$.digests[{index}]",
+            )
+        if keyed:
+            path = f"$.chain[{index}]"
+            component = component_of(hop)
+            if component is None:
+                # The hop is refused with the reason its full reading gives.
+                decode_strict(hop, HopWire, path)
+                raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
+            _check_signature(keyring, component, digest, signatures[index], path)
+        if full or has_marker(hop):
+            path = f"$.chain[{index}]"
+            parsed = decode_strict(hop, HopWire, path)
+            check_timestamps(parsed, path)
+            if parsed.degradation is not None:
+                markers[index] = parsed.degradation.stage
+        digests.append(digest)
+        previous = digest
+    wire = Wire(
+        identity,
+        ident,
+        genesis,
+        hops,
+        tuple(digests),
+        signatures,
+        legacy_hops=legacy,
+        last=last,
+        markers=markers,
+    )
+    state = {name: getattr(ident, name) for name in _IDENTITY_FIELDS}
+    state.update(
+        schema_version=ident.schema_version,
+        contract=last.contract,
+        contract_version=last.contract_version,
+        head=previous,
+    )
+    return sealed_envelope(state, wire), raw[close + 1 :]
+
+
+def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None:
+    """Check a schema-2 envelope from its bytes: every digest, signature and the identity.
+
+    Raises:
+        EnvelopeError: ``bad_digest``, ``bad_signature``, ``unsigned_hop``, or
+            ``chain_rewritten`` when the envelope's fields no longer match its bytes.
+    """
+    carried = carried_chain(envelope)
+    if (carried is not None and carried is not wire.built) or any(
+        getattr(envelope, name) != getattr(wire.ident, name) for name in _IDENTITY_FIELDS
+    ):
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's fields were changed after its chain was sealed",
+            "$",
+        )
+    previous = genesis_of(wire.identity)
+    if previous != wire.genesis:
+        raise EnvelopeError(ReasonCode.BAD_DIGEST, "the identity was altered", "$")
+    for index, hop in enumerate(wire.hops):
+        path = f"$.chain[{index}]"
+        digest = link(previous, hop)
+        if not hmac.compare_digest(digest, wire.digests[index]):
+            raise EnvelopeError(ReasonCode.BAD_DIGEST, "hop altered after it was sealed", path)
+        component = component_of(hop)
+        if component is None:
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
+        _check_signature(keyring, component, digest, wire.signatures[index], path)
+        previous = digest
+    if envelope.head != previous:
+        raise EnvelopeError(ReasonCode.BAD_DIGEST, "the head is not the last hop's digest", "$.head")
