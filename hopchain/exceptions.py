@@ -90,7 +90,7 @@ class ReasonCode(StrEnum):
     OVERSIZE = "oversize"
     """The encoded record would exceed the configured maximum (kept below the broker's)."""
     NOT_CANONICAL = "not_canonical"
-    """Schema 2: an object is not in its RFC 8785 canonical form, or the envelope not in its layout."""
+    """Schema 2: an object is not in its RFC 8785 form, or the envelope not in its layout."""
     TRUNCATED_CHAIN = "truncated_chain"
     """Schema 2: the last hop names another topic than the one read: hops were cut off the end."""
     PAYLOAD_MISMATCH = "payload_mismatch"

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from hopchain.exceptions import EnvelopeError
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Keyring, verify_chain
 from hopchain.schemas.deadletter import DLQ_PREFIX, DeadLetterInfo, read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.security import kafka_client_options
 
 __all__ = ["Integrity", "Sighting", "TraceResult", "find_record", "integrity_of", "matches"]
@@ -111,9 +112,11 @@ def _sighting(record: Any, needle: str, keyring: Keyring | None) -> Sighting | N
     envelope, unreadable = None, None
     if text is not None:
         try:
-            envelope = Envelope.model_validate_json(text)
+            envelope = load_envelope(text)
         except ValidationError as exc:
             unreadable = f"envelope does not validate: {exc.error_count()} error(s)"
+        except EnvelopeError as exc:
+            unreadable = f"envelope does not verify: {exc.code.value} at {exc.path}"
     matched = (
         (envelope is not None and matches(envelope, needle))
         or (dead_letter is not None and dead_letter.dead_letter_id == needle)

@@ -1,46 +1,35 @@
-"""Schema-2 chains: minting, appending, sealing, reading and writing the envelope text.
+r"""Schema-2 chains: minting, appending, sealing and verifying hops kept as sealed bytes.
 
-Envelope text (the ``hopchain-envelope`` header; in body mode the payload follows as a last
-member)::
-
-    <identity without its closing brace>,"chain":[\\n<hop 0>,\\n<hop 1>...\\n],"signatures":[...]}
-
-Canonical bytes hold no raw newline, so the hops are found by splitting, never by parsing.
+The text these travel in is read and written by :mod:`hopchain.schemas.text_v2`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import hmac
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import orjson
 from pydantic import BaseModel
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.envelope import Envelope
-from hopchain.schemas.hop import Hop
 from hopchain.schemas.sealed import (
     _REAL_DICT,
-    CHAIN_END,
-    CHAIN_START,
-    SIGNATURES,
     Wire,
+    carried_chain,
     component_of,
     genesis_of,
-    has_marker,
     link,
-    carried_chain,
     sealed_envelope,
     sealed_hop,
     timestamp_text,
     wire_of,
 )
-from hopchain.schemas.strict import check_timestamps, convert_strict, decode_strict, jcs
+from hopchain.schemas.strict import convert_strict, jcs
 from hopchain.schemas.vocabulary import Decision
 from hopchain.schemas.wire import WIRE_VERSION, HopWire, IdentityWire
 
@@ -53,11 +42,9 @@ __all__ = [
     "append_v2",
     "mint_v2",
     "payload_digest",
-    "read_envelope_text",
     "reseal_last",
     "upgrade",
     "verify_wire",
-    "write_envelope_text",
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
@@ -157,7 +144,7 @@ def upgrade(envelope: Envelope, keep: int) -> Envelope:
     return result
 
 
-def append_v2(  # noqa: PLR0913
+def append_v2(
     envelope: Envelope,
     *,
     component: str,
@@ -279,22 +266,6 @@ def reseal_last(envelope: Envelope, wire: Wire, digest: str, keyring: Keyring | 
     return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=True)
 
 
-def write_envelope_text(wire: Wire) -> bytes:
-    """The envelope's text in the schema-2 layout."""
-    return b"".join(
-        (
-            wire.identity[:-1],
-            CHAIN_START,
-            b",\n".join(wire.hops),
-            CHAIN_END,
-            orjson.dumps(list(wire.digests)),
-            SIGNATURES,
-            orjson.dumps(list(wire.signatures)),
-            b"}",
-        )
-    )
-
-
 def _check_signature(
     keyring: Keyring | None, component: str, digest: str, signature: str | None, path: str
 ) -> None:
@@ -314,157 +285,6 @@ def _check_signature(
             "that component's key: forged, altered, or the chain was cut after it",
             path,
         )
-
-
-def _digests(text: bytes, count: int) -> list[str]:
-    try:
-        values = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise EnvelopeError(ReasonCode.BAD_JSON, "digests are not JSON", "$.digests") from None
-    if (
-        not isinstance(values, list)
-        or len(values) != count
-        or not all(isinstance(value, str) and _DIGEST.fullmatch(value) for value in values)
-    ):
-        raise EnvelopeError(
-            ReasonCode.INVALID_VALUE, "one digest (64 lowercase hex digits) per hop", "$.digests"
-        )
-    if orjson.dumps(values) != text:
-        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "digests not canonical", "$.digests")
-    return values
-
-
-def _signatures(text: bytes, count: int) -> tuple[str | None, ...]:
-    try:
-        values = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise EnvelopeError(ReasonCode.BAD_JSON, "signatures are not JSON", "$.signatures") from None
-    if not isinstance(values, list) or len(values) != count:
-        raise EnvelopeError(
-            ReasonCode.INVALID_VALUE, "one signature (or null) per hop", "$.signatures"
-        )
-    for index, value in enumerate(values):
-        if value is not None and not (
-            isinstance(value, str)
-            and len(value) == _SIGNATURE_LENGTH
-            and value.startswith(_SIGNATURE_PREFIX)
-            and all(char in "0123456789abcdef" for char in value[len(_SIGNATURE_PREFIX) :])
-        ):
-            raise EnvelopeError(
-                ReasonCode.INVALID_VALUE,
-                "a signature is hmac-sha256: and 64 lowercase hex digits",
-                f"$.signatures[{index}]",
-            )
-    if orjson.dumps(values) != text:
-        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "signatures not canonical", "$.signatures")
-    return tuple(values)
-
-
-def has_legacy(ident: IdentityWire) -> bool:
-    """Whether the identity carries a schema-1 chain."""
-    return bytes(ident.legacy) != b"null"
-
-
-def _legacy(ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
-    from hopchain.schemas.chain import _verify_chain  # noqa: PLC0415 - import cycle
-
-    raw = bytes(ident.legacy)
-    try:
-        legacy = Envelope.model_validate_json(raw)
-    except ValueError as exc:
-        raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc)[:300], "$.legacy") from None
-    decode_canonical = orjson.loads(raw)
-    if jcs(decode_canonical) != raw or not legacy.schema_version.startswith("1."):
-        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "legacy chain not canonical", "$.legacy")
-    if any(getattr(legacy, name) != getattr(ident, name) for name in _IDENTITY_FIELDS):
-        raise EnvelopeError(
-            ReasonCode.BAD_DIGEST, "the legacy chain belongs to another envelope", "$.legacy"
-        )
-    _verify_chain(legacy, keyring, start=0, known_fields_only=None)
-    return legacy.chain
-
-
-def read_envelope_text(
-    raw: bytes, *, keyring: Keyring | None, full: bool = False
-) -> tuple[Envelope, bytes]:
-    """Read a schema-2 envelope text; return the envelope and what follows the signatures.
-
-    Every hop's digest and, where the keyring holds its component's key, its signature are
-    checked from the bytes; only the last hop is parsed, unless ``full``.
-
-    Raises:
-        EnvelopeError: the text breaks schema 2 (the reason code says how).
-    """
-    start = raw.find(CHAIN_START)
-    end = raw.find(CHAIN_END, start) if start > 0 else -1
-    middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
-    close = raw.find(b"]", middle + 1) if middle > 0 else -1
-    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
-        raise EnvelopeError(
-            ReasonCode.NOT_CANONICAL,
-            "not in the schema-2 layout: identity, then chain (one hop a line), then digests "
-            "and signatures",
-            "$",
-        )
-    identity = raw[:start] + b"}"
-    ident = decode_strict(identity, IdentityWire, "$")
-    legacy = _legacy(ident, keyring) if has_legacy(ident) else ()
-    hops = tuple(raw[start + len(CHAIN_START) : end].split(b",\n"))
-    if hops == (b"",):
-        raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
-    last = decode_strict(hops[-1], HopWire, f"$.chain[{len(hops) - 1}]")
-    check_timestamps(last, f"$.chain[{len(hops) - 1}]")
-    stored = _digests(raw[end + len(CHAIN_END) : middle + 1], len(hops))
-    signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
-    genesis = previous = genesis_of(identity)
-    digests: list[str] = []
-    markers: dict[int, str] = {}
-    # Components are read (from each hop's first member) only to check signatures.
-    keyed = bool(keyring) or full
-    for index, hop in enumerate(hops):
-        digest = link(previous, hop)
-        if digest != stored[index]:
-            raise EnvelopeError(
-                ReasonCode.BAD_DIGEST,
-                f"hop {index} does not match its digest: it, a hop before it or the envelope's "
-                "own members were altered after it was sealed",
-                f"$.digests[{index}]",
-            )
-        if keyed:
-            path = f"$.chain[{index}]"
-            component = component_of(hop)
-            if component is None:
-                # The hop is refused with the reason its full reading gives.
-                decode_strict(hop, HopWire, path)
-                raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
-            _check_signature(keyring, component, digest, signatures[index], path)
-        if full or has_marker(hop):
-            path = f"$.chain[{index}]"
-            parsed = decode_strict(hop, HopWire, path)
-            check_timestamps(parsed, path)
-            if parsed.degradation is not None:
-                markers[index] = parsed.degradation.stage
-        digests.append(digest)
-        previous = digest
-    wire = Wire(
-        identity,
-        ident,
-        genesis,
-        hops,
-        tuple(digests),
-        signatures,
-        legacy_hops=legacy,
-        last=last,
-        markers=markers,
-    )
-    state = {name: getattr(ident, name) for name in _IDENTITY_FIELDS}
-    state.update(
-        schema_version=ident.schema_version,
-        contract=last.contract,
-        contract_version=last.contract_version,
-        head=previous,
-    )
-    return sealed_envelope(state, wire), raw[close + 1 :]
 
 
 def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None:
@@ -497,4 +317,6 @@ def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None
         _check_signature(keyring, component, digest, wire.signatures[index], path)
         previous = digest
     if envelope.head != previous:
-        raise EnvelopeError(ReasonCode.BAD_DIGEST, "the head is not the last hop's digest", "$.head")
+        raise EnvelopeError(
+            ReasonCode.BAD_DIGEST, "the head is not the last hop's digest", "$.head"
+        )

@@ -238,14 +238,16 @@ class EnvelopeCodec:
         schema: int = WIRE_MAJOR,
         full_check: bool = False,
     ) -> None:
-        """Args:
-        registry: the topics' contracts.
-        keyring: keys to sign this process's hops with and to check others' with.
-        limits: bounds on records.
-        schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
-            for readers that know no other. Both are read.
-        full_check: schema 2: parse and check every hop of every record read, not only
-            the last (earlier hops are otherwise authenticated by the digest chain).
+        """Build a codec for the registry's topics.
+
+        Args:
+            registry: the topics' contracts.
+            keyring: keys to sign this process's hops with and to check others' with.
+            limits: bounds on records.
+            schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
+                for readers that know no other. Both are read.
+            full_check: schema 2: parse and check every hop of every record read, not only
+                the last (earlier hops are otherwise authenticated by the digest chain).
         """
         self.registry = registry
         self.keyring = keyring
@@ -292,14 +294,8 @@ class EnvelopeCodec:
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, text_headers)
+        envelope = self._checked(contract, envelope)
         wire = wire_of(envelope)
-        if wire is None:
-            self._check_envelope(contract, envelope)
-            if self.schema == WIRE_MAJOR:
-                # Carried over: the received schema-1 hops travel on inside the identity.
-                envelope = upgrade(envelope, keep=len(envelope.chain))
-        else:
-            self._check_hop_limit(envelope.hop_count, "has")
         traceparent = text_headers.get(TRACEPARENT_HEADER)
         if traceparent is None:
             raise EnvelopeError(
@@ -374,6 +370,16 @@ class EnvelopeCodec:
             )
 
         return envelope, payload
+
+    def _checked(self, contract: TopicContract, envelope: Envelope) -> Envelope:
+        if wire_of(envelope) is not None and envelope.schema_version.startswith("2."):
+            self._check_hop_limit(envelope.hop_count, "has")
+            return envelope
+        self._check_envelope(contract, envelope)
+        if self.schema == WIRE_MAJOR:
+            # Carried over: the received schema-1 hops travel on inside the identity.
+            return upgrade(envelope, keep=len(envelope.chain))
+        return envelope
 
     @staticmethod
     def _payload_v2(contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
@@ -482,21 +488,7 @@ class EnvelopeCodec:
         tracestate: str | None,
         verified_hops: int,
     ) -> EncodedRecord:
-        if not isinstance(payload, contract.model):
-            raise EnvelopeError(
-                ReasonCode.PAYLOAD_INVALID,
-                f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
-                f"{contract.model.__name__}",
-                "$.payload",
-            )
-        # No serializer warnings: a wrong value is reported, typed, by the re-read below.
-        payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
-        try:
-            # Re-read what would be sent: a model built with model_construct() or changed
-            # after validation must not reach the wire unchecked.
-            contract.model.model_validate_json(payload_json)
-        except ValidationError as exc:
-            raise _from_validation(exc, prefix=("payload",)) from None
+        payload_json = _payload_json(contract, payload)
         if envelope.contract != contract.name or envelope.contract_version != contract.version:
             raise EnvelopeError(
                 ReasonCode.CONTRACT_MISMATCH,
@@ -554,7 +546,6 @@ class EnvelopeCodec:
             )
         return record
 
-
     def _encode_v2(
         self,
         contract: TopicContract,
@@ -588,6 +579,25 @@ class EnvelopeCodec:
                 f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         return record
+
+
+def _payload_json(contract: TopicContract, payload: BaseModel) -> bytes:
+    if not isinstance(payload, contract.model):
+        raise EnvelopeError(
+            ReasonCode.PAYLOAD_INVALID,
+            f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
+            f"{contract.model.__name__}",
+            "$.payload",
+        )
+    # No serializer warnings: a wrong value is reported, typed, by the re-read below.
+    payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
+    try:
+        # Re-read what would be sent: a model built with model_construct() or changed
+        # after validation must not reach the wire unchecked.
+        contract.model.model_validate_json(payload_json)
+    except ValidationError as exc:
+        raise _from_validation(exc, prefix=("payload",)) from None
+    return payload_json
 
 
 def _revalidate(envelope: Envelope, start: int) -> None:

@@ -10,23 +10,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.chain_v2 import (
-    _check_signature,
-    payload_digest,
-    read_envelope_text,
-    reseal_last,
-    upgrade,
-    verify_wire,
-    write_envelope_text,
-)
+from hopchain.schemas.chain_v2 import _check_signature, payload_digest, reseal_last, upgrade
 from hopchain.schemas.contracts import TopicContract, WireMode
 from hopchain.schemas.sealed import CHAIN_START, Wire, carried_chain, component_of, wire_of
+from hopchain.schemas.text_v2 import read_envelope_text, write_envelope_text
 
 if TYPE_CHECKING:
     from hopchain.schemas.envelope import Envelope
     from hopchain.schemas.integrity import Keyring
 
-__all__ = ["PAYLOAD_MEMBER", "check_last_hop", "is_v2", "markers", "read_v2", "seal_for_topic"]
+__all__ = [
+    "PAYLOAD_MEMBER",
+    "check_last_hop",
+    "is_v2",
+    "markers",
+    "read_v2",
+    "seal_for_topic",
+    "verify_wire_fields",
+]
 
 PAYLOAD_MEMBER = b',"payload":'
 
@@ -53,9 +54,7 @@ def read_v2(
         return envelope, None
     if not rest.startswith(PAYLOAD_MEMBER) or not rest.endswith(b"}"):
         raise EnvelopeError(
-            ReasonCode.NOT_CANONICAL
-            if PAYLOAD_MEMBER in rest
-            else ReasonCode.MISSING_FIELD,
+            ReasonCode.NOT_CANONICAL if PAYLOAD_MEMBER in rest else ReasonCode.MISSING_FIELD,
             "in body mode the payload is the last member, after the signatures",
             "$.payload",
         )
@@ -69,7 +68,8 @@ def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) 
         EnvelopeError: ``truncated_chain``, ``contract_mismatch`` or ``payload_mismatch``.
     """
     wire = wire_of(envelope)
-    assert wire is not None and wire.last is not None  # noqa: S101 - read_v2 made it
+    assert wire is not None  # noqa: S101 - read_v2 made it
+    assert wire.last is not None  # noqa: S101 - read_v2 made it
     index = len(wire.hops) - 1
     last = wire.last
     if last.destination != contract.topic:
@@ -199,6 +199,3 @@ def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
             "the envelope's identity was changed after its chain was sealed",
             "$",
         )
-
-
-__all__ += ["verify_wire", "verify_wire_fields"]

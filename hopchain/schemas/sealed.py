@@ -1,4 +1,4 @@
-"""Schema-2 chains: hops kept as the exact bytes that were sealed, digests over those bytes.
+r"""Schema-2 chains: hops kept as the exact bytes that were sealed, digests over those bytes.
 
 A hop's digest is ``SHA-256(previous digest ‖ "\\n" ‖ hop bytes)`` in lowercase hex, the first
 hop's previous digest being the genesis, ``SHA-256("hopchain-v2 genesis\\n" ‖ identity)``
@@ -10,10 +10,10 @@ is read (:class:`SealedHop` parses itself then). The format is in ``SPEC.md``.
 from __future__ import annotations
 
 import hashlib
-from hashlib import sha256 as _sha256
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from hashlib import sha256 as _sha256
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CHAIN_END",
     "CHAIN_START",
-    "SIGNATURES",
     "GENESIS_PREFIX",
+    "SIGNATURES",
     "SealedEnvelope",
     "SealedHop",
     "Wire",
@@ -134,7 +134,9 @@ def chain_of(wire: Wire) -> tuple[Hop, ...]:
         hops: list[Hop] = list(wire.legacy_hops)
         offset = len(hops)
         for index, (sealed, digest) in enumerate(zip(wire.hops, wire.digests, strict=True)):
-            hops.append(sealed_hop(sealed, digest, previous, offset + index, wire.signatures[index]))
+            hops.append(
+                sealed_hop(sealed, digest, previous, offset + index, wire.signatures[index])
+            )
             previous = digest
         wire.built = tuple(hops)
     return wire.built
@@ -172,8 +174,8 @@ def _materialize(hop: SealedHop, state: dict[str, Any]) -> None:
 class SealedHop(Hop):
     """A schema-2 hop. Its digest, link and position are known; the rest is parsed on use."""
 
-    @property  # type: ignore[override]
-    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+    @property
+    def __dict__(self) -> dict[str, Any]:
         state: dict[str, Any] = _REAL_DICT.__get__(self)
         if len(state) < len(_HOP_FIELDS):
             _materialize(self, state)
@@ -209,8 +211,8 @@ class SealedHop(Hop):
 class SealedEnvelope(Envelope):
     """A schema-2 envelope: its chain of :class:`Hop` objects is built when first read."""
 
-    @property  # type: ignore[override]
-    def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
+    @property
+    def __dict__(self) -> dict[str, Any]:
         state: dict[str, Any] = _REAL_DICT.__get__(self)
         if "chain" not in state:
             wire = wire_of(self)
@@ -229,6 +231,14 @@ class SealedEnvelope(Envelope):
         if name == "chain":
             return self.__dict__[name]
         return super().__getattr__(name)  # type: ignore[misc]
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        """Schema 2's JSON is its envelope text (``SPEC.md``); with options, the model's."""
+        if kwargs:
+            return super().model_dump_json(**kwargs)
+        from hopchain.schemas.text_v2 import envelope_text  # noqa: PLC0415 - import cycle
+
+        return envelope_text(self).decode()
 
     @property
     def hop_count(self) -> int:

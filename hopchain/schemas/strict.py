@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 import typing
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -72,7 +72,9 @@ def _parse(raw: bytes, path: str) -> Any:
         return json.loads(raw, object_pairs_hook=_no_duplicates)
     except _DuplicateKeyError as exc:
         raise EnvelopeError(
-            ReasonCode.BAD_JSON, f"duplicate key {exc.args[0]!r}: which one counts is ambiguous", path
+            ReasonCode.BAD_JSON,
+            f"duplicate key {exc.args[0]!r}: which one counts is ambiguous",
+            path,
         ) from None
     except RecursionError:
         raise EnvelopeError(ReasonCode.TOO_DEEP, "JSON nested too deeply", path) from None
@@ -119,18 +121,18 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
         # The twin has the same members: callers read it as the wire struct.
         return typing.cast("StructT", fast)
     document = _parse(raw, path)
-    try:
-        _check_numbers(document)
-    except TypeError as exc:
-        raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc), path) from None
     if isinstance(document, dict) and "legacy" in document:
         # Kept as raw text by the struct, and checked on its own.
         document["legacy"] = msgspec.Raw(orjson.dumps(document["legacy"]))
     try:
-        value = msgspec.convert(document, type=kind, strict=True)
+        msgspec.convert(document, type=kind, strict=True)
     except msgspec.ValidationError as exc:
         code, where = _reason(str(exc))
         raise EnvelopeError(code, str(exc), _join(path, where)) from None
+    try:
+        _check_numbers(document)
+    except TypeError as exc:
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc), path) from None
     raise EnvelopeError(
         ReasonCode.NOT_CANONICAL,
         "the object is not in its canonical form (RFC 8785: sorted members, no white space, "

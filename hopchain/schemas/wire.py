@@ -1,4 +1,4 @@
-"""Envelope schema 2: the wire types, checked by a strict parser in one pass.
+r"""Envelope schema 2: the wire types, checked by a strict parser in one pass.
 
 Every object of schema 2 is written in the canonical form of RFC 8785 (JSON Canonicalization
 Scheme): members sorted, no white space, every member present (``null`` or ``[]`` when it
@@ -28,6 +28,7 @@ __all__ = [
     "AttemptWire",
     "DegradationWire",
     "EffectWire",
+    "EnvelopeDocument",
     "FailureWire",
     "HopWire",
     "IdentityWire",
@@ -69,7 +70,7 @@ class _Wire(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Members in RFC 8785 order; every member required."""
 
 
-class PositionWire(_Wire):
+class PositionWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """Where a hop read the record."""
 
     offset: Count
@@ -77,7 +78,7 @@ class PositionWire(_Wire):
     topic: Topic
 
 
-class AttemptWire(_Wire):
+class AttemptWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """One attempt."""
 
     description: Text | None
@@ -89,7 +90,7 @@ class AttemptWire(_Wire):
     started_at: Timestamp
 
 
-class EffectWire(_Wire):
+class EffectWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """An effect committed outside the record."""
 
     identifier: Name
@@ -97,7 +98,7 @@ class EffectWire(_Wire):
     target: Name
 
 
-class IssueWire(_Wire):
+class IssueWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """One reason a message was refused."""
 
     code: ReasonCode
@@ -105,7 +106,7 @@ class IssueWire(_Wire):
     path: Annotated[str, msgspec.Meta(max_length=300)]
 
 
-class DegradationWire(_Wire):
+class DegradationWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """A substituted output."""
 
     error_type: ErrorType
@@ -113,7 +114,7 @@ class DegradationWire(_Wire):
     stage: Name
 
 
-class FailureWire(_Wire):
+class FailureWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """A failure a component observed."""
 
     attempts: list[AttemptWire]
@@ -128,7 +129,7 @@ class FailureWire(_Wire):
     work_item_id: Name | None
 
 
-class HopWire(_Wire):
+class HopWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """One hop as sealed. ``component`` sorts first, so a reader finds it without parsing."""
 
     component: Component
@@ -149,7 +150,7 @@ class HopWire(_Wire):
     tries: list[AttemptWire]
 
 
-class IdentityWire(_Wire):
+class IdentityWire(_Wire, forbid_unknown_fields=True, frozen=True):
     """The envelope's own members: everything but the chain, covered by the genesis digest."""
 
     contract: Name
@@ -163,3 +164,28 @@ class IdentityWire(_Wire):
     schema_version: Annotated[str, msgspec.Meta(pattern=SCHEMA_VERSION_PATTERN)]
     trace_id: Annotated[str, msgspec.Meta(pattern=TRACE_ID_PATTERN)]
     work_item_id: Name
+
+
+Signature = Annotated[str, msgspec.Meta(pattern=r"^hmac-sha256:[0-9a-f]{64}" + _END)]
+
+
+class EnvelopeDocument(_Wire, forbid_unknown_fields=True, frozen=True):
+    """The envelope text read as one JSON document: what the exported JSON Schema describes.
+
+    Not used to read records (the reader splits the text; see SPEC.md); its members are the
+    identity's, then the chain, its digests and signatures.
+    """
+
+    contract: Name
+    contract_version: Positive
+    id: Annotated[str, msgspec.Meta(pattern=ENVELOPE_ID_PATTERN)]
+    intent_key: Name
+    legacy: msgspec.Raw
+    origin_span_id: Annotated[str, msgspec.Meta(pattern=SPAN_ID_PATTERN)]
+    run_id: Name
+    schema_version: Annotated[str, msgspec.Meta(pattern=SCHEMA_VERSION_PATTERN)]
+    trace_id: Annotated[str, msgspec.Meta(pattern=TRACE_ID_PATTERN)]
+    work_item_id: Name
+    chain: Annotated[list[HopWire], msgspec.Meta(min_length=1)]
+    digests: Annotated[list[Digest], msgspec.Meta(min_length=1)]
+    signatures: Annotated[list[Signature | None], msgspec.Meta(min_length=1)]

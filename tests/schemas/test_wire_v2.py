@@ -13,7 +13,7 @@ import pytest
 import rfc8785
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from strategies import OWNER, HEADERS_TOPIC, Sample, hop_facts, sample_payload, sample_registry
+from strategies import HEADERS_TOPIC, OWNER, Sample, hop_facts, sample_payload, sample_registry
 from wire_support import TOPICS, Parts, parts_of, reseal, v2_codec, v2_record, with_text
 
 import hopchain.schemas.sealed as sealed_module
@@ -32,7 +32,9 @@ from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.sealed import CHAIN_END, SealedHop
 
 
-def refusal(topic: str, value: bytes, headers: list[tuple[str, bytes | None]], **kwargs: Any) -> DecodeError:
+def refusal(
+    topic: str, value: bytes, headers: list[tuple[str, bytes | None]], **kwargs: Any
+) -> DecodeError:
     with pytest.raises(DecodeError) as caught:
         v2_codec(**kwargs).decode(topic, value, headers)
     return caught.value
@@ -67,9 +69,12 @@ def test_a_stage_writes_the_received_hops_byte_for_byte_and_parses_none_of_them(
     codec = v2_codec()
     parsed: list[object] = []
     original = sealed_module._materialize
-    monkeypatch.setattr(
-        sealed_module, "_materialize", lambda *args: parsed.append(args) or original(*args)
-    )
+
+    def counted(*args: Any) -> None:
+        parsed.append(args)
+        original(*args)
+
+    monkeypatch.setattr(sealed_module, "_materialize", counted)
 
     decoded = codec.decode(topic, record.value, list(record.headers))
     outgoing = append_hop(
@@ -99,9 +104,10 @@ def test_sealed_hops_are_rfc_8785_and_name_a_digest_of_the_payload_they_wrote() 
     for hop in parts.hops:
         assert rfc8785.dumps(json.loads(hop)) == hop
         assert hop.startswith(b'{"component":"')
-    assert rfc8785.dumps(parts.identity)[:-1] == dict(record.headers)[ENVELOPE_HEADER].split(
-        b',"chain"'
-    )[0]
+    assert (
+        rfc8785.dumps(parts.identity)[:-1]
+        == dict(record.headers)[ENVELOPE_HEADER].split(b',"chain"')[0]
+    )
     assert parts.hop(-1)["payload_digest"] == hashlib.sha256(record.value).hexdigest()
     assert parts.hop(-1)["destination"] == HEADERS_TOPIC
 
@@ -163,7 +169,9 @@ def test_an_injected_member_is_refused_even_with_recomputed_digests(topic: str) 
 
 @pytest.mark.parametrize("topic", TOPICS)
 @pytest.mark.parametrize("keep", [1, 2])
-def test_hops_cut_off_the_end_are_caught_even_with_recomputed_digests(topic: str, keep: int) -> None:
+def test_hops_cut_off_the_end_are_caught_even_with_recomputed_digests(
+    topic: str, keep: int
+) -> None:
     record = v2_record(topic, stages=2)
     parts = parts_of(record)
     parts.hops = parts.hops[:keep]
@@ -203,8 +211,7 @@ def test_an_empty_chain_is_refused(topic: str) -> None:
 
     error = refusal(topic, *with_text(record, text))
 
-    assert error.code in {ReasonCode.INVALID_VALUE}
-    assert error.path == "$.chain"
+    assert (error.code, error.path) == (ReasonCode.INVALID_VALUE, "$.chain")
 
 
 @pytest.mark.parametrize("topic", TOPICS)
@@ -235,7 +242,9 @@ def test_a_hop_in_another_spelling_is_refused_as_not_canonical(topic: str) -> No
 def test_a_look_alike_component_is_refused(topic: str) -> None:
     record = v2_record(topic)
     parts = parts_of(record)
-    parts.hops[-1] = parts.hops[-1].replace(b'"component":"stage-1"', '"component":"stage-í"'.encode())
+    parts.hops[-1] = parts.hops[-1].replace(
+        b'"component":"stage-1"', '"component":"stage-í"'.encode()
+    )
 
     error = refusal(topic, *with_text(record, reseal(parts)))
 
@@ -266,6 +275,7 @@ def test_a_replaced_payload_is_refused(topic: str) -> None:
     record = v2_record(topic)
     other = sample_payload().model_copy(update={"count": 4})
     payload = other.__pydantic_serializer__.to_json(other)
+    headers: list[tuple[str, bytes | None]]
     if topic == TOPICS[0]:
         value, headers = payload, list(record.headers)
     else:
@@ -283,7 +293,10 @@ def test_a_traceparent_naming_another_parent_span_is_refused() -> None:
     traceparent = dict(record.headers)[TRACEPARENT_HEADER].decode()
     changed = traceparent[:36] + "ffffffffffffffff" + traceparent[52:]
 
-    error = refusal(HEADERS_TOPIC, *with_text(record, dict(record.headers)[ENVELOPE_HEADER], traceparent=changed))
+    error = refusal(
+        HEADERS_TOPIC,
+        *with_text(record, dict(record.headers)[ENVELOPE_HEADER], traceparent=changed),
+    )
 
     assert error.code is ReasonCode.BAD_TRACEPARENT
 
@@ -344,7 +357,9 @@ def test_a_schema_1_chain_continued_by_a_schema_2_writer_verifies(topic: str) ->
     old = v2_codec(schema=1, keyring=keys)
     new = v2_codec(keyring=keys)
     envelope = append_hop(
-        new_envelope(contract="samples", contract_version=1, run_id="r", work_item_id="w", schema=1),
+        new_envelope(
+            contract="samples", contract_version=1, run_id="r", work_item_id="w", schema=1
+        ),
         component="orders-api",
         instance="o",
         decision=Decision.ORIGINATED,

@@ -38,7 +38,9 @@ def v2_codec(**kwargs: Any) -> EnvelopeCodec:
     return EnvelopeCodec(sample_registry(), **kwargs)
 
 
-def v2_record(topic: str = HEADERS_TOPIC, *, stages: int = 2, keyring: Keyring | None = None) -> EncodedRecord:
+def v2_record(
+    topic: str = HEADERS_TOPIC, *, stages: int = 2, keyring: Keyring | None = None
+) -> EncodedRecord:
     """A record as a pipeline writes it: an origin, then ``stages`` stages, each read back."""
     codec = v2_codec(keyring=keyring)
     envelope = new_envelope(
@@ -131,7 +133,9 @@ def reseal(
         component = json.loads(hop).get("component", "") if hop.startswith(b"{") else ""
         key = (keys or {}).get(component)
         if key is not None:
-            signatures.append("hmac-sha256:" + hmac.new(key, previous.encode(), "sha256").hexdigest())
+            signatures.append(
+                "hmac-sha256:" + hmac.new(key, previous.encode(), "sha256").hexdigest()
+            )
         else:
             signatures.append(parts.signatures[index] if index < len(parts.signatures) else None)
     text = (
