@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
 
 from hopchain.exceptions import DecodeError
 from hopchain.schemas import EnvelopeCodec, Keyring, envelope_schema, topic_schema

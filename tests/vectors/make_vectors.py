@@ -222,7 +222,7 @@ class Text:
 
 
 def _envelope_of(headers: list[list[str]], value: str) -> str:
-    return dict((name, raw) for name, raw in headers).get(ENVELOPE_HEADER, value)
+    return next((raw for name, raw in headers if name == ENVELOPE_HEADER), value)
 
 
 def _with(headers: list[list[str]], value: str, text: str) -> tuple[str, list[list[str]]]:
@@ -240,7 +240,7 @@ def _traceparent(headers: list[list[str]], span_id: str) -> list[list[str]]:
 Vector = dict[str, Any]
 
 
-def vector(
+def vector(  # noqa: PLR0917 - one record, read like a table row
     name: str,
     description: str,
     topic: str,
@@ -347,14 +347,14 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
                 "$.chain[2].payload_digest",
             )
         )
-        value, headers = edited(topic, _drop_last_two)
+        cut, cut_headers = edited(topic, _drop_last_two)
         out.append(
             vector(
                 f"truncated-{mode}",
                 "the last two hops cut off, digests recomputed, traceparent names the origin",
                 topic,
-                value,
-                _traceparent(headers, "a000000000000001"),
+                cut,
+                _traceparent(cut_headers, "a000000000000001"),
                 "truncated_chain",
                 "$.chain[0].destination",
             )
