@@ -45,6 +45,7 @@ __all__ = [
     "reseal_last",
     "upgrade",
     "verify_wire",
+    "verify_wire_fields",
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
@@ -319,4 +320,32 @@ def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None
     if envelope.head != previous:
         raise EnvelopeError(
             ReasonCode.BAD_DIGEST, "the head is not the last hop's digest", "$.head"
+        )
+
+
+def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
+    """Refuse an envelope whose chain or identity was changed after it was sealed.
+
+    Raises:
+        EnvelopeError: ``chain_rewritten``.
+    """
+    carried = carried_chain(envelope)
+    if carried is not None and carried is not wire.built:
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the chain is not the one that was sealed: hops are appended with append_hop only",
+            "$.chain",
+        )
+    if (
+        envelope.id != wire.ident.id
+        or envelope.intent_key != wire.ident.intent_key
+        or envelope.trace_id != wire.ident.trace_id
+        or envelope.origin_span_id != wire.ident.origin_span_id
+        or envelope.run_id != wire.ident.run_id
+        or envelope.work_item_id != wire.ident.work_item_id
+    ):
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's identity was changed after its chain was sealed",
+            "$",
         )

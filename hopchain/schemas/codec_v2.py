@@ -10,9 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.chain_v2 import _check_signature, payload_digest, reseal_last, upgrade
+from hopchain.schemas.chain_v2 import (
+    _check_signature,
+    payload_digest,
+    reseal_last,
+    upgrade,
+    verify_wire_fields,
+)
 from hopchain.schemas.contracts import TopicContract, WireMode
-from hopchain.schemas.sealed import CHAIN_START, Wire, carried_chain, component_of, wire_of
+from hopchain.schemas.sealed import CHAIN_START, Wire, component_of, wire_of
 from hopchain.schemas.text_v2 import read_envelope_text, write_envelope_text
 
 if TYPE_CHECKING:
@@ -26,7 +32,6 @@ __all__ = [
     "markers",
     "read_v2",
     "seal_for_topic",
-    "verify_wire_fields",
 ]
 
 PAYLOAD_MEMBER = b',"payload":'
@@ -171,31 +176,3 @@ def seal_for_topic(
             f"$.chain[{position}]",
         )
     return envelope, wire, write_envelope_text(wire)
-
-
-def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
-    """Refuse an envelope whose chain or identity was changed after it was sealed.
-
-    Raises:
-        EnvelopeError: ``chain_rewritten``.
-    """
-    carried = carried_chain(envelope)
-    if carried is not None and carried is not wire.built:
-        raise EnvelopeError(
-            ReasonCode.CHAIN_REWRITTEN,
-            "the chain is not the one that was sealed: hops are appended with append_hop only",
-            "$.chain",
-        )
-    if (
-        envelope.id != wire.ident.id
-        or envelope.intent_key != wire.ident.intent_key
-        or envelope.trace_id != wire.ident.trace_id
-        or envelope.origin_span_id != wire.ident.origin_span_id
-        or envelope.run_id != wire.ident.run_id
-        or envelope.work_item_id != wire.ident.work_item_id
-    ):
-        raise EnvelopeError(
-            ReasonCode.CHAIN_REWRITTEN,
-            "the envelope's identity was changed after its chain was sealed",
-            "$",
-        )
