@@ -19,6 +19,7 @@ from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.sealed import (
     _REAL_DICT,
+    Pending,
     Wire,
     carried_chain,
     component_of,
@@ -26,6 +27,7 @@ from hopchain.schemas.sealed import (
     link,
     sealed_envelope,
     sealed_hop,
+    settle,
     timestamp_text,
     wire_of,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "mint_v2",
     "payload_digest",
     "reseal_last",
+    "settle_pending",
     "upgrade",
     "verify_wire",
     "verify_wire_fields",
@@ -196,22 +199,55 @@ def append_v2(
         "tries": [_dump(item) for item in attempts],
     }
     hop_wire: HopWire = _build(HopWire, document, path)
-    fields = {
-        "attempts": tuple(attempts),
-        "component": component,
-        "decided_at": decided.astimezone(UTC),
-        "decision": Decision(decision),
-        "degradation": degradation,
-        "destination": destination,
-        "effects": tuple(effects),
-        "failure": failure,
-        "instance": instance,
-        "observation": observation,
-        "received_at": received_at.astimezone(UTC) if received_at is not None else None,
-        "received_from": received_from,
-        "span_id": span_id,
-    }
-    return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=False)
+    settle(wire)  # a hop appended before this one is sealed first
+    new = Wire(
+        wire.identity,
+        wire.ident,
+        wire.genesis,
+        wire.hops,
+        wire.digests,
+        wire.signatures,
+        wire.legacy_hops,
+        wire.last,
+        wire.markers,
+        None,
+        Pending(hop_wire, keyring),
+    )
+    state = {name: getattr(wire.ident, name) for name in _IDENTITY_FIELDS}
+    state.update(
+        schema_version=wire.ident.schema_version,
+        contract=hop_wire.contract,
+        contract_version=hop_wire.contract_version,
+    )
+    return sealed_envelope(state, new)
+
+
+def settle_pending(
+    wire: Wire, *, payload: str | None = None, keyring: Keyring | None = None
+) -> None:
+    """Seal the pending hop in place: once, with the payload's digest when it is known.
+
+    ``keyring`` (the writer's) signs it; without one, the keyring given to append_hop does.
+    """
+    pending = wire.pending
+    if pending is None:
+        return
+    hop_wire = pending.hop
+    if payload is not None:
+        hop_wire = msgspec.structs.replace(hop_wire, payload_digest=payload)
+    count = len(wire.hops)
+    previous = wire.digests[-1] if count else wire.genesis
+    sealed = msgspec.json.encode(hop_wire)
+    digest = link(previous, sealed)
+    signer = keyring if keyring is not None else pending.keyring
+    signature = signer.sign(hop_wire.component, digest) if signer is not None else None
+    if hop_wire.degradation is not None:
+        wire.markers = {**wire.markers, count: hop_wire.degradation.stage}
+    wire.hops = (*wire.hops, sealed)
+    wire.digests = (*wire.digests, digest)
+    wire.signatures = (*wire.signatures, signature)
+    wire.last = hop_wire
+    wire.pending = None
 
 
 def _seal(
@@ -295,6 +331,7 @@ def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None
         EnvelopeError: ``bad_digest``, ``bad_signature``, ``unsigned_hop``, or
             ``chain_rewritten`` when the envelope's fields no longer match its bytes.
     """
+    settle(wire)
     carried = carried_chain(envelope)
     if (carried is not None and carried is not wire.built) or any(
         getattr(envelope, name) != getattr(wire.ident, name) for name in _IDENTITY_FIELDS

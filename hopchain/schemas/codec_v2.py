@@ -14,6 +14,7 @@ from hopchain.schemas.chain_v2 import (
     _check_signature,
     payload_digest,
     reseal_last,
+    settle_pending,
     upgrade,
     verify_wire_fields,
 )
@@ -130,6 +131,9 @@ def seal_for_topic(
         envelope = upgrade(envelope, keep=min(verified_hops, len(envelope.chain) - 1))
     wire = wire_of(envelope)
     assert wire is not None  # noqa: S101 - set just above
+    digest = payload_digest(payload)
+    # The hop appended here is sealed now, once, over the payload's digest.
+    settle_pending(wire, payload=digest, keyring=keyring)
     if not wire.hops or wire.last is None:
         raise EnvelopeError(
             ReasonCode.INVALID_VALUE,
@@ -153,7 +157,6 @@ def seal_for_topic(
             f"{contract.topic!r}",
             f"$.chain[{index}].destination",
         )
-    digest = payload_digest(payload)
     new = wire.legacy + index >= verified_hops
     if wire.last.payload_digest != digest:
         if not new:

@@ -24,6 +24,7 @@ from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Hop
 
 if TYPE_CHECKING:
+    from hopchain.schemas.integrity import Keyring
     from hopchain.schemas.wire import HopWire, IdentityWire
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "CHAIN_START",
     "GENESIS_PREFIX",
     "SIGNATURES",
+    "Pending",
     "SealedEnvelope",
     "SealedHop",
     "Wire",
@@ -41,6 +43,7 @@ __all__ = [
     "link",
     "sealed_envelope",
     "sealed_hop",
+    "settle",
     "wire_of",
 ]
 
@@ -110,6 +113,9 @@ class Wire:
     last: HopWire | None = None
     markers: dict[int, str] = field(default_factory=dict)
     built: tuple[Hop, ...] | None = None
+    pending: Pending | None = None
+    """A hop appended but not sealed yet: sealed once, when it is written (with the digest of
+    the payload it goes with) or when its digest is first asked for (see :func:`settle`)."""
 
     @property
     def legacy(self) -> int:
@@ -118,17 +124,35 @@ class Wire:
 
     @property
     def count(self) -> int:
-        """Hops in the chain, schema-1 ones included."""
-        return len(self.legacy_hops) + len(self.hops)
+        """Hops in the chain, schema-1 ones included (and one appended, not yet sealed)."""
+        return len(self.legacy_hops) + len(self.hops) + (self.pending is not None)
 
     @property
     def head(self) -> str:
-        """The last digest (the genesis for an empty chain)."""
+        """The last digest (the genesis for an empty chain); seals a pending hop first."""
+        settle(self)
         return self.digests[-1] if self.digests else self.genesis
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An appended hop, validated, waiting to be sealed."""
+
+    hop: HopWire
+    keyring: Keyring | None
+
+
+def settle(wire: Wire) -> None:
+    """Seal the wire's pending hop, if any, as it is (no payload digest)."""
+    if wire.pending is not None:
+        from hopchain.schemas.chain_v2 import settle_pending  # noqa: PLC0415 - import cycle
+
+        settle_pending(wire)
 
 
 def chain_of(wire: Wire) -> tuple[Hop, ...]:
     """The chain as :class:`Hop` objects, built once: fields are parsed only when read."""
+    settle(wire)
     if wire.built is None:
         previous = wire.genesis
         hops: list[Hop] = list(wire.legacy_hops)
@@ -214,11 +238,11 @@ class SealedEnvelope(Envelope):
     @property
     def __dict__(self) -> dict[str, Any]:
         state: dict[str, Any] = _REAL_DICT.__get__(self)
-        if "chain" not in state:
+        if "chain" not in state or "head" not in state:
             wire = wire_of(self)
             assert wire is not None  # noqa: S101 - always set for this class
             # In declaration order, as validation would leave it (serialisers follow it).
-            full = {**state, "chain": chain_of(wire)}
+            full = {**state, "chain": chain_of(wire), "head": wire.head}
             state.clear()
             state.update({name: full[name] for name in _ENVELOPE_ORDER})
         return state
@@ -228,7 +252,7 @@ class SealedEnvelope(Envelope):
         _REAL_DICT.__set__(self, state)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "chain":
+        if name in {"chain", "head"}:
             return self.__dict__[name]
         return super().__getattr__(name)  # type: ignore[misc]
 
@@ -250,7 +274,7 @@ class SealedEnvelope(Envelope):
 def sealed_envelope(state: dict[str, Any], wire: Wire) -> SealedEnvelope:
     """A :class:`SealedEnvelope` without validation: ``state`` holds every field but chain."""
     envelope = SealedEnvelope.__new__(SealedEnvelope)
-    if wire.built is not None:
+    if wire.built is not None and "head" in state:
         state = {**state, "chain": wire.built}
         state = {name: state[name] for name in _ENVELOPE_ORDER}
     _REAL_DICT.__set__(envelope, state)
