@@ -95,6 +95,8 @@ class ReasonCode(StrEnum):
     """Schema 2: the last hop names another topic than the one read: hops were cut off the end."""
     PAYLOAD_MISMATCH = "payload_mismatch"
     """Schema 2: the payload is not the one whose digest the last hop sealed."""
+    UNEXPECTED_WRITER = "unexpected_writer"
+    """Schema 2: the last hop's component is not one of the writers the topic's contract names."""
 
 
 class HopchainError(Exception):

@@ -71,7 +71,8 @@ def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) 
     """The last hop must name this topic, its contract and this payload's digest.
 
     Raises:
-        EnvelopeError: ``truncated_chain``, ``contract_mismatch`` or ``payload_mismatch``.
+        EnvelopeError: ``truncated_chain``, ``unexpected_writer``, ``contract_mismatch`` or
+            ``payload_mismatch``.
     """
     wire = wire_of(envelope)
     assert wire is not None  # noqa: S101 - read_v2 made it
@@ -84,6 +85,13 @@ def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) 
             f"the last hop wrote to {last.destination!r}, not to {contract.topic!r}: hops were "
             "cut off the end of the chain, or the record was copied from another topic",
             f"$.chain[{index}].destination",
+        )
+    if contract.writers and last.component not in contract.writers:
+        raise EnvelopeError(
+            ReasonCode.UNEXPECTED_WRITER,
+            f"the last hop was written by {last.component!r}; topic {contract.topic!r} is "
+            f"written by {', '.join(sorted(contract.writers))} only",
+            f"$.chain[{index}].component",
         )
     if last.contract != contract.name or last.contract_version != contract.version:
         raise EnvelopeError(

@@ -44,6 +44,8 @@ class TopicContract:
         mode: how the envelope travels.
         dead_letter_topic: where rejected and abandoned records are parked;
             defaults to ``<topic>.dlq``.
+        writers: the components allowed to write the topic (schema 2: a record whose last
+            hop names another is refused as ``unexpected_writer``); empty: any component.
     """
 
     topic: str
@@ -54,6 +56,7 @@ class TopicContract:
     mode: WireMode = WireMode.HEADERS
     dead_letter_topic: str = ""
     description: str = field(default="", compare=False)
+    writers: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for label, value in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):

@@ -422,3 +422,30 @@ def test_any_hop_is_sealed_in_rfc_8785_form_and_reads_back_as_written(
     assert hop.model_dump(exclude={"digest", "prev_digest", "seq", "signature"}) == (
         envelope.chain[0].model_dump(exclude={"digest", "prev_digest", "seq", "signature"})
     )
+
+
+def test_a_topic_refuses_a_last_hop_by_a_component_it_does_not_name_as_writer() -> None:
+    record = v2_record(HEADERS_TOPIC, stages=2)
+    guarded = [
+        TopicContract(
+            topic=contract.topic,
+            model=contract.model,
+            owner=contract.owner,
+            name=contract.name,
+            mode=contract.mode,
+            writers=frozenset({"stage-1"}) if contract.topic == HEADERS_TOPIC else frozenset(),
+        )
+        for contract in sample_registry()
+    ]
+    parts = parts_of(record)
+    hop = parts.hop(-1) | {"component": "stage-9"}
+    parts.hops[-1] = rfc8785.dumps(hop)
+    codec = EnvelopeCodec(ContractRegistry(guarded))
+
+    assert codec.decode(HEADERS_TOPIC, record.value, list(record.headers)).envelope.hop_count == 3
+    with pytest.raises(DecodeError) as caught:
+        codec.decode(HEADERS_TOPIC, *with_text(record, reseal(parts)))
+    assert (caught.value.code, caught.value.path) == (
+        ReasonCode.UNEXPECTED_WRITER,
+        "$.chain[2].component",
+    )
