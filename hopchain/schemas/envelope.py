@@ -26,6 +26,8 @@ SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 PayloadT = TypeVar("PayloadT")
 _SCHEMA_2_LAYOUT = b',"chain":[\n'
 """Only schema-2 text has it: schema 1's JSON holds no raw newline."""
+_SCHEMA_2 = b'"schema_version":"2.'
+"""And its canonical identity says so."""
 
 
 class Envelope(BaseModel):
@@ -83,7 +85,7 @@ class Envelope(BaseModel):
             EnvelopeError: schema 2 text that breaks the schema.
         """
         raw = json_data.encode() if isinstance(json_data, str) else bytes(json_data)
-        if cls is Envelope and _SCHEMA_2_LAYOUT in raw:
+        if cls is Envelope and _SCHEMA_2_LAYOUT in raw and _SCHEMA_2 in raw:
             from hopchain.schemas.text_v2 import load_envelope  # noqa: PLC0415 - import cycle
 
             return cast("Self", load_envelope(raw))

@@ -40,7 +40,7 @@ from hopchain.schemas.sealed import (
     wire_of,
 )
 from hopchain.schemas.strict import check_timestamps, decode_strict, jcs
-from hopchain.schemas.wire import HopWire, IdentityWire
+from hopchain.schemas.wire import SIGNATURE_PATTERN, HopWire, IdentityWire
 
 if TYPE_CHECKING:
     from hopchain.schemas.hop import Hop
@@ -56,8 +56,7 @@ __all__ = [
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
 _MARKED = b'"degradation":{'
-_SIGNATURE_PREFIX = "hmac-sha256:"
-_SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
+_SIGNATURE = re.compile(SIGNATURE_PATTERN)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _DIGESTS = re.compile(rb'\[(?:"[0-9a-f]{64}",)*"[0-9a-f]{64}"\]')
 
@@ -113,15 +112,10 @@ def _signatures(text: bytes, count: int) -> tuple[str | None, ...]:
             ReasonCode.INVALID_VALUE, "one signature (or null) per hop", "$.signatures"
         )
     for index, value in enumerate(values):
-        if value is not None and not (
-            isinstance(value, str)
-            and len(value) == _SIGNATURE_LENGTH
-            and value.startswith(_SIGNATURE_PREFIX)
-            and all(char in "0123456789abcdef" for char in value[len(_SIGNATURE_PREFIX) :])
-        ):
+        if value is not None and not (isinstance(value, str) and _SIGNATURE.match(value)):
             raise EnvelopeError(
                 ReasonCode.INVALID_VALUE,
-                "a signature is hmac-sha256: and 64 lowercase hex digits",
+                "a signature is hmac-sha256:<64 hex> or ed25519:<16 hex key id>:<128 hex>",
                 f"$.signatures[{index}]",
             )
     if orjson.dumps(values) != text:

@@ -166,7 +166,8 @@ class IdentityWire(_Wire, forbid_unknown_fields=True, frozen=True):
     work_item_id: Name
 
 
-Signature = Annotated[str, msgspec.Meta(pattern=r"^hmac-sha256:[0-9a-f]{64}" + _END)]
+SIGNATURE_PATTERN = r"^(?:hmac-sha256:[0-9a-f]{64}|ed25519:[0-9a-f]{16}:[0-9a-f]{128})" + _END
+Signature = Annotated[str, msgspec.Meta(pattern=SIGNATURE_PATTERN)]
 
 
 class EnvelopeDocument(_Wire, forbid_unknown_fields=True, frozen=True):

@@ -45,9 +45,11 @@ def load(path: Path) -> dict[str, Any]:
 
 def verdict(vector: dict[str, Any], *, full_check: bool) -> dict[str, Any]:
     keys = {name: bytes.fromhex(key) for name, key in vector["keys"].items()}
-    codec = EnvelopeCodec(
-        GENERATOR.registry(), keyring=Keyring(keys) if keys else None, full_check=full_check
-    )
+    public = {
+        name: [bytes.fromhex(key) for key in hexes] for name, hexes in vector["public_keys"].items()
+    }
+    keyring = Keyring(keys, verifying=public) if keys or public else None
+    codec = EnvelopeCodec(GENERATOR.registry(), keyring=keyring, full_check=full_check)
     headers = [(name, raw.encode()) for name, raw in vector["headers"]]
     try:
         codec.decode(vector["topic"], vector["value"].encode(), headers)

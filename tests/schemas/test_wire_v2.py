@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import rfc8785
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import HEADERS_TOPIC, OWNER, Sample, hop_facts, sample_payload, sample_registry
@@ -449,3 +451,42 @@ def test_a_topic_refuses_a_last_hop_by_a_component_it_does_not_name_as_writer() 
         ReasonCode.UNEXPECTED_WRITER,
         "$.chain[2].component",
     )
+
+
+# -- Ed25519 -------------------------------------------------------------------------------------
+
+
+def _public(seed: bytes) -> bytes:
+    key = ed25519.Ed25519PrivateKey.from_private_bytes(seed).public_key()
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+def test_ed25519_hops_verify_with_public_keys_through_a_key_rotation(topic: str) -> None:
+    old, new = os.urandom(32), os.urandom(32)
+    before = v2_record(topic, keyring=Keyring(signing={"orders-api": old, "stage-1": old}))
+    after = v2_record(topic, keyring=Keyring(signing={"orders-api": new, "stage-1": new}))
+    rotating = Keyring(verifying={"orders-api": [_public(old), _public(new)], "stage-1": []})
+    only_new = Keyring(verifying={"orders-api": [_public(new)]})
+
+    for record in (before, after):
+        decoded = v2_codec(keyring=rotating).decode(topic, record.value, list(record.headers))
+        signatures = [hop.signature or "" for hop in decoded.envelope.chain]
+        assert [s.split(":")[0] for s in signatures] == ["ed25519", "", "ed25519"]
+    refused = refusal(topic, before.value, list(before.headers), keyring=only_new)
+    assert (refused.code, refused.path) == (ReasonCode.BAD_SIGNATURE, "$.chain[0]")
+
+
+def test_a_reader_holding_public_keys_cannot_sign() -> None:
+    seed = os.urandom(32)
+    reader = Keyring(verifying={"stage-1": [_public(seed)]})
+    record = v2_record(HEADERS_TOPIC, keyring=Keyring(signing={"stage-1": seed}))
+    parts = parts_of(record)
+    forged = parts.hop(-1) | {"observation": "approved"}
+    parts.hops[-1] = rfc8785.dumps(forged)
+    parts.signatures[-1] = reader.sign("stage-1", "0" * 64)
+
+    error = refusal(HEADERS_TOPIC, *with_text(record, reseal(parts)), keyring=reader)
+
+    assert parts.signatures[-1] is None
+    assert (error.code, error.path) == (ReasonCode.UNSIGNED_HOP, "$.chain[2]")

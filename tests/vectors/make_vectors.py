@@ -44,6 +44,8 @@ from hopchain.schemas.vocabulary import AttemptKind, AttemptOutcome
 HERE = Path(__file__).parent / "v2"
 T0 = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
 KEYS = {"ingest": bytes(range(32)), "enrich": bytes(range(32, 64))}
+SEEDS = {"ingest": bytes(range(64, 96)), "enrich": bytes(range(96, 128))}
+"""Ed25519 private keys (seeds) of the signing pipeline; readers get the public keys only."""
 HEADERS_TOPIC, BODY_TOPIC, RAW_TOPIC = "claims", "claims.body", "claims.raw"
 CONTRACT = ("claims", 1)
 STRUCTURAL = {
@@ -95,11 +97,25 @@ def _origin() -> Envelope:
     return mint_v2(draft)
 
 
+def public_keys() -> dict[str, list[str]]:
+    """The raw Ed25519 public keys of SEEDS, hex, by component."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: PLC0415
+
+    raw = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    return {
+        component: [
+            ed25519.Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes(*raw).hex()
+        ]
+        for component, seed in SEEDS.items()
+    }
+
+
 def pipeline(
-    topic: str, *, keyed: bool = False, eventful: bool = False
+    topic: str, *, keyed: bool = False, eventful: bool = False, ed25519: bool = False
 ) -> tuple[bytes, list[list[str]]]:
     """ingest -> claims.raw -> enrich -> ``topic`` -> review -> ``topic``: three hops."""
-    keyring = Keyring(KEYS) if keyed else None
+    keyring = Keyring(KEYS) if keyed else Keyring(signing=SEEDS) if ed25519 else None
     codec = EnvelopeCodec(registry(), keyring=keyring)
     claim = Claim(number=1042, amount_cents=12_300)
     envelope = append_hop(
@@ -250,6 +266,7 @@ def vector(  # noqa: PLR0917 - one record, read like a table row
     path: str | None = None,
     *,
     keys: dict[str, bytes] | None = None,
+    public: dict[str, list[str]] | None = None,
     schema: str | None = None,
 ) -> Vector:
     if schema is None:
@@ -261,6 +278,7 @@ def vector(  # noqa: PLR0917 - one record, read like a table row
         "mode": "body" if topic == BODY_TOPIC else "headers",
         "contract": list(CONTRACT),
         "keys": {component: key.hex() for component, key in (keys or {}).items()},
+        "public_keys": public or {},
         "value": value,
         "headers": headers,
         "expect": {"reason": reason} if reason is None else {"reason": reason, "path": path},
@@ -565,6 +583,47 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
             h,
             None,
             keys=KEYS,
+        )
+    )
+    # Ed25519: the reader holds public keys only, so it cannot sign what it forges.
+    value, headers = pipeline(topic, ed25519=True)
+    signed = value.decode()
+    out.append(
+        vector(
+            "valid-ed25519",
+            "ingest and enrich sign with Ed25519 keys; the reader holds the public keys",
+            topic,
+            signed,
+            headers,
+            None,
+            public=public_keys(),
+        )
+    )
+    text = Text(_envelope_of(headers, signed))
+    text.hops[0]["observation"] = "approved"
+    out.append(
+        vector(
+            "ed25519-hop-edited",
+            "ingest's hop edited, digests recomputed, its signature kept",
+            topic,
+            *_with(headers, signed, text.write()),
+            "bad_signature",
+            "$.chain[0]",
+            public=public_keys(),
+        )
+    )
+    rewritten = Text(_envelope_of(headers, signed))
+    rewritten.hops[1]["instance"] = "mallory-1"
+    rewritten.signatures[1] = "hmac-sha256:" + "0" * 64
+    out.append(
+        vector(
+            "ed25519-replaced-by-hmac",
+            "enrich's hop rewritten and signed with an HMAC the reader has no key for",
+            topic,
+            *_with(headers, signed, rewritten.write()),
+            "bad_signature",
+            "$.chain[1]",
+            public=public_keys(),
         )
     )
     return out

@@ -8,7 +8,7 @@
 //
 // Prints one line per vector and "N of M vectors agree"; exits 1 on any disagreement.
 
-import { createHash, createHmac } from "node:crypto";
+import { createHash, createHmac, createPublicKey, verify as verifySignature } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -318,11 +318,34 @@ function verify(vector) {
   const signaturesText = raw.subarray(middle + 1 + SIGNATURES.length, close + 1).toString("utf8");
   const signatures = parseJson(signaturesText, "$.signatures");
   if (!Array.isArray(signatures) || signatures.length !== hops.length ||
-      !signatures.every((s) => s === null || /^hmac-sha256:[0-9a-f]{64}$/.test(s))) {
+      !signatures.every((s) => s === null ||
+        /^(?:hmac-sha256:[0-9a-f]{64}|ed25519:[0-9a-f]{16}:[0-9a-f]{128})$/.test(s))) {
     refuse("invalid_value", "$.signatures");
   }
   if (jcs(signatures) !== signaturesText) refuse("not_canonical", "$.signatures");
   const keys = new Map(Object.entries(vector.keys).map(([c, k]) => [c, Buffer.from(k, "hex")]));
+  // Ed25519 public keys by component, then by key id (SHA-256 of the raw key, 16 hex digits).
+  const publics = new Map(
+    Object.entries(vector.public_keys ?? {}).map(([component, list]) => [
+      component,
+      new Map(list.map((hex) => {
+        const raw = Buffer.from(hex, "hex");
+        const der = Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), raw]);
+        return [sha256(raw).slice(0, 16), createPublicKey({ key: der, format: "der", type: "spki" })];
+      })),
+    ]),
+  );
+  const signedBy = (component, digest, signature) => {
+    const ed = /^ed25519:([0-9a-f]{16}):([0-9a-f]{128})$/.exec(signature);
+    if (ed) {
+      const key = publics.get(component)?.get(ed[1]);
+      return key !== undefined &&
+        verifySignature(null, Buffer.from(digest), key, Buffer.from(ed[2], "hex"));
+    }
+    const key = keys.get(component);
+    return key !== undefined &&
+      signature === "hmac-sha256:" + createHmac("sha256", key).update(digest).digest("hex");
+  };
   let previous = sha256("hopchain-v2 genesis\n", identityBytes);
   const markers = [];
   hops.forEach((bytes, i) => {
@@ -331,11 +354,9 @@ function verify(vector) {
     if (digest !== digests[i]) refuse("bad_digest", `$.digests[${i}]`);
     const hop = readObject(bytes, HOP, path); // a full reader parses every hop
     checkCalendar(hop, path);
-    const key = keys.get(hop.component);
-    if (key !== undefined) {
+    if (keys.has(hop.component) || publics.has(hop.component)) {
       if (signatures[i] === null) refuse("unsigned_hop", path);
-      const expected = "hmac-sha256:" + createHmac("sha256", key).update(digest).digest("hex");
-      if (expected !== signatures[i]) refuse("bad_signature", path);
+      if (!signedBy(hop.component, digest, signatures[i])) refuse("bad_signature", path);
     }
     if (hop.degradation !== null) markers.push(hop.degradation.stage);
     previous = digest;
