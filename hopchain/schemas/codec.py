@@ -293,7 +293,7 @@ class EnvelopeCodec:
 
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
-        envelope, payload = self._read_value(contract, value, text_headers)
+        envelope, payload = self._read_value(contract, value, text_headers, headers)
         envelope = self._checked(contract, envelope)
         wire = wire_of(envelope)
         traceparent = text_headers.get(TRACEPARENT_HEADER)
@@ -329,7 +329,11 @@ class EnvelopeCodec:
         )
 
     def _read_value(
-        self, contract: TopicContract, value: bytes, text_headers: dict[str, str]
+        self,
+        contract: TopicContract,
+        value: bytes,
+        text_headers: dict[str, str],
+        headers: RawHeaders,
     ) -> tuple[Envelope, BaseModel]:
         _refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         if contract.mode is WireMode.HEADERS:
@@ -341,7 +345,8 @@ class EnvelopeCodec:
                     "not use hopchain?",
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
-            envelope_bytes = raw_envelope.encode()
+            # The bytes as received (their text was checked to be UTF-8 when read).
+            envelope_bytes = next(raw for name, raw in headers if name == ENVELOPE_HEADER) or b""
             if is_v2(envelope_bytes):
                 envelope, _ = read_v2(
                     contract, envelope_bytes, keyring=self.keyring, full=self.full_check

@@ -13,6 +13,7 @@ found by splitting, never by parsing. ``SPEC.md`` has the format.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from hashlib import sha256 as _sha256
 from typing import TYPE_CHECKING
 
@@ -147,6 +148,23 @@ def _legacy(ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
     return legacy.chain
 
 
+def _check_links(
+    previous: str, hops: tuple[bytes, ...], stored: Sequence[str], *, offset: int = 0
+) -> None:
+    """Each hop's digest from the bytes, against the digest written for it."""
+    link_from = previous.encode()
+    for index, hop in enumerate(hops):
+        digest = _sha256(b"%s\n%s" % (link_from, hop)).hexdigest()
+        if digest != stored[index]:
+            raise EnvelopeError(
+                ReasonCode.BAD_DIGEST,
+                f"hop {offset + index} does not match its digest: it, a hop before it or the "
+                "envelope's own members were altered after it was sealed",
+                f"$.digests[{offset + index}]",
+            )
+        link_from = digest.encode()
+
+
 def read_envelope_text(
     raw: bytes, *, keyring: Keyring | None, full: bool = False, check: bool = True
 ) -> tuple[Envelope, bytes]:
@@ -181,40 +199,34 @@ def read_envelope_text(
     check_timestamps(last, f"$.chain[{len(hops) - 1}]")
     stored = _digests(raw[end + len(CHAIN_END) : middle + 1], len(hops))
     signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
-    genesis = previous = genesis_of(identity)
-    digests: list[str] = []
+    genesis = genesis_of(identity)
     markers: dict[int, str] = {}
-    # Components are read (from each hop's first member) only to check signatures.
+    # Components are read (from each hop's first member) only to check signatures, and
+    # markers looked for only when the chain holds one at all.
     keyed = bool(keyring) or full
-    # Markers are looked for in the hops only when the chain holds one at all.
     marked = full or _MARKED in raw
-    for index, hop in enumerate(hops):
-        digest = (
-            _sha256(b"%s\n%s" % (previous.encode(), hop)).hexdigest() if check else stored[index]
-        )
-        if digest != stored[index]:
-            raise EnvelopeError(
-                ReasonCode.BAD_DIGEST,
-                f"hop {index} does not match its digest: it, a hop before it or the envelope's "
-                "own members were altered after it was sealed",
-                f"$.digests[{index}]",
-            )
-        if keyed and check:
+    if check and not keyed and not marked:
+        _check_links(genesis, hops, stored)
+    else:
+        previous = genesis
+        for index, hop in enumerate(hops):
             path = f"$.chain[{index}]"
-            component = component_of(hop)
-            if component is None:
-                # The hop is refused with the reason its full reading gives.
-                decode_strict(hop, HopWire, path)
-                raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
-            _check_signature(keyring, component, digest, signatures[index], path)
-        if marked and (full or has_marker(hop)):
-            path = f"$.chain[{index}]"
-            parsed = decode_strict(hop, HopWire, path)
-            check_timestamps(parsed, path)
-            if parsed.degradation is not None:
-                markers[index] = parsed.degradation.stage
-        digests.append(digest)
-        previous = digest
+            digest = stored[index]
+            if check:
+                _check_links(previous, (hop,), (digest,), offset=index)
+            if keyed and check:
+                component = component_of(hop)
+                if component is None:
+                    # The hop is refused with the reason its full reading gives.
+                    decode_strict(hop, HopWire, path)
+                    raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
+                _check_signature(keyring, component, digest, signatures[index], path)
+            if marked and (full or has_marker(hop)):
+                parsed = decode_strict(hop, HopWire, path)
+                check_timestamps(parsed, path)
+                if parsed.degradation is not None:
+                    markers[index] = parsed.degradation.stage
+            previous = digest
     wire = Wire(
         identity,
         ident,
@@ -231,7 +243,7 @@ def read_envelope_text(
         schema_version=ident.schema_version,
         contract=last.contract,
         contract_version=last.contract_version,
-        head=previous,
+        head=stored[-1],
     )
     return sealed_envelope(state, wire), raw[close + 1 :]
 
