@@ -19,6 +19,8 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TOPIC_PATTERN
+
 __all__ = ["fast_twin"]
 
 Check = Callable[[Any], bool]
@@ -34,6 +36,33 @@ def _twin_type(hint: Any) -> Any:
         twins = tuple(_twin_type(arg) for arg in typing.get_args(hint))
         return typing.Union[twins]  # noqa: UP007 - built from a tuple of types
     return hint
+
+
+_RECURRING = frozenset({NAME_PATTERN, COMPONENT_PATTERN, TOPIC_PATTERN})
+"""Patterns of names, which recur; ids, digests and timestamps do not."""
+
+
+class _Passed(set[str]):
+    """Strings that met a pattern and length bounds, remembered (at most ``LIMIT`` of them)."""
+
+    LIMIT = 4096
+
+    def __init__(self, pattern: str, low: int | None, high: int | None) -> None:
+        super().__init__()
+        self._search = re.compile(pattern).search
+        self._low, self._high = low, high
+
+    def check(self, value: str) -> bool:
+        if (self._low is not None and len(value) < self._low) or (
+            self._high is not None and len(value) > self._high
+        ):
+            return False
+        if self._search(value) is None:
+            return False
+        if len(self) >= self.LIMIT:
+            self.clear()
+        self.add(value)
+        return True
 
 
 class _Compiler:
@@ -76,6 +105,13 @@ class _Compiler:
             return [
                 *([f"{var} < {info.ge}"] if info.ge is not None else []),
                 *([f"{var} > {info.le}"] if info.le is not None else []),
+            ]
+        if info.pattern in _RECURRING:
+            # Names (components, topics, contracts) recur from record to record: a string
+            # that passed once is remembered, and found again by a set lookup.
+            passed = _Passed(info.pattern, info.min_length, info.max_length)
+            return [
+                f"{var} not in {self.constant(passed)} and not {self.constant(passed.check)}({var})"
             ]
         tests = []
         if info.min_length is not None:
