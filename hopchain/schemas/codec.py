@@ -335,6 +335,13 @@ class EnvelopeCodec:
         text_headers: dict[str, str],
         headers: RawHeaders,
     ) -> tuple[Envelope, BaseModel]:
+        if contract.mode is WireMode.BODY and is_v2(value):
+            envelope, payload_bytes = read_v2(
+                contract, value, keyring=self.keyring, full=self.full_check
+            )
+            # Only the payload is searched: the envelope's objects are parsed strictly.
+            _refuse_non_finite(payload_bytes or b"", "$.payload")
+            return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
         _refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         if contract.mode is WireMode.HEADERS:
             raw_envelope = text_headers.get(ENVELOPE_HEADER)
@@ -358,11 +365,6 @@ class EnvelopeCodec:
                 payload = contract.model.model_validate_json(value)
             except ValidationError as exc:
                 raise _from_validation(exc, prefix=("payload",)) from None
-        elif is_v2(value):
-            envelope, payload_bytes = read_v2(
-                contract, value, keyring=self.keyring, full=self.full_check
-            )
-            return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
         else:
             body = self._validate(contract.body_model, value)
             payload = body.payload
