@@ -124,3 +124,37 @@ def test_an_independent_javascript_verifier_reaches_every_verdict() -> None:
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(FILES)} of {len(FILES)} vectors agree" in result.stdout
+
+
+AJV = Path(__file__).parents[2] / ".cache" / "node" / "node_modules"
+
+
+def test_ajv_applies_the_exported_schemas_as_the_vectors_say(tmp_path: Path) -> None:
+    node = _node()
+    if node is None or not (AJV / "ajv").is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"node or ajv missing ({AJV}); .ci/run installs both")
+        pytest.skip("node or ajv is not installed (npm install --prefix .cache/node ajv)")
+    registry = GENERATOR.registry()
+    headers_schema, body_schema = tmp_path / "headers.json", tmp_path / "body.json"
+    headers_schema.write_text(json.dumps(envelope_schema()), encoding="utf-8")
+    body_schema.write_text(
+        json.dumps(topic_schema(registry, GENERATOR.BODY_TOPIC)), encoding="utf-8"
+    )
+    result = subprocess.run(  # noqa: S603 - fixed arguments
+        [
+            node,
+            str(VECTORS / "ajv_check.mjs"),
+            str(AJV),
+            str(headers_schema),
+            str(body_schema),
+            str(VECTORS / "v2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(FILES)} of {len(FILES)} vectors agree with ajv" in result.stdout
