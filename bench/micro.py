@@ -2,14 +2,15 @@
 
 One hop is what the middleware does for every record: decode (parse, validate the envelope
 and the payload, verify the chain), append the service's hop, encode (verifying only the new
-hop). Payload 1 KiB; chains of 0, 10 and 50 hops; headers and body mode. Then, at 10 hops,
-the same work in its parts.
+hop). Payload 1 KiB; chains of 1, 10 and 50 hops; headers and body mode; envelope schema 1
+and schema 2 side by side in one run. Then, at 10 hops, the same work in its parts.
 
-Times are microseconds per operation: the median of several repeats, each repeat timing
-enough back-to-back operations to last a few tens of milliseconds (time.perf_counter_ns,
-garbage collection paused while timing, as timeit does).
+Times are CPU microseconds per operation (the machine is shared: CPU time is what one hop
+costs, wall time also counts waiting for a core): the median of several repeats, each repeat
+timing enough back-to-back operations to last a few tens of milliseconds
+(time.process_time_ns, garbage collection paused while timing, as timeit does).
 
-    python bench/micro.py [--repeats 7]
+    python -m bench.micro [--repeats 7]
 """
 
 from __future__ import annotations
@@ -44,10 +45,15 @@ from hopchain.schemas import (
     verify_chain,
 )
 from hopchain.schemas.codec import ENVELOPE_HEADER
+from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, link
+from hopchain.schemas.strict import decode_strict
+from hopchain.schemas.text_v2 import read_envelope_text
+from hopchain.schemas.wire import HopWire, IdentityWire
 
 HEADERS_TOPIC = "bench.documents"
 BODY_TOPIC = "bench.documents.body"
-CHAIN_LENGTHS = (0, 10, 50)
+CHAIN_LENGTHS = (1, 10, 50)
+SCHEMAS = (1, 2)
 BREAKDOWN_HOPS = 10
 TARGET_REPEAT_NS = 15_000_000
 PAYLOAD_BYTES = 1024
@@ -104,10 +110,17 @@ def registry() -> ContractRegistry:
     )
 
 
-def chain_of(hops: int) -> Envelope:
-    """A chain as a pipeline writes it: every stage forwards, every fifth one after retries."""
+def chain_of(hops: int, *, schema: int = 2, destination: str = HEADERS_TOPIC) -> Envelope:
+    """A chain as a pipeline writes it: every stage forwards, every fifth one after retries.
+
+    The last hop wrote to ``destination``: the record is read from there.
+    """
     envelope = new_envelope(
-        contract="documents", contract_version=1, run_id="run-2025-03-01", work_item_id="doc-42"
+        contract="documents",
+        contract_version=1,
+        run_id="run-2025-03-01",
+        work_item_id="doc-42",
+        schema=schema,
     )
     for index in range(hops):
         at = T0 + timedelta(seconds=index)
@@ -151,7 +164,7 @@ def chain_of(hops: int) -> Envelope:
             received_from=Position(topic=f"bench.stage-{index}", partition=3, offset=100 + index),
             received_at=at,
             decided_at=at + timedelta(milliseconds=250),
-            destination=f"bench.stage-{index + 1}",
+            destination=destination if index == hops - 1 else f"bench.stage-{index + 1}",
             attempts=attempts,
             effects=[
                 Effect(kind=EffectKind.RECORD_WRITTEN, target="documents", identifier="doc-42")
@@ -162,7 +175,7 @@ def chain_of(hops: int) -> Envelope:
 
 
 def measure(operation: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median and minimum microseconds per call of ``operation``, over ``repeats`` repeats."""
+    """Median and minimum CPU microseconds per call of ``operation``, over ``repeats`` repeats."""
     operation()  # warm caches
     start = time.perf_counter_ns()
     operation()
@@ -173,10 +186,10 @@ def measure(operation: Callable[[], object], repeats: int) -> tuple[float, float
     gc.disable()
     try:
         for _ in range(repeats):
-            start = time.perf_counter_ns()
+            start = time.process_time_ns()
             for _ in range(number):
                 operation()
-            samples.append((time.perf_counter_ns() - start) / number / 1000)
+            samples.append((time.process_time_ns() - start) / number / 1000)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -186,7 +199,7 @@ def measure(operation: Callable[[], object], repeats: int) -> tuple[float, float
 def hop_cycle(codec: EnvelopeCodec, topic: str, hops: int) -> Callable[[], object]:
     """Read a record with ``hops`` hops, append one, write it: the middleware's work."""
     payload = payload_of_one_kib()
-    record = codec.encode(topic, chain_of(hops), payload)
+    record = codec.encode(topic, chain_of(hops, schema=codec.schema, destination=topic), payload)
     value, headers = record.value, list(record.headers)
 
     def cycle() -> object:
@@ -199,17 +212,21 @@ def hop_cycle(codec: EnvelopeCodec, topic: str, hops: int) -> Callable[[], objec
             span_id="b000000000000001",
             received_at=T0,
             decided_at=T0,
+            destination=topic,
         )
         return codec.encode(
-            topic, outgoing, decoded.payload, verified_hops=len(decoded.envelope.chain)
+            topic, outgoing, decoded.payload, verified_hops=decoded.envelope.hop_count
         )
 
     return cycle
 
 
 def parts(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable[[], object]]:
+    """The parts of one hop at ``hops`` hops, for the codec's envelope schema."""
+    if codec.schema == 2:  # noqa: PLR2004
+        return _parts_v2(codec, topic, hops)
     payload = payload_of_one_kib()
-    envelope = chain_of(hops)
+    envelope = chain_of(hops, schema=1, destination=topic)
     record = codec.encode(topic, envelope, payload)
     value, headers = record.value, list(record.headers)
     contract = codec.registry.get(topic)
@@ -221,6 +238,7 @@ def parts(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable[[],
         decision=Decision.FORWARDED,
         span_id="b000000000000001",
         decided_at=T0,
+        destination=topic,
     )
 
     def parse_and_validate() -> object:
@@ -239,12 +257,64 @@ def parts(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable[[],
             decision=Decision.FORWARDED,
             span_id="b000000000000001",
             decided_at=T0,
+            destination=topic,
         ),
         "encode only (new hop checked)": lambda: codec.encode(
             topic, outgoing, payload, verified_hops=hops
         ),
-        "encode, every hop re-checked": lambda: codec.encode(topic, outgoing, payload),
     }
+
+
+def _parts_v2(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable[[], object]]:
+    payload = payload_of_one_kib()
+    record = codec.encode(topic, chain_of(hops, destination=topic), payload)
+    value, headers = record.value, list(record.headers)
+    text = dict(record.headers).get(ENVELOPE_HEADER, value)
+    decoded = codec.decode(topic, value, headers)
+    identity = text[: text.index(CHAIN_START)] + b"}"
+    sealed = text[text.index(CHAIN_START) + len(CHAIN_START) : text.index(CHAIN_END)].split(b",\n")
+
+    def append() -> Envelope:
+        return append_hop(
+            decoded.envelope,
+            component="bench-stage",
+            instance="bench-0",
+            decision=Decision.FORWARDED,
+            span_id="b000000000000001",
+            decided_at=T0,
+            destination=topic,
+        )
+
+    outgoing = append()
+
+    def link_all() -> object:
+        previous = "0" * 64
+        for hop in sealed:
+            previous = link(previous, hop)
+        return previous
+
+    return {
+        "decode (read, check last hop, payload)": lambda: codec.decode(topic, value, headers),
+        "  of which envelope text read": lambda: read_envelope_text(text, keyring=None),
+        "  of which identity parse + check": lambda: decode_strict(identity, IdentityWire, "$"),
+        "  of which last hop parse + check": lambda: decode_strict(sealed[-1], HopWire, "$"),
+        "  of which digests of every hop": link_all,
+        "  of which payload validate": lambda: Document.model_validate_json(
+            value if contract_mode(codec, topic) is WireMode.HEADERS else payload_json(payload)
+        ),
+        "append one hop only": append,
+        "encode only (new hop sealed, spliced)": lambda: codec.encode(
+            topic, outgoing, payload, verified_hops=hops
+        ),
+    }
+
+
+def contract_mode(codec: EnvelopeCodec, topic: str) -> WireMode:
+    return codec.registry.get(topic).mode
+
+
+def payload_json(payload: BaseModel) -> bytes:
+    return payload.__pydantic_serializer__.to_json(payload)
 
 
 def _cell(figures: tuple[float, float]) -> str:
@@ -256,27 +326,51 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="repeats per figure (median)")
     repeats = parser.parse_args().repeats
-    codec = EnvelopeCodec(registry())
     modes = {"headers": HEADERS_TOPIC, "body": BODY_TOPIC}
     started = time.perf_counter()
 
-    print(f"hopchain codec, {PAYLOAD_BYTES} B payload, microseconds per operation:")
+    print(f"hopchain codec, {PAYLOAD_BYTES} B payload, CPU microseconds per operation:")
     print(f"median (min) of {repeats} repeats; Python {sys.version.split()[0]} on {sys.platform}\n")
     print("decode + validate + append one hop + encode")
-    print(f"{'hops in chain':>13} {'headers mode':>17} {'body mode':>17} {'record bytes':>13}")
+    print(f"{'schema':>6} {'hops':>5} {'headers mode':>17} {'body mode':>17} {'record bytes':>13}")
+    medians: dict[tuple[int, int, str], float] = {}
     for hops in CHAIN_LENGTHS:
-        times = [measure(hop_cycle(codec, topic, hops), repeats) for topic in modes.values()]
-        size = codec.encode(HEADERS_TOPIC, chain_of(hops), payload_of_one_kib()).size
-        print(f"{hops:>13} {_cell(times[0])} {_cell(times[1])} {size:>13}")
+        for schema in SCHEMAS:
+            codec = EnvelopeCodec(registry(), schema=schema)
+            times = [measure(hop_cycle(codec, topic, hops), repeats) for topic in modes.values()]
+            for mode, figures in zip(modes, times, strict=True):
+                medians[schema, hops, mode] = figures[0]
+            chain = chain_of(hops, schema=schema, destination=HEADERS_TOPIC)
+            size = codec.encode(HEADERS_TOPIC, chain, payload_of_one_kib()).size
+            print(f"{schema:>6} {hops:>5} {_cell(times[0])} {_cell(times[1])} {size:>13}")
 
-    print(f"\nbreakdown at {BREAKDOWN_HOPS} hops")
-    print(f"{'':<34} {'headers mode':>17} {'body mode':>17}")
-    rows: dict[str, list[tuple[float, float]]] = {}
-    for topic in modes.values():
-        for name, operation in parts(codec, topic, BREAKDOWN_HOPS).items():
-            rows.setdefault(name, []).append(measure(operation, repeats))
-    for name, (in_headers, in_body) in rows.items():
-        print(f"{name:<34} {_cell(in_headers)} {_cell(in_body)}")
+    first, last = CHAIN_LENGTHS[1], CHAIN_LENGTHS[-1]
+    print("\nper additional earlier hop, between", first, "and", last, "hops (median µs):")
+    for schema in SCHEMAS:
+        slopes = [
+            (medians[schema, last, mode] - medians[schema, first, mode]) / (last - first)
+            for mode in modes
+        ]
+        body_ratio = medians[schema, first, "body"] / medians[schema, first, "headers"]
+        print(
+            f"  schema {schema}: headers {slopes[0]:.2f}, body {slopes[1]:.2f}; "
+            f"body / headers at {first} hops {body_ratio:.2f}"
+        )
+    print(
+        f"  schema 1 / schema 2 at {first} hops, headers mode: "
+        f"{medians[1, first, 'headers'] / medians[2, first, 'headers']:.1f}x"
+    )
+
+    for schema in SCHEMAS:
+        codec = EnvelopeCodec(registry(), schema=schema)
+        print(f"\nschema {schema}, breakdown at {BREAKDOWN_HOPS} hops")
+        print(f"{'':<40} {'headers mode':>17} {'body mode':>17}")
+        rows: dict[str, list[tuple[float, float]]] = {}
+        for topic in modes.values():
+            for name, operation in parts(codec, topic, BREAKDOWN_HOPS).items():
+                rows.setdefault(name, []).append(measure(operation, repeats))
+        for name, (in_headers, in_body) in rows.items():
+            print(f"{name:<40} {_cell(in_headers)} {_cell(in_body)}")
     print(f"\n({time.perf_counter() - started:.1f} s)")
 
 

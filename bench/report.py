@@ -252,8 +252,8 @@ def _micro(results: Results) -> list[str]:
     lines = [
         "`bench/micro.py`: one hop's work on a record as the middleware does it: decode "
         "(parse, validate envelope and payload, verify the chain) + append one hop + encode "
-        f"(new hop checked). {micro.payload_bytes} B payload. Microseconds per operation, "
-        f"median (minimum) of {micro.repeats} repeats, wall clock. "
+        f"(new hop checked), envelope schema 2. {micro.payload_bytes} B payload. CPU "
+        f"microseconds per operation, median (minimum) of {micro.repeats} repeats. "
         f"CPU share while it ran: {micro.cpu_share:.0%} of one core"
         + (
             " (the machine was busy: figures are inflated)"

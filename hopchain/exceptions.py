@@ -89,6 +89,14 @@ class ReasonCode(StrEnum):
     """A failure description exceeds its bound; descriptions are for people, not payloads."""
     OVERSIZE = "oversize"
     """The encoded record would exceed the configured maximum (kept below the broker's)."""
+    NOT_CANONICAL = "not_canonical"
+    """Schema 2: an object is not in its RFC 8785 form, or the envelope not in its layout."""
+    TRUNCATED_CHAIN = "truncated_chain"
+    """Schema 2: the last hop names another topic than the one read: hops were cut off the end."""
+    PAYLOAD_MISMATCH = "payload_mismatch"
+    """Schema 2: the payload is not the one whose digest the last hop sealed."""
+    UNEXPECTED_WRITER = "unexpected_writer"
+    """Schema 2: the last hop's component is not one of the writers the topic's contract names."""
 
 
 class HopchainError(Exception):

@@ -24,6 +24,7 @@ from hopchain.schemas.deadletter import (
     DeadLetterInfo,
     read_dead_letter_headers,
 )
+from hopchain.schemas.text_v2 import load_envelope
 
 __all__ = [
     "HopFacts",
@@ -180,9 +181,12 @@ def _sighting(record: Any, needle: str, keyring: Keyring | None) -> Sighting | N
     envelope, unreadable = None, None
     if text is not None:
         try:
-            envelope = Envelope.model_validate_json(text)
+            # Read as written: integrity_of then says at which hop the chain breaks.
+            envelope = load_envelope(text, check=False)
         except ValidationError as exc:
             unreadable = f"envelope does not validate: {exc.error_count()} error(s)"
+        except EnvelopeError as exc:
+            unreadable = f"envelope does not verify: {exc.code.value} at {exc.path}"
     matched = (
         (envelope is not None and matches(envelope, needle))
         or (dead_letter is not None and dead_letter.dead_letter_id == needle)

@@ -10,11 +10,13 @@ from typing import Any
 
 from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, original_headers
 from hopchain.consumers.resolutions import Resolution
+from hopchain.exceptions import EnvelopeError
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.deadletter import DeadLetterInfo, read_dead_letter_headers
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.failure import Failure
 from hopchain.schemas.hop import Hop
+from hopchain.schemas.text_v2 import load_envelope
 
 __all__ = ["DeadLetterDetail", "TimelineRow", "describe_failure", "inspect_dead_letter"]
 
@@ -187,8 +189,8 @@ def inspect_dead_letter(
         raw = [value for name, value in original_headers(record.headers) if name == ENVELOPE_HEADER]
         if raw and raw[-1] is not None:
             try:
-                envelope = Envelope.model_validate_json(raw[-1])
-            except ValueError as exc:
+                envelope = load_envelope(raw[-1])
+            except (ValueError, EnvelopeError) as exc:
                 problem = f"the record's envelope does not validate: {str(exc)[:300]}"
         elif problem is None:
             problem = "the record carries no envelope (rejected before one could be read)"

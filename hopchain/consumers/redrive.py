@@ -38,6 +38,7 @@ from hopchain.schemas.deadletter import (
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Position
 from hopchain.schemas.ids import new_span_id
+from hopchain.schemas.text_v2 import envelope_text
 from hopchain.schemas.traceparent import format_traceparent
 from hopchain.schemas.vocabulary import Decision
 
@@ -99,7 +100,7 @@ def _body_value(record: DeadLetterRecord, envelope: Envelope) -> bytes:
             "envelope with a payload; cannot tell where the extended envelope goes"
         )
     payload = json.dumps(body["payload"], ensure_ascii=False, separators=(",", ":")).encode()
-    envelope_json = envelope.__pydantic_serializer__.to_json(envelope)
+    envelope_json = envelope_text(envelope, payload=payload)
     return envelope_json[:-1] + b',"payload":' + payload + b"}"
 
 
@@ -179,7 +180,7 @@ def build_redrive(
         else:
             headers.append((TRACEPARENT_HEADER, traceparent))
         if any(name == ENVELOPE_HEADER for name, _ in headers):
-            envelope_json = extended.__pydantic_serializer__.to_json(extended)
+            envelope_json = envelope_text(extended, payload=value or b"")
             headers = _replace(headers, ENVELOPE_HEADER, envelope_json)
         else:
             value = _body_value(record, extended)

@@ -20,6 +20,7 @@ from hopchain.schemas.hop import Hop, Position
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, stage_intent_key
 from hopchain.schemas.integrity import Keyring
 from hopchain.schemas.record import ConsumedRecord
+from hopchain.schemas.text_v2 import envelope_text, load_envelope
 from hopchain.schemas.vocabulary import (
     DEFAULT_ACTIONS,
     VOCABULARY_VERSION,
@@ -30,6 +31,7 @@ from hopchain.schemas.vocabulary import (
     EffectKind,
     ErrorType,
 )
+from hopchain.schemas.wire import WIRE_VERSION
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",
@@ -40,6 +42,7 @@ __all__ = [
     "TRACEPARENT_HEADER",
     "TRACESTATE_HEADER",
     "VOCABULARY_VERSION",
+    "WIRE_VERSION",
     "Attempt",
     "AttemptKind",
     "AttemptOutcome",
@@ -68,7 +71,9 @@ __all__ = [
     "append_hop",
     "envelope_genesis",
     "envelope_schema",
+    "envelope_text",
     "export_schemas",
+    "load_envelope",
     "new_envelope",
     "new_envelope_id",
     "new_intent_key",

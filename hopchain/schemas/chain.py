@@ -14,11 +14,13 @@ from weakref import ReferenceType, ref
 from pydantic import ValidationError
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.chain_v2 import append_v2, mint_v2, verify_wire
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
 from hopchain.schemas.hop import SIGNATURE_PATTERN, Hop, Position
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, new_span_id, new_trace_id
 from hopchain.schemas.integrity import Keyring, genesis_digest, has_unknown_fields, hop_digest
+from hopchain.schemas.sealed import wire_of
 from hopchain.schemas.vocabulary import Decision
 
 __all__ = ["append_hop", "envelope_genesis", "new_envelope", "verify_chain"]
@@ -72,7 +74,10 @@ def _sealed_here(hop: Hop) -> bool:
 
 
 def envelope_genesis(envelope: Envelope) -> str:
-    """The digest the envelope's first hop must link to."""
+    """The digest the envelope's first hop must link to (schema 2: its first schema-2 hop)."""
+    wire = wire_of(envelope)
+    if wire is not None:
+        return wire.genesis
     return genesis_digest(
         envelope.id, envelope.intent_key, envelope.trace_id, envelope.run_id, envelope.work_item_id
     )
@@ -87,16 +92,19 @@ def new_envelope(
     intent_key: str | None = None,
     trace_id: str | None = None,
     origin_span_id: str | None = None,
+    schema: int = 2,
 ) -> Envelope:
     """Mint the envelope of a new work item, with an empty chain.
 
     The intent key is minted here unless the caller owns one already; it must be named
-    before the first attempt, because every retry is recognised by it.
+    before the first attempt, because every retry is recognised by it. ``schema`` is the
+    envelope schema's major version: 2 (hops sealed as bytes, see ``SPEC.md``) unless a
+    schema-1 envelope is wanted for a reader that knows no other.
     """
     envelope_id = new_envelope_id()
     intent = intent_key if intent_key is not None else new_intent_key()
     trace = trace_id if trace_id is not None else new_trace_id()
-    return Envelope(
+    envelope = Envelope(
         id=envelope_id,
         intent_key=intent,
         trace_id=trace,
@@ -107,6 +115,7 @@ def new_envelope(
         contract_version=contract_version,
         head=genesis_digest(envelope_id, intent, trace, run_id, work_item_id),
     )
+    return mint_v2(envelope) if schema == 2 else envelope  # noqa: PLR2004
 
 
 def append_hop(
@@ -130,8 +139,32 @@ def append_hop(
     """Return a copy of the envelope with one sealed hop appended.
 
     The hop links to the current head, its digest is computed over its canonical encoding,
-    and it is signed when the keyring holds the component's key.
+    and it is signed when the keyring holds the component's key. A schema-2 envelope gets a
+    schema-2 hop, whose bytes are written once, here (the codec seals it again with the
+    digest of the payload it writes).
+
+    Raises:
+        ValidationError: schema 1: a value breaks the schema.
+        EnvelopeError: schema 2: a value breaks the schema (the reason code says how).
     """
+    if wire_of(envelope) is not None:
+        return append_v2(
+            envelope,
+            component=component,
+            instance=instance,
+            decision=decision,
+            span_id=span_id,
+            observation=observation,
+            received_from=received_from,
+            received_at=received_at,
+            decided_at=decided_at,
+            destination=destination,
+            attempts=attempts,
+            effects=effects,
+            failure=failure,
+            degradation=degradation,
+            keyring=keyring,
+        )
     draft = Hop(
         attempts=tuple(attempts),
         component=component,
@@ -182,8 +215,13 @@ def verify_chain(
     Raises:
         EnvelopeError: ``bad_digest`` at the first broken link, ``bad_signature`` for a
             hop whose signature does not verify, ``unsigned_hop`` for a hop missing the
-            signature its component's key requires.
+            signature its component's key requires; schema 2: ``chain_rewritten`` when
+            the envelope's fields no longer match the bytes that were sealed.
     """
+    wire = wire_of(envelope)
+    if wire is not None:
+        verify_wire(envelope, wire, keyring)
+        return
     _verify_chain(envelope, keyring, start=start, known_fields_only=known_fields_only)
 
 

@@ -19,10 +19,20 @@ from pydantic_core import ErrorDetails
 
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas.chain import _sealed_here, _verify_chain, verify_chain
+from hopchain.schemas.chain_v2 import upgrade
+from hopchain.schemas.codec_v2 import (
+    PAYLOAD_MEMBER,
+    check_last_hop,
+    is_v2,
+    markers,
+    read_v2,
+    seal_for_topic,
+)
 from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
 from hopchain.schemas.hop import Hop
 from hopchain.schemas.integrity import Keyring, has_unknown_fields
+from hopchain.schemas.sealed import wire_of
 from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
 
 __all__ = [
@@ -46,6 +56,8 @@ EnvelopeT = TypeVar("EnvelopeT", bound=Envelope)
 RawHeaders = Sequence[tuple[str, bytes | None]]
 
 _SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER, TRACEPARENT_HEADER})
+WIRE_MAJOR = 2
+"""The envelope schema written by default; schema 1 is still read."""
 _VERSION = re.compile(rb'"schema_version"\s*:\s*"([0-9]{1,4})\.([0-9]{1,4})"')
 _VOCABULARY_CODES = {
     "error_type": ReasonCode.UNKNOWN_ERROR_TYPE,
@@ -84,6 +96,8 @@ class EncodedRecord:
 
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
+    envelope: Envelope | None = None
+    """The envelope as written (schema 2: with the new hop sealed over the payload's digest)."""
 
     @property
     def size(self) -> int:
@@ -143,11 +157,18 @@ def _version_of(raw: bytes) -> tuple[int, int] | None:
 
 
 def _check_major(major: int, minor: int) -> None:
-    if major > SCHEMA_MAJOR:
+    if major == WIRE_MAJOR:
+        raise EnvelopeError(
+            ReasonCode.NOT_CANONICAL,
+            f"envelope schema {major}.{minor} is written in its own layout (see SPEC.md): "
+            "identity, then one hop a line, then signatures",
+            "$",
+        )
+    if major > WIRE_MAJOR:
         raise EnvelopeError(
             ReasonCode.NEWER_MAJOR_VERSION,
             f"envelope schema {major}.{minor} is newer than this reader's "
-            f"{SCHEMA_MAJOR}.x; upgrade hopchain to read it",
+            f"{WIRE_MAJOR}.x; upgrade hopchain to read it",
             "$.schema_version",
         )
     if major < SCHEMA_MAJOR:
@@ -214,10 +235,25 @@ class EnvelopeCodec:
         *,
         keyring: Keyring | None = None,
         limits: Limits | None = None,
+        schema: int = WIRE_MAJOR,
+        full_check: bool = False,
     ) -> None:
+        """Build a codec for the registry's topics.
+
+        Args:
+            registry: the topics' contracts.
+            keyring: keys to sign this process's hops with and to check others' with.
+            limits: bounds on records.
+            schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
+                for readers that know no other. Both are read.
+            full_check: schema 2: parse and check every hop of every record read, not only
+                the last (earlier hops are otherwise authenticated by the digest chain).
+        """
         self.registry = registry
         self.keyring = keyring
         self.limits = limits or Limits()
+        self.schema = schema
+        self.full_check = full_check
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -257,8 +293,9 @@ class EnvelopeCodec:
 
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
-        envelope, payload = self._read_value(contract, value, text_headers)
-        self._check_envelope(contract, envelope)
+        envelope, payload = self._read_value(contract, value, text_headers, headers)
+        envelope = self._checked(contract, envelope)
+        wire = wire_of(envelope)
         traceparent = text_headers.get(TRACEPARENT_HEADER)
         if traceparent is None:
             raise EnvelopeError(
@@ -273,8 +310,15 @@ class EnvelopeCodec:
                 "traceparent is malformed or names another trace than the envelope's trace_id",
                 "$.headers.traceparent",
             )
+        if wire is not None and wire.last is not None and parent.span_id != wire.last.span_id:
+            raise EnvelopeError(
+                ReasonCode.BAD_TRACEPARENT,
+                "traceparent's parent span is not the last hop's span",
+                "$.headers.traceparent",
+            )
         degraded = text_headers.get(DEGRADED_HEADER)
-        if degraded is not None and degraded != _degraded_header(envelope):
+        expected = markers(envelope, wire) if wire is not None else _degraded_header(envelope)
+        if degraded is not None and degraded != expected:
             raise EnvelopeError(
                 ReasonCode.INVALID_VALUE,
                 f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
@@ -285,8 +329,19 @@ class EnvelopeCodec:
         )
 
     def _read_value(
-        self, contract: TopicContract, value: bytes, text_headers: dict[str, str]
+        self,
+        contract: TopicContract,
+        value: bytes,
+        text_headers: dict[str, str],
+        headers: RawHeaders,
     ) -> tuple[Envelope, BaseModel]:
+        if contract.mode is WireMode.BODY and is_v2(value):
+            envelope, payload_bytes = read_v2(
+                contract, value, keyring=self.keyring, full=self.full_check
+            )
+            # Only the payload is searched: the envelope's objects are parsed strictly.
+            _refuse_non_finite(payload_bytes or b"", "$.payload")
+            return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
         _refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         if contract.mode is WireMode.HEADERS:
             raw_envelope = text_headers.get(ENVELOPE_HEADER)
@@ -297,7 +352,13 @@ class EnvelopeCodec:
                     "not use hopchain?",
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
-            envelope_bytes = raw_envelope.encode()
+            # The bytes as received (their text was checked to be UTF-8 when read).
+            envelope_bytes = next(raw for name, raw in headers if name == ENVELOPE_HEADER) or b""
+            if is_v2(envelope_bytes):
+                envelope, _ = read_v2(
+                    contract, envelope_bytes, keyring=self.keyring, full=self.full_check
+                )
+                return envelope, self._payload_v2(contract, envelope, value)
             _refuse_non_finite(envelope_bytes, f"$.headers.{ENVELOPE_HEADER}")
             envelope = self._validate(Envelope, envelope_bytes)
             try:
@@ -316,6 +377,34 @@ class EnvelopeCodec:
             )
 
         return envelope, payload
+
+    def _checked(self, contract: TopicContract, envelope: Envelope) -> Envelope:
+        if wire_of(envelope) is not None and envelope.schema_version.startswith("2."):
+            self._check_hop_limit(envelope.hop_count, "has")
+            return envelope
+        self._check_envelope(contract, envelope)
+        if self.schema == WIRE_MAJOR:
+            # Carried over: the received schema-1 hops travel on inside the identity.
+            return upgrade(envelope, keep=len(envelope.chain))
+        return envelope
+
+    @staticmethod
+    def _payload_v2(contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
+        try:
+            model = contract.model.model_validate_json(payload)
+        except ValidationError as exc:
+            raise _from_validation(exc, prefix=("payload",)) from None
+        check_last_hop(envelope, contract, payload)
+        return model
+
+    def _check_hop_limit(self, hops: int, verb: str) -> None:
+        if hops > self.limits.max_hops:
+            raise EnvelopeError(
+                ReasonCode.HOP_LIMIT,
+                f"the chain {verb} {hops} hops; the limit is {self.limits.max_hops} "
+                "(a routing loop?)",
+                "$.chain",
+            )
 
     @staticmethod
     def _read_headers(headers: RawHeaders) -> dict[str, str]:
@@ -406,27 +495,21 @@ class EnvelopeCodec:
         tracestate: str | None,
         verified_hops: int,
     ) -> EncodedRecord:
-        if not isinstance(payload, contract.model):
-            raise EnvelopeError(
-                ReasonCode.PAYLOAD_INVALID,
-                f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
-                f"{contract.model.__name__}",
-                "$.payload",
-            )
-        # No serializer warnings: a wrong value is reported, typed, by the re-read below.
-        payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
-        try:
-            # Re-read what would be sent: a model built with model_construct() or changed
-            # after validation must not reach the wire unchecked.
-            contract.model.model_validate_json(payload_json)
-        except ValidationError as exc:
-            raise _from_validation(exc, prefix=("payload",)) from None
+        payload_json = _payload_json(contract, payload)
         if envelope.contract != contract.name or envelope.contract_version != contract.version:
             raise EnvelopeError(
                 ReasonCode.CONTRACT_MISMATCH,
                 f"envelope names contract {envelope.contract!r} v{envelope.contract_version}; "
                 f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
                 "$.contract",
+            )
+        if self.schema == WIRE_MAJOR:
+            return self._encode_v2(contract, envelope, payload_json, tracestate, verified_hops)
+        if wire_of(envelope) is not None:
+            raise EnvelopeError(
+                ReasonCode.INVALID_VALUE,
+                "a schema-2 envelope cannot be written by a codec writing schema 1",
+                "$.schema_version",
             )
         unknown = _check_fields(envelope, start=verified_hops)
         _revalidate(envelope, start=verified_hops)
@@ -469,6 +552,59 @@ class EnvelopeCodec:
                 f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         return record
+
+    def _encode_v2(
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        payload_json: bytes,
+        tracestate: str | None,
+        verified_hops: int,
+    ) -> EncodedRecord:
+        self._check_hop_limit(envelope.hop_count, "would have")
+        sealed, wire, text = seal_for_topic(
+            envelope, contract, payload_json, verified_hops=verified_hops, keyring=self.keyring
+        )
+        assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
+        headers: list[tuple[str, bytes]] = [
+            (TRACEPARENT_HEADER, format_traceparent(sealed.trace_id, wire.last.span_id).encode()),
+        ]
+        if tracestate:
+            headers.append((TRACESTATE_HEADER, tracestate.encode()))
+        degraded = markers(sealed, wire)
+        if degraded:
+            headers.append((DEGRADED_HEADER, degraded.encode()))
+        if contract.mode is WireMode.HEADERS:
+            headers.append((ENVELOPE_HEADER, text))
+            value = payload_json
+        else:
+            value = text[:-1] + PAYLOAD_MEMBER + payload_json + b"}"
+        record = EncodedRecord(value, tuple(headers), sealed)
+        if record.size > self.limits.max_record_bytes:
+            raise EnvelopeError(
+                ReasonCode.OVERSIZE,
+                f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
+            )
+        return record
+
+
+def _payload_json(contract: TopicContract, payload: BaseModel) -> bytes:
+    if not isinstance(payload, contract.model):
+        raise EnvelopeError(
+            ReasonCode.PAYLOAD_INVALID,
+            f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
+            f"{contract.model.__name__}",
+            "$.payload",
+        )
+    # No serializer warnings: a wrong value is reported, typed, by the re-read below.
+    payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
+    try:
+        # Re-read what would be sent: a model built with model_construct() or changed
+        # after validation must not reach the wire unchecked.
+        contract.model.model_validate_json(payload_json)
+    except ValidationError as exc:
+        raise _from_validation(exc, prefix=("payload",)) from None
+    return payload_json
 
 
 def _revalidate(envelope: Envelope, start: int) -> None:

@@ -50,6 +50,8 @@ class TopicContract:
         report_only: validate everything but park nothing: what would be parked is
             counted (``hopchain_would_reject_total``), logged and traced, then handed to
             the handler as if hopchain were not there. For rolling hopchain out.
+        writers: the components allowed to write the topic (schema 2: a record whose last
+            hop names another is refused as ``unexpected_writer``); empty: any component.
     """
 
     topic: str
@@ -62,6 +64,7 @@ class TopicContract:
     description: str = field(default="", compare=False)
     adopt_bare: bool = False
     report_only: bool = False
+    writers: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for label, value in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from hopchain.exceptions import ReasonCode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.failure import Failure
+from hopchain.schemas.text_v2 import envelope_text, load_envelope
 from hopchain.schemas.vocabulary import ErrorType
 
 __all__ = [
@@ -133,7 +134,7 @@ def dead_letter_headers(info: DeadLetterInfo) -> list[tuple[str, bytes]]:
     if info.path is not None:
         pairs.append((_PATH, info.path))
     if info.envelope is not None:
-        pairs.append((_ENVELOPE, info.envelope.model_dump_json()))
+        pairs.append((_ENVELOPE, envelope_text(info.envelope).decode()))
     if info.exception is not None:
         pairs.append((DLQ_EXCEPTION_HEADER, info.exception))
     return [(name, value.encode()) for name, value in pairs]
@@ -150,6 +151,7 @@ def read_dead_letter_headers(
     Raises:
         KeyError: a required header is missing.
         ValueError: a header holds a value of the wrong form.
+        EnvelopeError: a schema-2 envelope that does not verify.
     """
     found = {
         name: (value or b"").decode() for name, value in headers if name.startswith(DLQ_PREFIX)
@@ -170,7 +172,7 @@ def read_dead_letter_headers(
         source_timestamp_ms=int(found[_TIMESTAMP]),
         parked_at=datetime.fromisoformat(found[_PARKED_AT]),
         failure=Failure.model_validate_json(found[_FAILURE]),
-        envelope=Envelope.model_validate_json(envelope) if envelope and parse_envelope else None,
+        envelope=load_envelope(envelope) if envelope and parse_envelope else None,
         envelope_json=envelope or None,
         exception=found.get(DLQ_EXCEPTION_HEADER),
     )

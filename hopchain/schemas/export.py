@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from hopchain.schemas.contracts import ContractRegistry
 from hopchain.schemas.envelope import SCHEMA_VERSION, Envelope
+from hopchain.schemas.wire import EnvelopeDocument
 
 __all__ = ["DIALECT", "envelope_schema", "export_schemas", "topic_schema"]
 
@@ -18,8 +21,35 @@ def _document(schema: dict[str, Any], title: str, description: str) -> dict[str,
     return {"$schema": DIALECT, **schema, "title": title, "description": description}
 
 
-def envelope_schema() -> dict[str, Any]:
-    """Schema of the envelope as it travels in headers mode (no payload)."""
+def _v2_document(payload: dict[str, Any] | None) -> dict[str, Any]:
+    schema = msgspec.json.schema(EnvelopeDocument)
+    definitions: dict[str, Any] = schema["$defs"]
+    document = definitions.pop("EnvelopeDocument")
+    # A schema-1 envelope this chain continues, checked by the reader with schema 1's rules.
+    document["properties"]["legacy"] = {"type": ["null", "object"]}
+    if payload is not None:
+        inner = payload.pop("$defs", {})
+        definitions.update(inner)
+        document["properties"]["payload"] = payload
+        document["required"].append("payload")
+    return {"$defs": definitions, **document}
+
+
+def envelope_schema(schema: int = 2) -> dict[str, Any]:
+    """Schema of the envelope as it travels in headers mode (no payload).
+
+    ``schema`` 2 (what hopchain writes): the envelope text of ``SPEC.md`` read as a JSON
+    document, exactly as strict as the reader's checks of its structure (every member
+    required, no other allowed, the reader's patterns); 1: schema 1's envelope JSON.
+    """
+    if schema == 2:  # noqa: PLR2004
+        return _document(
+            _v2_document(None),
+            "hopchain envelope",
+            "hopchain envelope, schema 2 (headers mode: the hopchain-envelope header). Hops "
+            "are RFC 8785 canonical JSON; digests, signatures and canonical form are checked "
+            "by the reader, not by this schema: see SPEC.md.",
+        )
     return _document(
         Envelope.model_json_schema(mode="serialization"),
         "hopchain envelope",
@@ -28,12 +58,20 @@ def envelope_schema() -> dict[str, Any]:
     )
 
 
-def topic_schema(registry: ContractRegistry, topic: str) -> dict[str, Any]:
-    """Schema of a topic's record value: the payload (headers mode) or envelope+payload (body)."""
+def topic_schema(registry: ContractRegistry, topic: str, schema: int = 2) -> dict[str, Any]:
+    """Schema of a topic's record value: the payload (headers mode) or envelope+payload (body).
+
+    ``schema``: the envelope schema of body-mode values (see :func:`envelope_schema`).
+    """
     contract = registry.get(topic)
-    model = contract.model if contract.mode == "headers" else contract.body_model
+    if contract.mode == "headers":
+        document = contract.model.model_json_schema(mode="serialization")
+    elif schema == 2:  # noqa: PLR2004
+        document = _v2_document(contract.model.model_json_schema(mode="serialization"))
+    else:
+        document = contract.body_model.model_json_schema(mode="serialization")
     return _document(
-        model.model_json_schema(mode="serialization"),
+        document,
         f"{contract.name} v{contract.version}",
         f"Record value of topic {contract.topic!r} ({contract.mode.value} mode), "
         f"owner {contract.owner!r}, dead letters in {contract.dead_letter_topic!r}.",

@@ -17,7 +17,7 @@ from hopchain.schemas.vocabulary import Decision
 __all__ = ["DIGEST_PATTERN", "SIGNATURE_PATTERN", "Hop", "Position"]
 
 DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-SIGNATURE_PATTERN = r"^hmac-sha256:[0-9a-f]{64}$"
+SIGNATURE_PATTERN = r"^(?:hmac-sha256:[0-9a-f]{64}|ed25519:[0-9a-f]{16}:[0-9a-f]{128})$"
 
 
 class Position(BaseModel):

@@ -28,6 +28,7 @@ from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_headers
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.failure import Failure, ValidationIssue
 from hopchain.schemas.ids import new_envelope_id, new_span_id
+from hopchain.schemas.text_v2 import envelope_text
 from hopchain.schemas.traceparent import format_traceparent
 from hopchain.schemas.vocabulary import Decision, ErrorType
 
@@ -129,7 +130,7 @@ def synthetic_dead_letter(
         span = last.span_id if last is not None else envelope.origin_span_id
         original = [
             (TRACEPARENT_HEADER, format_traceparent(envelope.trace_id, span).encode()),
-            (ENVELOPE_HEADER, envelope.__pydantic_serializer__.to_json(envelope)),
+            (ENVELOPE_HEADER, envelope_text(envelope, payload=value or b"")),
         ]
         parked_envelope = append_hop(
             envelope,

@@ -337,7 +337,25 @@ def _envelope_doc(headers: Sequence[tuple[str, bytes]]) -> dict[str, Any]:
 def _with_envelope(
     headers: Sequence[tuple[str, bytes]], envelope: dict[str, Any]
 ) -> list[tuple[str, bytes]]:
-    encoded = json.dumps(envelope, separators=(",", ":")).encode()
+    if "digests" in envelope:
+        # Schema 2: written back in its layout, digests and signatures as they were.
+        def canonical(value: object) -> str:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+        members = {k: v for k, v in envelope.items() if k not in {"chain", "digests", "signatures"}}
+        text = (
+            canonical(members)[:-1]
+            + ',"chain":[\n'
+            + ",\n".join(canonical(hop) for hop in envelope["chain"])
+            + '\n],"digests":'
+            + canonical(envelope["digests"])
+            + ',"signatures":'
+            + canonical(envelope["signatures"])
+            + "}"
+        )
+        encoded = text.encode()
+    else:
+        encoded = json.dumps(envelope, separators=(",", ":")).encode()
     return [(n, encoded if n == ENVELOPE_HEADER else v) for n, v in headers]
 
 

@@ -11,6 +11,9 @@ digests were recomputed: that is what the keys are for.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 import os
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -29,16 +32,14 @@ from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     ContractRegistry,
-    Decision,
-    Envelope,
     EnvelopeCodec,
     Keyring,
     TopicContract,
-    append_hop,
-    envelope_genesis,
 )
+from hopchain.schemas.codec import TRACEPARENT_HEADER
 from hopchain.schemas.ids import new_span_id
-from hopchain.schemas.integrity import hop_digest
+from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
@@ -69,70 +70,104 @@ KEYLESS = {
 """What a reader without keys concludes: only the naive edit is caught."""
 
 
-def _reseal(envelope: Envelope, index: int, *, keep_signature: bool, **changes: object) -> Envelope:
-    """Edit hop ``index`` and recompute every digest after it: anyone can, no key needed."""
-    chain = []
-    prev = envelope_genesis(envelope)
-    for position, hop in enumerate(envelope.chain):
-        edited = hop.model_copy(
-            update={**(changes if position == index else {}), "prev_digest": prev}
+def _split(text: bytes) -> tuple[bytes, list[bytes], list[str | None]]:
+    """Identity, hops and signatures of a schema-2 envelope text, as anyone can read them."""
+    start, end = text.index(CHAIN_START), text.index(CHAIN_END)
+    tail = text[text.index(SIGNATURES) + len(SIGNATURES) :]
+    signatures = json.loads(tail[: tail.index(b"]") + 1])
+    return text[:start] + b"}", text[start + len(CHAIN_START) : end].split(b",\n"), signatures
+
+
+def _canonical(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _write(
+    identity: bytes, hops: list[bytes], signatures: list[str | None], digests: list[str]
+) -> bytes:
+    return b"".join(
+        (
+            identity[:-1],
+            CHAIN_START,
+            b",\n".join(hops),
+            CHAIN_END,
+            _canonical(digests),
+            SIGNATURES,
+            _canonical(signatures),
+            b"}",
         )
-        digest = hop_digest(edited)
-        signature = hop.signature if keep_signature else None
-        chain.append(edited.model_copy(update={"digest": digest, "signature": signature}))
-        prev = digest
-    return envelope.model_copy(update={"chain": tuple(chain), "head": prev})
+    )
+
+
+def _reseal(
+    identity: bytes, hops: list[bytes], signatures: list[str | None], key: bytes | None = None
+) -> bytes:
+    """Recompute every digest (anyone can: no key needed); sign the last hop with ``key``."""
+    digests = []
+    previous = hashlib.sha256(GENESIS_PREFIX + identity).hexdigest()
+    for hop in hops:
+        previous = hashlib.sha256(previous.encode() + b"\n" + hop).hexdigest()
+        digests.append(previous)
+    if key is not None:
+        signatures = [
+            *signatures[:-1],
+            "hmac-sha256:" + hmac.new(key, previous.encode(), "sha256").hexdigest(),
+        ]
+    return _write(identity, hops, signatures, digests)
 
 
 def _forgeries(
-    genuine: Envelope, headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, bytes]],
 ) -> dict[bytes, list[tuple[str, bytes]]]:
-    """The genuine record's headers with each forged envelope in place of the real one."""
+    """The genuine record's headers with each forged envelope text in place of the real one."""
+    text = dict(headers)[ENVELOPE_HEADER]
+    identity, hops, signatures = _split(text)
     raising = {"amount_cents": 99_999_999}  # what mallory wants the record to say
-    mallory = Keyring({"enrich": os.urandom(32)})  # a key, but not the real one
-    envelopes = {
-        b"genuine": genuine,
-        b"edited, digests recomputed, old signature kept": _reseal(
-            genuine, 0, keep_signature=True, observation=str(raising)
+    edited_origin = json.loads(hops[0])
+    edited_origin["observation"] = str(raising)
+    edited = [_canonical(edited_origin), *hops[1:]]
+
+    def appended(component: str) -> tuple[list[bytes], str]:
+        # A last hop that names the topic, the payload's digest and a span the
+        # traceparent then names: everything a reader checks of the last hop.
+        hop = json.loads(hops[-1])
+        span_id = new_span_id()
+        hop.update(component=component, instance="mallory:1", span_id=span_id)
+        return [*hops, _canonical(hop)], span_id
+
+    texts: dict[bytes, tuple[bytes, str | None]] = {
+        b"genuine": (text, None),
+        b"edited, digests recomputed, old signature kept": (
+            _reseal(identity, edited, signatures),
+            None,
         ),
-        b"edited, digests recomputed, signature dropped": _reseal(
-            genuine, 0, keep_signature=False, observation=str(raising)
-        ),
-        b"hop forged as enrich, unsigned": append_hop(
-            genuine,
-            component="enrich",
-            instance="mallory:1",
-            decision=Decision.FORWARDED,
-            span_id=new_span_id(),
-        ),
-        b"hop forged as enrich, signed with another key": append_hop(
-            genuine,
-            component="enrich",
-            instance="mallory:1",
-            decision=Decision.FORWARDED,
-            span_id=new_span_id(),
-            keyring=mallory,
-        ),
-        b"hop appended under mallory's own name": append_hop(
-            genuine,
-            component="mallory",
-            instance="mallory:1",
-            decision=Decision.FORWARDED,
-            span_id=new_span_id(),
+        b"edited, digests recomputed, signature dropped": (
+            _reseal(identity, edited, [None] * len(hops)),
+            None,
         ),
     }
-    forged = {
-        key: [
-            (n, env.model_dump_json().encode() if n == ENVELOPE_HEADER else v) for n, v in headers
-        ]
-        for key, env in envelopes.items()
-    }
-    naive = genuine.chain[0].model_copy(update={"observation": "approved by mallory"})
-    edited = genuine.model_copy(update={"chain": (naive, *genuine.chain[1:])})
-    forged[b"edited, digests left as they were"] = [
-        (n, edited.model_dump_json().encode() if n == ENVELOPE_HEADER else v) for n, v in headers
-    ]
-    return forged
+    for key, component, signing_key in (
+        (b"hop forged as enrich, unsigned", "enrich", None),
+        (b"hop forged as enrich, signed with another key", "enrich", os.urandom(32)),
+        (b"hop appended under mallory's own name", "mallory", None),
+    ):
+        forged_hops, span_id = appended(component)
+        texts[key] = (_reseal(identity, forged_hops, [*signatures, None], signing_key), span_id)
+    naive = text.replace(hops[0], edited[0], 1)
+    texts[b"edited, digests left as they were"] = (naive, None)
+
+    def replaced(new_text: bytes, span_id: str | None) -> list[tuple[str, bytes]]:
+        out = []
+        for name, value in headers:
+            if name == ENVELOPE_HEADER:
+                out.append((name, new_text))
+            elif name == TRACEPARENT_HEADER and span_id is not None:
+                out.append((name, value[:36] + span_id.encode() + value[52:]))
+            else:
+                out.append((name, value))
+        return out
+
+    return {key: replaced(new_text, span_id) for key, (new_text, span_id) in texts.items()}
 
 
 class _Reader:
@@ -248,12 +283,13 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
     )
     record = await _honest_record(kafka_bootstrap, registry, claims, enriched)
     headers = list(record.headers)
-    genuine = Envelope.model_validate_json(dict(headers)[ENVELOPE_HEADER])
+    genuine = load_envelope(dict(headers)[ENVELOPE_HEADER], keyring=keyring)
+    assert genuine.schema_version == "2.0"
     assert [(h.component, h.signature is not None) for h in genuine.chain] == [
         ("ingest", True),
         ("enrich", True),
     ]
-    forged = _forgeries(genuine, headers)
+    forged = _forgeries(headers)
     await _produce(kafka_bootstrap, enriched, record.value, forged)
     keyed = _Reader(kafka_bootstrap, registry, enriched, keys=True)
     keyless = _Reader(kafka_bootstrap, registry, enriched, keys=False)
@@ -284,9 +320,9 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
     # The pipeline's own record (no key) and its keyed copy are read by both as genuine.
     assert outcome[keyed.group] == {**KEYED, b"": "handled"}
     assert outcome[keyless.group] == {**KEYLESS, b"": "handled"}
-    assert paths[b"edited, digests recomputed, old signature kept"] == "$.chain[0].signature"
-    assert paths[b"hop forged as enrich, unsigned"] == "$.chain[2].signature"
-    assert paths[b"edited, digests left as they were"] == "$.chain[0].digest"
+    assert paths[b"edited, digests recomputed, old signature kept"] == "$.chain[0]"
+    assert paths[b"hop forged as enrich, unsigned"] == "$.chain[2]"
+    assert paths[b"edited, digests left as they were"] == "$.digests[0]"
     rejected = {
         reason: int(value)
         for (direction, reason, _), value in counter_values(
@@ -300,7 +336,7 @@ async def test_forged_and_altered_hops_are_parked_as_tampered_and_digests_catch_
     assert EnvelopeCodec(registry).decode(enriched, record.value, resealed).envelope.chain
 
 
-# -- known gaps, kept executable: each turns into a failure (XPASS) once it is fixed -----------
+# -- gaps closed by envelope schema 2 --------------------------------------------------------
 
 
 def _signed_record() -> tuple[EnvelopeCodec, str, bytes, list[tuple[str, bytes]]]:
@@ -318,11 +354,6 @@ def _signed_record() -> tuple[EnvelopeCodec, str, bytes, list[tuple[str, bytes]]
     return runtime.codec, "claims", record.value, list(record.headers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the codec reads duplicate JSON keys as 'last one wins', so a reader "
-    "that keeps the first one sees a value no digest covers",
-)
 def test_a_hop_with_a_duplicated_key_is_refused() -> None:
     codec, topic, value, headers = _signed_record()
     text = dict(headers)[ENVELOPE_HEADER].decode()

@@ -79,7 +79,9 @@ def sample_registry() -> ContractRegistry:
 
 
 def sample_codec(**kwargs: Any) -> EnvelopeCodec:
-    return EnvelopeCodec(sample_registry(), **kwargs)
+    """A codec writing schema 1: the suites built on these helpers check schema 1's rules,
+    which stay readable (schema 2 has its own tests, ``test_wire_*``)."""
+    return EnvelopeCodec(sample_registry(), **{"schema": 1, **kwargs})
 
 
 def sample_payload() -> Sample:

@@ -174,7 +174,7 @@ def test_unknown_field_on_the_envelope() -> None:
 
 
 def test_newer_major_version() -> None:
-    envelope = example_envelope().model_copy(update={"schema_version": "2.0"})
+    envelope = example_envelope().model_copy(update={"schema_version": "3.0"})
 
     error = refused(HEADERS_TOPIC, envelope)
 

@@ -165,7 +165,7 @@ def test_another_implementations_formatting_is_fine_when_the_digests_are_right(t
 @pytest.mark.parametrize("topic", TOPICS)
 def test_a_newer_major_version_is_refused_even_when_it_would_read_as_valid(topic: str) -> None:
     document = example_envelope().model_dump(mode="json")
-    document["schema_version"] = "2.0"
+    document["schema_version"] = "3.0"
 
     with pytest.raises(DecodeError) as caught:
         sample_codec().decode(topic, *record_of(topic, document))
@@ -181,7 +181,7 @@ def test_a_newer_major_version_of_another_shape_is_refused_as_newer_not_as_broke
     topic: str,
 ) -> None:
     document = example_envelope().model_dump(mode="json")
-    document["schema_version"] = "2.1"
+    document["schema_version"] = "3.1"
     document["hops"] = document.pop("chain")
     del document["head"]
     document["chain"] = [{"span_id": document["hops"][-1]["span_id"]}]  # for the traceparent

@@ -23,6 +23,7 @@ from strategies import (
     sample_payload,
     sample_registry,
 )
+from wire_support import v2_record
 
 from hopchain.schemas import Envelope, envelope_schema, export_schemas, topic_schema
 from hopchain.schemas.export import DIALECT
@@ -33,8 +34,12 @@ def validator(schema: dict[str, Any]) -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
-ENVELOPE = validator(envelope_schema())
-TOPIC = {topic: validator(topic_schema(sample_registry(), topic)) for topic in TOPICS}
+# Schema 1's export, against what the schema-1 codec of these helpers writes (schema 2's
+# export is checked against every test vector in test_vectors.py, and below).
+ENVELOPE = validator(envelope_schema(schema=1))
+TOPIC = {topic: validator(topic_schema(sample_registry(), topic, schema=1)) for topic in TOPICS}
+ENVELOPE_V2 = validator(envelope_schema())
+TOPIC_V2 = {topic: validator(topic_schema(sample_registry(), topic)) for topic in TOPICS}
 
 
 def errors(checker: Draft202012Validator, document: object) -> list[str]:
@@ -106,6 +111,19 @@ def test_a_body_record_without_its_payload_or_with_a_bad_one_is_refused() -> Non
     assert errors(TOPIC[BODY_TOPIC], document)
     del document["payload"]
     assert "'payload' is a required property" in errors(TOPIC[BODY_TOPIC], document)
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+def test_what_a_schema_2_writer_writes_is_valid_against_the_exported_schemas(topic: str) -> None:
+    record = v2_record(topic, stages=2)
+    document = json.loads(envelope_bytes(record))
+
+    assert errors(TOPIC_V2[topic], json.loads(record.value)) == []
+    assert errors(ENVELOPE_V2, document) == [] or topic == BODY_TOPIC
+    document["chain"][0]["seq"] = 0
+    assert "Additional properties are not allowed ('seq' was unexpected)" in errors(
+        TOPIC_V2[topic] if topic == BODY_TOPIC else ENVELOPE_V2, document
+    )
 
 
 def test_a_headers_mode_topic_schema_is_the_payload_alone() -> None:

@@ -349,7 +349,7 @@ def component_keyring(*components: str) -> Keyring:
 def test_hops_are_signed_by_their_component_and_verify(topic: str) -> None:
     keyring = component_keyring(*KEYS)
     envelope = example_envelope(keyring=keyring)
-    codec = EnvelopeCodec(sample_registry(), keyring=keyring)
+    codec = EnvelopeCodec(sample_registry(), keyring=keyring, schema=1)
 
     record = codec.encode(topic, envelope, sample_payload())
     decoded = codec.decode(topic, record.value, record.headers)
@@ -363,7 +363,7 @@ def test_each_component_signs_only_its_own_hops() -> None:
 
     assert [hop.signature is not None for hop in envelope.chain] == [False, True, False]
     # A reader holding only the scoring key checks that hop and the links of the others.
-    codec = EnvelopeCodec(sample_registry(), keyring=component_keyring("scoring"))
+    codec = EnvelopeCodec(sample_registry(), keyring=component_keyring("scoring"), schema=1)
     record = codec.encode(HEADERS_TOPIC, envelope, sample_payload())
     assert codec.decode(HEADERS_TOPIC, record.value, record.headers).envelope == envelope
 
@@ -397,7 +397,7 @@ def test_a_hop_forged_without_the_components_key_is_refused(
     value, headers = encode_unchecked(topic, forged, sample_payload())
 
     with pytest.raises(DecodeError) as caught:
-        EnvelopeCodec(sample_registry(), keyring=component_keyring("scoring")).decode(
+        EnvelopeCodec(sample_registry(), keyring=component_keyring("scoring"), schema=1).decode(
             topic, value, headers
         )
 
@@ -429,7 +429,7 @@ def test_a_signed_hop_rewritten_and_resealed_is_caught_by_its_signature() -> Non
 
     sample_codec().decode(HEADERS_TOPIC, value, headers)  # a reader without keys cannot tell
     with pytest.raises(DecodeError) as caught:
-        EnvelopeCodec(sample_registry(), keyring=component_keyring("scoring")).decode(
+        EnvelopeCodec(sample_registry(), keyring=component_keyring("scoring"), schema=1).decode(
             HEADERS_TOPIC, value, headers
         )
     assert (caught.value.code, caught.value.path) == (

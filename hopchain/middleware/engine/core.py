@@ -58,6 +58,8 @@ class Hopchain:
         metrics_registry: the Prometheus registry to put metrics on (a new one if None).
         dedupe: where ``HopContext.once`` remembers committed effects (in memory if None;
             use a durable store for side-effecting stages).
+        codec: the envelope codec to use instead of the default one for ``registry``, keys
+            and limits (for example one that still writes schema 1, during an upgrade).
         redact: scrubs a captured exception's text before it goes into a dead letter (with
             ``HOPCHAIN_CAPTURE_EXCEPTIONS``); a callback that raises withholds the text.
 
@@ -83,6 +85,7 @@ class Hopchain:
         metrics_registry: CollectorRegistry | None = None,
         dedupe: DedupeStore | None = None,
         redact: Callable[[str], str] | None = None,
+        codec: EnvelopeCodec | None = None,
     ) -> None:
         self.config = config if config is not None else HopchainConfig()
         if registry is None:
@@ -99,7 +102,9 @@ class Hopchain:
             component=component,
             instance=instance or _default_instance(),
             keyring=keys,
-            codec=EnvelopeCodec(registry, keyring=keys, limits=limits),
+            codec=codec
+            if codec is not None
+            else EnvelopeCodec(registry, keyring=keys, limits=limits),
             metrics=metrics,
             dedupe=dedupe if dedupe is not None else MemoryDedupeStore(),
             dead_letters=DeadLetterWriter(

@@ -1,0 +1,388 @@
+r"""Schema-2 chains: minting, appending, sealing and verifying hops kept as sealed bytes.
+
+The text these travel in is read and written by :mod:`hopchain.schemas.text_v2`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from pydantic import BaseModel
+
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.sealed import (
+    _REAL_DICT,
+    Pending,
+    Wire,
+    carried_chain,
+    component_of,
+    genesis_of,
+    link,
+    sealed_envelope,
+    sealed_hop,
+    settle,
+    timestamp_text,
+    wire_of,
+)
+from hopchain.schemas.strict import convert_strict, jcs
+from hopchain.schemas.vocabulary import Decision
+from hopchain.schemas.wire import WIRE_VERSION, HopWire, IdentityWire
+
+if TYPE_CHECKING:
+    from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
+    from hopchain.schemas.hop import Position
+    from hopchain.schemas.integrity import Keyring
+
+__all__ = [
+    "append_v2",
+    "mint_v2",
+    "payload_digest",
+    "reseal_last",
+    "settle_pending",
+    "upgrade",
+    "verify_wire",
+    "verify_wire_fields",
+]
+
+_IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
+_SIGNATURE_PREFIX = "hmac-sha256:"
+_SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def payload_digest(payload: bytes) -> str:
+    """SHA-256 of the payload's JSON bytes as written, lowercase hex."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _dump(model: BaseModel | None) -> Any:
+    return None if model is None else model.model_dump(mode="json")
+
+
+def _build(kind: type[msgspec.Struct], document: dict[str, Any], path: str) -> Any:
+    return convert_strict(document, kind, path)
+
+
+def _new_envelope(
+    template: Envelope, wire: Wire, *, contract: str, version: int, head: str
+) -> Envelope:
+    """An envelope of schema 2 sharing the template's identity, built without validation."""
+    state = {name: getattr(wire.ident, name) for name in _IDENTITY_FIELDS}
+    del template
+    state.update(
+        schema_version=wire.ident.schema_version,
+        contract=contract,
+        contract_version=version,
+        head=head,
+    )
+    return sealed_envelope(state, wire)
+
+
+def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, IdentityWire]:
+    document = {name: getattr(envelope, name) for name in _IDENTITY_FIELDS}
+    document.update(
+        contract=envelope.contract,
+        contract_version=envelope.contract_version,
+        schema_version=WIRE_VERSION,
+        legacy=msgspec.Raw(b"null"),
+    )
+    ident = _build(IdentityWire, document, "$")
+    if legacy is not None:
+        ident = msgspec.structs.replace(ident, legacy=msgspec.Raw(legacy))
+    return msgspec.json.encode(ident), ident
+
+
+def mint_v2(envelope: Envelope) -> Envelope:
+    """Give a new envelope (no hops) its schema-2 identity and genesis."""
+    identity, ident = _identity(envelope, None)
+    genesis = genesis_of(identity)
+    wire = Wire(identity, ident, genesis, (), (), (), built=())
+    return _new_envelope(
+        envelope, wire, contract=ident.contract, version=ident.contract_version, head=genesis
+    )
+
+
+def upgrade(envelope: Envelope, keep: int) -> Envelope:
+    """A schema-1 envelope's first ``keep`` hops kept as they are, as a schema-2 envelope.
+
+    The kept hops travel inside the identity (member ``legacy``, the schema-1 envelope), so
+    the genesis covers them and their own digests and signatures still verify; later hops
+    are appended again as schema-2 hops.
+    """
+    kept = envelope.chain[:keep]
+    if kept:
+        legacy = envelope.model_copy(update={"chain": kept, "head": kept[-1].digest})
+        identity, ident = _identity(envelope, jcs(legacy.model_dump(mode="json")))
+    else:
+        identity, ident = _identity(envelope, None)
+    genesis = genesis_of(identity)
+    wire = Wire(identity, ident, genesis, (), (), (), legacy_hops=kept, built=kept)
+    result = _new_envelope(
+        envelope, wire, contract=envelope.contract, version=envelope.contract_version, head=genesis
+    )
+    for hop in envelope.chain[keep:]:
+        result = append_v2(
+            result,
+            component=hop.component,
+            instance=hop.instance,
+            decision=hop.decision,
+            span_id=hop.span_id,
+            observation=hop.observation,
+            received_from=hop.received_from,
+            received_at=hop.received_at,
+            decided_at=hop.decided_at,
+            destination=hop.destination,
+            attempts=hop.attempts,
+            effects=hop.effects,
+            failure=hop.failure,
+            degradation=hop.degradation,
+            keyring=None,
+        )
+    return result
+
+
+def append_v2(
+    envelope: Envelope,
+    *,
+    component: str,
+    instance: str,
+    decision: Decision,
+    span_id: str,
+    observation: str = "",
+    received_from: Position | None = None,
+    received_at: datetime | None = None,
+    decided_at: datetime | None = None,
+    destination: str | None = None,
+    attempts: Sequence[Attempt] = (),
+    effects: Sequence[Effect] = (),
+    failure: Failure | None = None,
+    degradation: Degradation | None = None,
+    keyring: Keyring | None = None,
+    payload: str | None = None,
+) -> Envelope:
+    """Append one hop to a schema-2 envelope: its bytes are written once, here.
+
+    Raises:
+        EnvelopeError: a value breaks the schema (the reason code says how).
+    """
+    wire = wire_of(envelope)
+    if wire is None:
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "not a schema-2 envelope", "$")
+    path = f"$.chain[{len(wire.hops)}]"
+    decided = decided_at if decided_at is not None else datetime.now(UTC)
+    for moment in (decided, received_at):
+        if moment is not None and moment.tzinfo is None:
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
+    document = {
+        "component": component,
+        "contract": envelope.contract,
+        "contract_version": envelope.contract_version,
+        "decided_at": timestamp_text(decided),
+        "decision": decision,
+        "degradation": _dump(degradation),
+        "destination": destination,
+        "effects": [_dump(item) for item in effects],
+        "failure": _dump(failure),
+        "instance": instance,
+        "observation": observation,
+        "payload_digest": payload,
+        "received_at": timestamp_text(received_at) if received_at is not None else None,
+        "received_from": _dump(received_from),
+        "span_id": span_id,
+        "tries": [_dump(item) for item in attempts],
+    }
+    hop_wire: HopWire = _build(HopWire, document, path)
+    settle(wire)  # a hop appended before this one is sealed first
+    new = Wire(
+        wire.identity,
+        wire.ident,
+        wire.genesis,
+        wire.hops,
+        wire.digests,
+        wire.signatures,
+        wire.legacy_hops,
+        wire.last,
+        wire.markers,
+        None,
+        Pending(hop_wire, keyring),
+    )
+    state = {name: getattr(wire.ident, name) for name in _IDENTITY_FIELDS}
+    state.update(
+        schema_version=wire.ident.schema_version,
+        contract=hop_wire.contract,
+        contract_version=hop_wire.contract_version,
+    )
+    return sealed_envelope(state, new)
+
+
+def settle_pending(
+    wire: Wire, *, payload: str | None = None, keyring: Keyring | None = None
+) -> None:
+    """Seal the pending hop in place: once, with the payload's digest when it is known.
+
+    ``keyring`` (the writer's) signs it; without one, the keyring given to append_hop does.
+    """
+    pending = wire.pending
+    if pending is None:
+        return
+    hop_wire = pending.hop
+    if payload is not None:
+        hop_wire = msgspec.structs.replace(hop_wire, payload_digest=payload)
+    count = len(wire.hops)
+    previous = wire.digests[-1] if count else wire.genesis
+    sealed = msgspec.json.encode(hop_wire)
+    digest = link(previous, sealed)
+    signer = keyring if keyring is not None else pending.keyring
+    signature = signer.sign(hop_wire.component, digest) if signer is not None else None
+    if hop_wire.degradation is not None:
+        wire.markers = {**wire.markers, count: hop_wire.degradation.stage}
+    wire.hops = (*wire.hops, sealed)
+    wire.digests = (*wire.digests, digest)
+    wire.signatures = (*wire.signatures, signature)
+    wire.last = hop_wire
+    wire.pending = None
+
+
+def _seal(
+    envelope: Envelope,
+    wire: Wire,
+    hop_wire: HopWire,
+    fields: dict[str, Any],
+    keyring: Keyring | None,
+    *,
+    replace_last: bool,
+) -> Envelope:
+    count = len(wire.hops) - (1 if replace_last else 0)
+    previous = wire.digests[count - 1] if count else wire.genesis
+    sealed = msgspec.json.encode(hop_wire)
+    digest = link(previous, sealed)
+    signature = keyring.sign(hop_wire.component, digest) if keyring is not None else None
+    seq = wire.legacy + count
+    hop = sealed_hop(sealed, digest, previous, seq, signature, **fields)
+    markers = wire.markers
+    if count in markers or hop_wire.degradation is not None:
+        markers = dict(markers)
+        markers.pop(count, None)
+        if hop_wire.degradation is not None:
+            markers[count] = hop_wire.degradation.stage
+    new = Wire(
+        wire.identity,
+        wire.ident,
+        wire.genesis,
+        (*wire.hops[:count], sealed),
+        (*wire.digests[:count], digest),
+        (*wire.signatures[:count], signature),
+        wire.legacy_hops,
+        hop_wire,
+        markers,
+        None if wire.built is None else (*wire.built[: wire.legacy + count], hop),
+    )
+    return _new_envelope(
+        envelope, new, contract=hop_wire.contract, version=hop_wire.contract_version, head=digest
+    )
+
+
+def reseal_last(envelope: Envelope, wire: Wire, digest: str, keyring: Keyring | None) -> Envelope:
+    """Seal the last hop (one this process appended) again, naming the payload's digest."""
+    assert wire.last is not None  # noqa: S101 - the caller checked the chain is not empty
+    fields = {}
+    if wire.built is not None:
+        fields = {
+            name: value
+            for name, value in _REAL_DICT.__get__(wire.built[-1]).items()
+            if name not in {"digest", "prev_digest", "seq", "signature"}
+        }
+    hop_wire = msgspec.structs.replace(wire.last, payload_digest=digest)
+    return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=True)
+
+
+def _check_signature(
+    keyring: Keyring | None, component: str, digest: str, signature: str | None, path: str
+) -> None:
+    if keyring is None or not keyring.has_key(component):
+        return
+    if signature is None:
+        raise EnvelopeError(
+            ReasonCode.UNSIGNED_HOP,
+            f"hop claims component {component!r}, whose hops must be signed, but carries "
+            "no signature",
+            path,
+        )
+    if not keyring.verify(component, digest, signature):
+        raise EnvelopeError(
+            ReasonCode.BAD_SIGNATURE,
+            f"hop claims component {component!r} but its signature does not verify with "
+            "that component's key: forged, altered, or the chain was cut after it",
+            path,
+        )
+
+
+def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None:
+    """Check a schema-2 envelope from its bytes: every digest, signature and the identity.
+
+    Raises:
+        EnvelopeError: ``bad_digest``, ``bad_signature``, ``unsigned_hop``, or
+            ``chain_rewritten`` when the envelope's fields no longer match its bytes.
+    """
+    settle(wire)
+    carried = carried_chain(envelope)
+    if (carried is not None and carried is not wire.built) or any(
+        getattr(envelope, name) != getattr(wire.ident, name) for name in _IDENTITY_FIELDS
+    ):
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's fields were changed after its chain was sealed",
+            "$",
+        )
+    previous = genesis_of(wire.identity)
+    if previous != wire.genesis:
+        raise EnvelopeError(ReasonCode.BAD_DIGEST, "the identity was altered", "$")
+    for index, hop in enumerate(wire.hops):
+        path = f"$.chain[{index}]"
+        digest = link(previous, hop)
+        if not hmac.compare_digest(digest, wire.digests[index]):
+            raise EnvelopeError(ReasonCode.BAD_DIGEST, "hop altered after it was sealed", path)
+        component = component_of(hop)
+        if component is None:
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
+        _check_signature(keyring, component, digest, wire.signatures[index], path)
+        previous = digest
+    if envelope.head != previous:
+        raise EnvelopeError(
+            ReasonCode.BAD_DIGEST, "the head is not the last hop's digest", "$.head"
+        )
+
+
+def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
+    """Refuse an envelope whose chain or identity was changed after it was sealed.
+
+    Raises:
+        EnvelopeError: ``chain_rewritten``.
+    """
+    carried = carried_chain(envelope)
+    if carried is not None and carried is not wire.built:
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the chain is not the one that was sealed: hops are appended with append_hop only",
+            "$.chain",
+        )
+    if (
+        envelope.id != wire.ident.id
+        or envelope.intent_key != wire.ident.intent_key
+        or envelope.trace_id != wire.ident.trace_id
+        or envelope.origin_span_id != wire.ident.origin_span_id
+        or envelope.run_id != wire.ident.run_id
+        or envelope.work_item_id != wire.ident.work_item_id
+    ):
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's identity was changed after its chain was sealed",
+            "$",
+        )

@@ -1,0 +1,189 @@
+"""The codec's schema-2 path: reading a record's envelope text, writing one by splicing.
+
+A reader hashes every hop's bytes and parses only the last hop: it must name the topic the
+record was read from, the contract of that topic, and the digest of the payload bytes that
+came with it. A writer seals its new hop once and writes the received hops' bytes unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.chain_v2 import (
+    _check_signature,
+    payload_digest,
+    reseal_last,
+    settle_pending,
+    upgrade,
+    verify_wire_fields,
+)
+from hopchain.schemas.contracts import TopicContract, WireMode
+from hopchain.schemas.sealed import CHAIN_START, Wire, component_of, wire_of
+from hopchain.schemas.text_v2 import read_envelope_text, write_envelope_text
+
+if TYPE_CHECKING:
+    from hopchain.schemas.envelope import Envelope
+    from hopchain.schemas.integrity import Keyring
+
+__all__ = [
+    "PAYLOAD_MEMBER",
+    "check_last_hop",
+    "is_v2",
+    "markers",
+    "read_v2",
+    "seal_for_topic",
+]
+
+PAYLOAD_MEMBER = b',"payload":'
+
+
+def is_v2(raw: bytes) -> bool:
+    """Whether an envelope text is in the schema-2 layout (told without parsing it)."""
+    return CHAIN_START in raw
+
+
+def read_v2(
+    contract: TopicContract, text: bytes, *, keyring: Keyring | None, full: bool
+) -> tuple[Envelope, bytes | None]:
+    """Read a schema-2 envelope; in body mode also return the payload's bytes.
+
+    Raises:
+        EnvelopeError: the envelope breaks schema 2.
+    """
+    envelope, rest = read_envelope_text(text, keyring=keyring, full=full)
+    if contract.mode is WireMode.HEADERS:
+        if rest != b"}":
+            raise EnvelopeError(
+                ReasonCode.NOT_CANONICAL, "nothing may follow the signatures", "$.signatures"
+            )
+        return envelope, None
+    if not rest.startswith(PAYLOAD_MEMBER) or not rest.endswith(b"}"):
+        raise EnvelopeError(
+            ReasonCode.NOT_CANONICAL if PAYLOAD_MEMBER in rest else ReasonCode.MISSING_FIELD,
+            "in body mode the payload is the last member, after the signatures",
+            "$.payload",
+        )
+    return envelope, rest[len(PAYLOAD_MEMBER) : -1]
+
+
+def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) -> None:
+    """The last hop must name this topic, its contract and this payload's digest.
+
+    Raises:
+        EnvelopeError: ``truncated_chain``, ``unexpected_writer``, ``contract_mismatch`` or
+            ``payload_mismatch``.
+    """
+    wire = wire_of(envelope)
+    assert wire is not None  # noqa: S101 - read_v2 made it
+    assert wire.last is not None  # noqa: S101 - read_v2 made it
+    index = len(wire.hops) - 1
+    last = wire.last
+    if last.destination != contract.topic:
+        raise EnvelopeError(
+            ReasonCode.TRUNCATED_CHAIN,
+            f"the last hop wrote to {last.destination!r}, not to {contract.topic!r}: hops were "
+            "cut off the end of the chain, or the record was copied from another topic",
+            f"$.chain[{index}].destination",
+        )
+    if contract.writers and last.component not in contract.writers:
+        raise EnvelopeError(
+            ReasonCode.UNEXPECTED_WRITER,
+            f"the last hop was written by {last.component!r}; topic {contract.topic!r} is "
+            f"written by {', '.join(sorted(contract.writers))} only",
+            f"$.chain[{index}].component",
+        )
+    if last.contract != contract.name or last.contract_version != contract.version:
+        raise EnvelopeError(
+            ReasonCode.CONTRACT_MISMATCH,
+            f"the last hop names contract {last.contract!r} v{last.contract_version}; topic "
+            f"{contract.topic!r} carries {contract.name!r} v{contract.version}",
+            f"$.chain[{index}].contract",
+        )
+    if last.payload_digest != payload_digest(payload):
+        raise EnvelopeError(
+            ReasonCode.PAYLOAD_MISMATCH,
+            "the payload's SHA-256 is not the digest the last hop sealed: the payload was "
+            "replaced or altered after it was written",
+            f"$.chain[{index}].payload_digest",
+        )
+
+
+def markers(envelope: Envelope, wire: Wire) -> str:
+    """The ``hopchain-degraded`` header: every marker's stage, oldest first."""
+    stages = [hop.degradation.stage for hop in wire.legacy_hops if hop.degradation]
+    stages += [wire.markers[index] for index in sorted(wire.markers)]
+    del envelope
+    return ",".join(stages)
+
+
+def seal_for_topic(
+    envelope: Envelope,
+    contract: TopicContract,
+    payload: bytes,
+    *,
+    verified_hops: int,
+    keyring: Keyring | None,
+) -> tuple[Envelope, Wire, bytes]:
+    """The envelope as it goes to ``contract.topic``, and its text.
+
+    A schema-1 envelope is carried over (its received hops kept as they are); a hop appended
+    in this process is sealed again with the payload's digest. Earlier hops are not touched.
+
+    Raises:
+        EnvelopeError: the envelope cannot be written (the reason code says why).
+    """
+    if wire_of(envelope) is None:
+        if not envelope.chain:  # a schema-1 envelope: its chain is a plain field
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
+        envelope = upgrade(envelope, keep=min(verified_hops, len(envelope.chain) - 1))
+    wire = wire_of(envelope)
+    assert wire is not None  # noqa: S101 - set just above
+    digest = payload_digest(payload)
+    # The hop appended here is sealed now, once, over the payload's digest.
+    settle_pending(wire, payload=digest, keyring=keyring)
+    if not wire.hops or wire.last is None:
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE,
+            "a schema-2 chain has at least one hop of schema 2: append one before writing",
+            "$.chain",
+        )
+    verify_wire_fields(envelope, wire)
+    index = len(wire.hops) - 1
+    if wire.last.contract != envelope.contract or envelope.contract_version != (
+        wire.last.contract_version
+    ):
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's contract was changed after its last hop was sealed",
+            "$.contract",
+        )
+    if wire.last.destination != contract.topic:
+        raise EnvelopeError(
+            ReasonCode.TRUNCATED_CHAIN,
+            f"the last hop names destination {wire.last.destination!r}, but the record goes to "
+            f"{contract.topic!r}",
+            f"$.chain[{index}].destination",
+        )
+    new = wire.legacy + index >= verified_hops
+    if wire.last.payload_digest != digest:
+        if not new:
+            raise EnvelopeError(
+                ReasonCode.PAYLOAD_MISMATCH,
+                "the last hop was received with another payload; append a hop to write a new one",
+                f"$.chain[{index}].payload_digest",
+            )
+        envelope = reseal_last(envelope, wire, digest, keyring)
+        wire = wire_of(envelope)
+        assert wire is not None  # noqa: S101 - reseal_last keeps it
+    first_new = max(verified_hops - wire.legacy, 0)
+    for position in range(first_new, len(wire.hops)):
+        component = component_of(wire.hops[position]) or ""
+        _check_signature(
+            keyring,
+            component,
+            wire.digests[position],
+            wire.signatures[position],
+            f"$.chain[{position}]",
+        )
+    return envelope, wire, write_envelope_text(wire)

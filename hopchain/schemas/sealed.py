@@ -1,0 +1,316 @@
+r"""Schema-2 chains: hops kept as the exact bytes that were sealed, digests over those bytes.
+
+A hop's digest is ``SHA-256(previous digest ‖ "\\n" ‖ hop bytes)`` in lowercase hex, the first
+hop's previous digest being the genesis, ``SHA-256("hopchain-v2 genesis\\n" ‖ identity)``
+over the canonical bytes of the envelope's own members. Nothing is serialised again to check
+a digest; appending writes one new hop. Earlier hops are parsed only when a field of theirs
+is read (:class:`SealedHop` parses itself then). The format is in ``SPEC.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from hashlib import sha256 as _sha256
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import orjson
+from pydantic import BaseModel
+
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.hop import Hop
+
+if TYPE_CHECKING:
+    from hopchain.schemas.integrity import Keyring
+    from hopchain.schemas.wire import HopWire, IdentityWire
+
+__all__ = [
+    "CHAIN_END",
+    "CHAIN_START",
+    "GENESIS_PREFIX",
+    "SIGNATURES",
+    "Pending",
+    "SealedEnvelope",
+    "SealedHop",
+    "Wire",
+    "carried_chain",
+    "chain_of",
+    "component_of",
+    "genesis_of",
+    "link",
+    "sealed_envelope",
+    "sealed_hop",
+    "settle",
+    "wire_of",
+]
+
+GENESIS_PREFIX = b"hopchain-v2 genesis\n"
+CHAIN_START = b',"chain":[\n'
+CHAIN_END = b'\n],"digests":'
+SIGNATURES = b',"signatures":'
+HOP_START = b'{"component":"'
+_COMPONENT = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_DEGRADATION_NONE = b'"degradation":null'
+
+_REAL_DICT: Any = BaseModel.__dict__["__dict__"]
+"""The slot that holds a model's field values (SealedHop's ``__dict__`` property wraps it)."""
+_FIELDS_SET: Any = BaseModel.__dict__["__pydantic_fields_set__"]
+_EXTRA: Any = BaseModel.__dict__["__pydantic_extra__"]
+_PRIVATE: Any = BaseModel.__dict__["__pydantic_private__"]
+_FIELD_ORDER = tuple(Hop.model_fields)
+_ENVELOPE_ORDER = tuple(Envelope.model_fields)
+_HOP_FIELDS = frozenset(_FIELD_ORDER)
+
+
+def genesis_of(identity: bytes) -> str:
+    """The digest the first hop links to: SHA-256 over the identity's canonical bytes."""
+    return hashlib.sha256(GENESIS_PREFIX + identity).hexdigest()
+
+
+def link(previous: str, hop: bytes) -> str:
+    """A hop's digest: SHA-256 of the previous digest, a newline and the hop's bytes."""
+    return _sha256(b"%s\n%s" % (previous.encode(), hop)).hexdigest()
+
+
+def component_of(hop: bytes) -> str | None:
+    """The component a hop names, read from its first member; None if it is not well formed."""
+    if not hop.startswith(HOP_START):
+        return None
+    end = hop.find(b'"', len(HOP_START))
+    name = hop[len(HOP_START) : end]
+    return name.decode() if end > 0 and _COMPONENT.fullmatch(name) else None
+
+
+@dataclass(slots=True)
+class Wire:
+    """A schema-2 chain as it travels: what an :class:`Envelope` of schema 2 carries.
+
+    Attributes:
+        identity: the envelope's own members, canonical bytes (the genesis covers them).
+        ident: those members, parsed.
+        genesis: the genesis digest.
+        hops: each hop's sealed bytes, oldest first.
+        digests: each hop's digest.
+        signatures: each hop's signature, or None.
+        legacy_hops: schema-1 hops the chain starts with (carried over in the identity).
+        last: the last hop, parsed (None for an empty chain).
+        markers: the degradation marker's stage of each hop that has one, by index.
+        built: the whole chain as :class:`Hop` objects, once someone asked for it (see
+            :func:`chain_of`); the tuple the envelope carries, so a replaced chain is told
+            by identity.
+    """
+
+    identity: bytes
+    ident: IdentityWire
+    genesis: str
+    hops: tuple[bytes, ...]
+    digests: tuple[str, ...]
+    signatures: tuple[str | None, ...]
+    legacy_hops: tuple[Hop, ...] = ()
+    last: HopWire | None = None
+    markers: dict[int, str] = field(default_factory=dict)
+    built: tuple[Hop, ...] | None = None
+    pending: Pending | None = None
+    """A hop appended but not sealed yet: sealed once, when it is written (with the digest of
+    the payload it goes with) or when its digest is first asked for (see :func:`settle`)."""
+
+    @property
+    def legacy(self) -> int:
+        """How many schema-1 hops the chain starts with."""
+        return len(self.legacy_hops)
+
+    @property
+    def count(self) -> int:
+        """Hops in the chain, schema-1 ones included (and one appended, not yet sealed)."""
+        return len(self.legacy_hops) + len(self.hops) + (self.pending is not None)
+
+    @property
+    def head(self) -> str:
+        """The last digest (the genesis for an empty chain); seals a pending hop first."""
+        settle(self)
+        return self.digests[-1] if self.digests else self.genesis
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An appended hop, validated, waiting to be sealed."""
+
+    hop: HopWire
+    keyring: Keyring | None
+
+
+def settle(wire: Wire) -> None:
+    """Seal the wire's pending hop, if any, as it is (no payload digest)."""
+    if wire.pending is not None:
+        from hopchain.schemas.chain_v2 import settle_pending  # noqa: PLC0415 - import cycle
+
+        settle_pending(wire)
+
+
+def chain_of(wire: Wire) -> tuple[Hop, ...]:
+    """The chain as :class:`Hop` objects, built once: fields are parsed only when read."""
+    settle(wire)
+    if wire.built is None:
+        previous = wire.genesis
+        hops: list[Hop] = list(wire.legacy_hops)
+        offset = len(hops)
+        for index, (sealed, digest) in enumerate(zip(wire.hops, wire.digests, strict=True)):
+            hops.append(
+                sealed_hop(sealed, digest, previous, offset + index, wire.signatures[index])
+            )
+            previous = digest
+        wire.built = tuple(hops)
+    return wire.built
+
+
+def carried_chain(envelope: Envelope) -> tuple[Hop, ...] | None:
+    """The chain the envelope holds now, without building it (None: not built yet)."""
+    chain: tuple[Hop, ...] | None = _REAL_DICT.__get__(envelope).get("chain")
+    return chain
+
+
+def wire_of(envelope: Envelope) -> Wire | None:
+    """The schema-2 wire state an envelope carries, if it is of schema 2."""
+    private = envelope.__pydantic_private__
+    return private.get("_wire") if private else None
+
+
+def _materialize(hop: SealedHop, state: dict[str, Any]) -> None:
+    from hopchain.schemas.wire import HopWire  # noqa: PLC0415 - import cycle
+
+    private = hop.__pydantic_private__ or {}
+    parsed = msgspec.json.decode(private["_sealed"], type=HopWire)
+    document: dict[str, Any] = msgspec.to_builtins(parsed)
+    document["attempts"] = document.pop("tries")
+    for name in ("contract", "contract_version", "payload_digest"):
+        document.pop(name)
+    for name in ("digest", "prev_digest", "seq", "signature"):
+        document[name] = state[name]
+    full = Hop.model_validate_json(orjson.dumps(document))
+    state.clear()
+    state.update(_REAL_DICT.__get__(full))
+    object.__setattr__(hop, "__pydantic_fields_set__", set(full.model_fields_set))
+
+
+class SealedHop(Hop):
+    """A schema-2 hop. Its digest, link and position are known; the rest is parsed on use."""
+
+    @property
+    def __dict__(self) -> dict[str, Any]:
+        state: dict[str, Any] = _REAL_DICT.__get__(self)
+        if len(state) < len(_HOP_FIELDS):
+            _materialize(self, state)
+        return state
+
+    @__dict__.setter
+    def __dict__(self, state: dict[str, Any]) -> None:  # copies set it
+        _REAL_DICT.__set__(self, state)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _HOP_FIELDS:
+            return self.__dict__[name]
+        return super().__getattr__(name)  # type: ignore[misc]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SealedHop):
+            return self.digest == other.digest and self.sealed == other.sealed
+        if isinstance(other, Hop):
+            return self.__dict__ == other.__dict__ and self.model_extra == other.model_extra
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    @property
+    def sealed(self) -> bytes:
+        """The hop's bytes as sealed: what its digest covers."""
+        private = self.__pydantic_private__ or {}
+        sealed: bytes = private["_sealed"]
+        return sealed
+
+
+class SealedEnvelope(Envelope):
+    """A schema-2 envelope: its chain of :class:`Hop` objects is built when first read."""
+
+    @property
+    def __dict__(self) -> dict[str, Any]:
+        state: dict[str, Any] = _REAL_DICT.__get__(self)
+        if "chain" not in state or "head" not in state:
+            wire = wire_of(self)
+            assert wire is not None  # noqa: S101 - always set for this class
+            # In declaration order, as validation would leave it (serialisers follow it).
+            full = {**state, "chain": chain_of(wire), "head": wire.head}
+            state.clear()
+            state.update({name: full[name] for name in _ENVELOPE_ORDER})
+        return state
+
+    @__dict__.setter
+    def __dict__(self, state: dict[str, Any]) -> None:  # copies set it
+        _REAL_DICT.__set__(self, state)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in {"chain", "head"}:
+            return self.__dict__[name]
+        return super().__getattr__(name)  # type: ignore[misc]
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        """Schema 2's JSON is its envelope text (``SPEC.md``); with options, the model's."""
+        if kwargs:
+            return super().model_dump_json(**kwargs)
+        from hopchain.schemas.text_v2 import envelope_text  # noqa: PLC0415 - import cycle
+
+        return envelope_text(self).decode()
+
+    @property
+    def hop_count(self) -> int:
+        """How many hops the chain holds, without building it."""
+        wire = wire_of(self)
+        return wire.count if wire is not None else len(self.chain)
+
+
+def sealed_envelope(state: dict[str, Any], wire: Wire) -> SealedEnvelope:
+    """A :class:`SealedEnvelope` without validation: ``state`` holds every field but chain."""
+    envelope = SealedEnvelope.__new__(SealedEnvelope)
+    if wire.built is not None and "head" in state:
+        state = {**state, "chain": wire.built}
+        state = {name: state[name] for name in _ENVELOPE_ORDER}
+    _REAL_DICT.__set__(envelope, state)
+    _FIELDS_SET.__set__(envelope, set(_ENVELOPE_ORDER))
+    _EXTRA.__set__(envelope, None)
+    _PRIVATE.__set__(envelope, {"_wire": wire})
+    return envelope
+
+
+def sealed_hop(
+    sealed: bytes, digest: str, prev: str, seq: int, signature: str | None, **fields: Any
+) -> SealedHop:
+    """A :class:`SealedHop` without validation: the bytes were checked, or built, by the caller.
+
+    ``fields`` are the hop's other fields when the caller has them at hand (a hop it just
+    built); otherwise they are parsed from ``sealed`` on first use.
+    """
+    hop = SealedHop.__new__(SealedHop)
+    state = {"digest": digest, "prev_digest": prev, "seq": seq, "signature": signature, **fields}
+    if len(state) == len(_FIELD_ORDER):
+        # In declaration order, as validation would leave it (serialisers follow it).
+        state = {name: state[name] for name in _FIELD_ORDER}
+    _REAL_DICT.__set__(hop, state)
+    _FIELDS_SET.__set__(hop, set(state))
+    _EXTRA.__set__(hop, {})
+    _PRIVATE.__set__(hop, {"_sealed": sealed})
+    return hop
+
+
+def timestamp_text(value: datetime) -> str:
+    """The one spelling of a timestamp: ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` in UTC."""
+    if value.utcoffset():
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat() + "Z"
+
+
+def has_marker(hop: bytes) -> bool:
+    """Whether a hop may carry a degradation marker (its bytes lack ``"degradation":null``)."""
+    return _DEGRADATION_NONE not in hop

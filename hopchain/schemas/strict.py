@@ -1,0 +1,184 @@
+"""Strict reading of one canonical JSON object of schema 2, with typed reasons for refusals.
+
+The fast path decodes straight into the wire struct and encodes it back: equal bytes prove the
+text was canonical, held no duplicate key and no unknown member. Only a refusal takes the slow
+path, which finds out why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from datetime import datetime
+from typing import Any, TypeVar
+
+import msgspec
+import orjson
+
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.fastcheck import fast_twin
+from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
+
+__all__ = ["check_timestamps", "convert_strict", "decode_strict", "jcs"]
+
+StructT = TypeVar("StructT", bound=msgspec.Struct)
+
+_AT = re.compile(r" - at `(\$[^`]*)`$")
+_VOCABULARY = {"error_type": ReasonCode.UNKNOWN_ERROR_TYPE, "decision": ReasonCode.UNKNOWN_DECISION}
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return document
+
+
+def _check_numbers(value: object) -> None:
+    if isinstance(value, float):
+        msg = "numbers in an envelope are integers"
+        raise TypeError(msg)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        msg = "integers in an envelope stay within +-(2**53 - 1)"
+        raise TypeError(msg)
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_numbers(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_numbers(item)
+
+
+def jcs(value: object) -> bytes:
+    """RFC 8785 canonical bytes of a JSON value whose numbers are integers and keys ASCII.
+
+    orjson's compact output with sorted keys is RFC 8785 for such values: strings are escaped
+    alike, and ASCII keys sort alike by UTF-16 code units and by bytes.
+    """
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def _parse(raw: bytes, path: str) -> Any:
+    try:
+        return json.loads(raw, object_pairs_hook=_no_duplicates)
+    except _DuplicateKeyError as exc:
+        raise EnvelopeError(
+            ReasonCode.BAD_JSON,
+            f"duplicate key {exc.args[0]!r}: which one counts is ambiguous",
+            path,
+        ) from None
+    except RecursionError:
+        raise EnvelopeError(ReasonCode.TOO_DEEP, "JSON nested too deeply", path) from None
+    except ValueError as exc:
+        raise EnvelopeError(ReasonCode.BAD_JSON, f"not JSON: {exc}", path) from None
+
+
+def _reason(message: str) -> tuple[ReasonCode, str]:
+    match = _AT.search(message)
+    where = match[1] if match else "$"
+    last = where.rsplit(".", 1)[-1]
+    if message.startswith("Object missing required field"):
+        return ReasonCode.MISSING_FIELD, where
+    if message.startswith("Object contains unknown field"):
+        return ReasonCode.UNKNOWN_FIELD, where
+    if message.startswith("Invalid enum value"):
+        return _VOCABULARY.get(last, ReasonCode.UNKNOWN_VOCABULARY), where
+    if message.startswith("Expected `") and ", got `" in message:
+        return ReasonCode.WRONG_TYPE, where
+    if last == "description" and "length <=" in message:
+        return ReasonCode.DESCRIPTION_TOO_LONG, where
+    return ReasonCode.INVALID_VALUE, where
+
+
+def _join(path: str, where: str) -> str:
+    return path + where[1:]
+
+
+def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
+    """Decode one canonical object of schema 2 into its wire struct.
+
+    Raises:
+        EnvelopeError: ``bad_json`` (not JSON, duplicate key), ``too_deep``, the field's own
+            code (``missing_field``, ``wrong_type``, ``invalid_value``, ``unknown_field``,
+            ``unknown_decision``...), or ``not_canonical`` for valid content written in
+            another form than RFC 8785.
+    """
+    twin, check = fast_twin(kind)
+    try:
+        fast = msgspec.json.decode(raw, type=twin)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        fast = None
+    if fast is not None and msgspec.json.encode(fast) == raw and check(fast):
+        # The twin has the same members: callers read it as the wire struct.
+        return typing.cast("StructT", fast)
+    document = _parse(raw, path)
+    if isinstance(document, dict) and "legacy" in document:
+        # Kept as raw text by the struct, and checked on its own.
+        document["legacy"] = msgspec.Raw(orjson.dumps(document["legacy"]))
+    try:
+        msgspec.convert(document, type=kind, strict=True)
+    except msgspec.ValidationError as exc:
+        code, where = _reason(str(exc))
+        raise EnvelopeError(code, str(exc), _join(path, where)) from None
+    try:
+        _check_numbers(document)
+    except TypeError as exc:
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc), path) from None
+    raise EnvelopeError(
+        ReasonCode.NOT_CANONICAL,
+        "the object is not in its canonical form (RFC 8785: sorted members, no white space, "
+        "every member present); its digest would depend on how it was spelled",
+        path,
+    )
+
+
+def _attempt_times(attempts: list[AttemptWire], path: str) -> list[tuple[str, str]]:
+    return [(f"{path}[{i}].started_at", a.started_at) for i, a in enumerate(attempts)]
+
+
+def check_timestamps(hop: HopWire, path: str) -> None:
+    """Refuse dates the pattern lets through but the calendar does not have (February 30th).
+
+    Raises:
+        EnvelopeError: ``invalid_value`` at the timestamp.
+    """
+    times = [(f"{path}.decided_at", hop.decided_at)]
+    if hop.received_at is not None:
+        times.append((f"{path}.received_at", hop.received_at))
+    times += _attempt_times(hop.tries, f"{path}.tries")
+    if hop.failure is not None:
+        times += _attempt_times(hop.failure.attempts, f"{path}.failure.attempts")
+    for where, text in times:
+        try:
+            datetime.fromisoformat(text)
+        except ValueError:
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, f"{text} is not a date", where) from None
+
+
+def convert_strict(document: dict[str, Any], kind: type[StructT], path: str) -> StructT:
+    """Build a wire struct from Python values, with every constraint checked.
+
+    Raises:
+        EnvelopeError: a value breaks the schema (the reason code says how).
+    """
+    twin, check = fast_twin(kind)
+    try:
+        fast = msgspec.convert(document, type=twin, strict=True)
+    except msgspec.ValidationError:
+        fast = None
+    if fast is not None and check(fast):
+        return typing.cast("StructT", fast)
+    try:
+        return msgspec.convert(document, type=kind, strict=True)
+    except msgspec.ValidationError as exc:
+        code, where = _reason(str(exc))
+        raise EnvelopeError(code, str(exc), _join(path, where)) from None

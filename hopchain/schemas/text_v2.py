@@ -1,0 +1,295 @@
+r"""Schema-2 envelope text: writing it, and reading it with every digest checked from the bytes.
+
+Envelope text (the ``hopchain-envelope`` header; in body mode the payload follows as a last
+member)::
+
+    <identity without its closing brace>,"chain":[\n<hop 0>,\n<hop 1>...\n],
+    "digests":[...],"signatures":[...]}
+
+(without the line break after ``],``). Canonical bytes hold no raw newline, so the hops are
+found by splitting, never by parsing. ``SPEC.md`` has the format.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from hashlib import sha256 as _sha256
+from typing import TYPE_CHECKING
+
+import orjson
+
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.chain_v2 import (
+    _check_signature,
+    payload_digest,
+    reseal_last,
+    settle_pending,
+    verify_wire_fields,
+)
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.sealed import (
+    CHAIN_END,
+    CHAIN_START,
+    SIGNATURES,
+    Wire,
+    component_of,
+    genesis_of,
+    has_marker,
+    sealed_envelope,
+    settle,
+    wire_of,
+)
+from hopchain.schemas.strict import check_timestamps, decode_strict, jcs
+from hopchain.schemas.wire import SIGNATURE_PATTERN, HopWire, IdentityWire
+
+if TYPE_CHECKING:
+    from hopchain.schemas.hop import Hop
+    from hopchain.schemas.integrity import Keyring
+
+__all__ = [
+    "envelope_text",
+    "has_legacy",
+    "load_envelope",
+    "read_envelope_text",
+    "write_envelope_text",
+]
+
+_IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
+_MARKED = b'"degradation":{'
+_SIGNATURE = re.compile(SIGNATURE_PATTERN)
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_DIGESTS = re.compile(rb'\[(?:"[0-9a-f]{64}",)*"[0-9a-f]{64}"\]')
+
+
+def write_envelope_text(wire: Wire) -> bytes:
+    """The envelope's text in the schema-2 layout."""
+    settle(wire)
+    return b"".join(
+        (
+            wire.identity[:-1],
+            CHAIN_START,
+            b",\n".join(wire.hops),
+            CHAIN_END,
+            orjson.dumps(list(wire.digests)),
+            SIGNATURES,
+            orjson.dumps(list(wire.signatures)),
+            b"}",
+        )
+    )
+
+
+def _digests(text: bytes, count: int) -> list[str]:
+    # The usual case in one regular expression: canonical, well formed, one per hop.
+    if _DIGESTS.fullmatch(text) and (len(text) + 1) // 67 == count:
+        values: list[str] = orjson.loads(text)
+        return values
+    try:
+        values = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise EnvelopeError(ReasonCode.BAD_JSON, "digests are not JSON", "$.digests") from None
+    if (
+        not isinstance(values, list)
+        or len(values) != count
+        or not all(isinstance(value, str) and _DIGEST.fullmatch(value) for value in values)
+    ):
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE, "one digest (64 lowercase hex digits) per hop", "$.digests"
+        )
+    if orjson.dumps(values) != text:
+        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "digests not canonical", "$.digests")
+    return values
+
+
+def _signatures(text: bytes, count: int) -> tuple[str | None, ...]:
+    try:
+        values = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise EnvelopeError(
+            ReasonCode.BAD_JSON, "signatures are not JSON", "$.signatures"
+        ) from None
+    if not isinstance(values, list) or len(values) != count:
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE, "one signature (or null) per hop", "$.signatures"
+        )
+    for index, value in enumerate(values):
+        if value is not None and not (isinstance(value, str) and _SIGNATURE.match(value)):
+            raise EnvelopeError(
+                ReasonCode.INVALID_VALUE,
+                "a signature is hmac-sha256:<64 hex> or ed25519:<16 hex key id>:<128 hex>",
+                f"$.signatures[{index}]",
+            )
+    if orjson.dumps(values) != text:
+        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "signatures not canonical", "$.signatures")
+    return tuple(values)
+
+
+def has_legacy(ident: IdentityWire) -> bool:
+    """Whether the identity carries a schema-1 chain."""
+    return bytes(ident.legacy) != b"null"
+
+
+def _legacy(ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
+    from hopchain.schemas.chain import _verify_chain  # noqa: PLC0415 - import cycle
+
+    raw = bytes(ident.legacy)
+    try:
+        legacy = Envelope.model_validate_json(raw)
+    except ValueError as exc:
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc)[:300], "$.legacy") from None
+    decode_canonical = orjson.loads(raw)
+    if jcs(decode_canonical) != raw or not legacy.schema_version.startswith("1."):
+        raise EnvelopeError(ReasonCode.NOT_CANONICAL, "legacy chain not canonical", "$.legacy")
+    if any(getattr(legacy, name) != getattr(ident, name) for name in _IDENTITY_FIELDS):
+        raise EnvelopeError(
+            ReasonCode.BAD_DIGEST, "the legacy chain belongs to another envelope", "$.legacy"
+        )
+    _verify_chain(legacy, keyring, start=0, known_fields_only=None)
+    return legacy.chain
+
+
+def _check_links(
+    previous: str, hops: tuple[bytes, ...], stored: Sequence[str], *, offset: int = 0
+) -> None:
+    """Each hop's digest from the bytes, against the digest written for it."""
+    link_from = previous.encode()
+    for index, hop in enumerate(hops):
+        digest = _sha256(b"%s\n%s" % (link_from, hop)).hexdigest()
+        if digest != stored[index]:
+            raise EnvelopeError(
+                ReasonCode.BAD_DIGEST,
+                f"hop {offset + index} does not match its digest: it, a hop before it or the "
+                "envelope's own members were altered after it was sealed",
+                f"$.digests[{offset + index}]",
+            )
+        link_from = digest.encode()
+
+
+def read_envelope_text(
+    raw: bytes, *, keyring: Keyring | None, full: bool = False, check: bool = True
+) -> tuple[Envelope, bytes]:
+    """Read a schema-2 envelope text; return the envelope and what follows the signatures.
+
+    Every hop's digest and, where the keyring holds its component's key, its signature are
+    checked from the bytes; only the last hop is parsed, unless ``full``. Without ``check``,
+    digests and signatures are taken as written, for a tool that shows where a chain breaks
+    (:func:`hopchain.schemas.verify_chain` then tells).
+
+    Raises:
+        EnvelopeError: the text breaks schema 2 (the reason code says how).
+    """
+    start = raw.find(CHAIN_START)
+    end = raw.find(CHAIN_END, start) if start > 0 else -1
+    middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
+    close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
+        raise EnvelopeError(
+            ReasonCode.NOT_CANONICAL,
+            "not in the schema-2 layout: identity, then chain (one hop a line), then digests "
+            "and signatures",
+            "$",
+        )
+    identity = raw[:start] + b"}"
+    ident = decode_strict(identity, IdentityWire, "$")
+    legacy = _legacy(ident, keyring) if has_legacy(ident) else ()
+    hops = tuple(raw[start + len(CHAIN_START) : end].split(b",\n"))
+    if hops == (b"",):
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
+    last = decode_strict(hops[-1], HopWire, f"$.chain[{len(hops) - 1}]")
+    check_timestamps(last, f"$.chain[{len(hops) - 1}]")
+    stored = _digests(raw[end + len(CHAIN_END) : middle + 1], len(hops))
+    signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
+    genesis = genesis_of(identity)
+    markers: dict[int, str] = {}
+    # Components are read (from each hop's first member) only to check signatures, and
+    # markers looked for only when the chain holds one at all.
+    keyed = bool(keyring) or full
+    marked = full or _MARKED in raw
+    if check and not keyed and not marked:
+        _check_links(genesis, hops, stored)
+    else:
+        previous = genesis
+        for index, hop in enumerate(hops):
+            path = f"$.chain[{index}]"
+            digest = stored[index]
+            if check:
+                _check_links(previous, (hop,), (digest,), offset=index)
+            if keyed and check:
+                component = component_of(hop)
+                if component is None:
+                    # The hop is refused with the reason its full reading gives.
+                    decode_strict(hop, HopWire, path)
+                    raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
+                _check_signature(keyring, component, digest, signatures[index], path)
+            if marked and (full or has_marker(hop)):
+                parsed = decode_strict(hop, HopWire, path)
+                check_timestamps(parsed, path)
+                if parsed.degradation is not None:
+                    markers[index] = parsed.degradation.stage
+            previous = digest
+    wire = Wire(
+        identity,
+        ident,
+        genesis,
+        hops,
+        tuple(stored),
+        signatures,
+        legacy_hops=legacy,
+        last=last,
+        markers=markers,
+    )
+    state = {name: getattr(ident, name) for name in _IDENTITY_FIELDS}
+    state.update(
+        schema_version=ident.schema_version,
+        contract=last.contract,
+        contract_version=last.contract_version,
+        head=stored[-1],
+    )
+    return sealed_envelope(state, wire), raw[close + 1 :]
+
+
+def envelope_text(
+    envelope: Envelope, *, payload: bytes | None = None, keyring: Keyring | None = None
+) -> bytes:
+    """An envelope's JSON text as it travels: the schema-2 layout, or schema 1's JSON.
+
+    ``payload`` (schema 2): the payload bytes the envelope goes with; a last hop that does
+    not name their digest yet (one appended in this process) is sealed again with it.
+    """
+    wire = wire_of(envelope)
+    if wire is None:
+        return envelope.__pydantic_serializer__.to_json(envelope)
+    # A copy whose chain or identity was changed has no text: its bytes were never sealed.
+    verify_wire_fields(envelope, wire)
+    settle_pending(
+        wire, payload=payload_digest(payload) if payload is not None else None, keyring=keyring
+    )
+    if payload is not None and wire.last is not None:
+        digest = payload_digest(payload)
+        if wire.last.payload_digest != digest:
+            envelope = reseal_last(envelope, wire, digest, keyring)
+            wire = wire_of(envelope)
+            assert wire is not None  # noqa: S101 - reseal_last keeps it
+    return write_envelope_text(wire)
+
+
+def load_envelope(
+    text: bytes | str, *, keyring: Keyring | None = None, check: bool = True
+) -> Envelope:
+    """Read an envelope's JSON text of either schema (a dead letter's, a record's).
+
+    Schema 2 is read in full: every hop is parsed and checked, and digests and signatures
+    are verified (unless not ``check``: see :func:`read_envelope_text`). A body-mode record
+    value may be given: its payload is left aside.
+
+    Raises:
+        EnvelopeError: schema 2 text that breaks the schema.
+        ValueError: schema 1 text that does not validate (a pydantic ``ValidationError``).
+    """
+    raw = text.encode() if isinstance(text, str) else text
+    if CHAIN_START in raw:
+        envelope, rest = read_envelope_text(raw, keyring=keyring, full=True, check=check)
+        if rest != b"}" and not rest.startswith(b',"payload":'):
+            raise EnvelopeError(ReasonCode.NOT_CANONICAL, "text after the signatures", "$")
+        return envelope
+    return Envelope.model_validate_json(raw)
