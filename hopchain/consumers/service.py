@@ -112,7 +112,13 @@ class DeadLetterService:
             await self.check_retention()
             self._triage = Triage(settings, self.index, on_resolution=self._resolved)
             await self._triage.start()
-            self._http = DlqHttpServer(self._backend(), settings.dlq_host, settings.dlq_port)
+            self._http = DlqHttpServer(
+                self._backend(),
+                settings.dlq_host,
+                settings.dlq_port,
+                certfile=settings.dlq_tls_certfile,
+                keyfile=settings.dlq_tls_keyfile,
+            )
             await self._http.start()
         except BaseException:
             await self.stop()
@@ -122,7 +128,8 @@ class DeadLetterService:
             asyncio.create_task(self._watch_retention(), name="hopchain-dlq-retention"),
         ]
         logger.info(
-            "dead-letter consumer serving on http://%s:%d (%d dead-letter topic(s))",
+            "dead-letter consumer serving on %s://%s:%d (%d dead-letter topic(s))",
+            self._http.scheme,
             self._http.host,
             self._http.port,
             len(self._reader.dead_letter_topics),
@@ -207,10 +214,10 @@ class DeadLetterService:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the HTTP endpoints."""
+        """``http(s)://host:port`` of the HTTP endpoints."""
         if self._http is None:
             raise RuntimeError("the dead-letter service is not started")
-        return f"http://{self._http.host}:{self._http.port}"
+        return f"{self._http.scheme}://{self._http.host}:{self._http.port}"
 
     def alive(self) -> bool:
         """Whether the consumer loop is running."""
