@@ -19,21 +19,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import MessageSizeTooLargeError
 
 from hopchain.consumers.claims import ClaimLog
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, parse_dead_letter
-from hopchain.consumers.redrive import RedriveRecord, build_redrive, default_instance, read_parked
+from hopchain.consumers.redrive import (
+    RedriveRecord,
+    build_redrive,
+    default_instance,
+    redrive_span,
+)
 from hopchain.consumers.resolutions import (
     Claim,
     RedriveTarget,
@@ -42,7 +47,6 @@ from hopchain.consumers.resolutions import (
     encode_resolution,
 )
 from hopchain.consumers.topics import RESOLUTIONS_TOPIC_CONFIG, create_missing_topics
-from hopchain.tracing import hop_span
 
 __all__ = ["Redriven", "Triage"]
 
@@ -198,7 +202,7 @@ class Triage:
             claim = await self._claim(dead_letter_id, who, ResolutionKind.REDRIVEN, force=force)
             try:
                 record = await self.fetch(letter)
-                with _redrive_span(record, self.settings.dlq_component) as span_id:
+                with redrive_span(record, self.settings.dlq_component) as span_id:
                     redrive = build_redrive(
                         record,
                         who=who,
@@ -215,11 +219,18 @@ class Triage:
                         key=redrive.key,
                         headers=list(redrive.headers),
                     )
+            except MessageSizeTooLargeError:
+                await self._release(claim)
+                raise self._too_large(letter, record) from None
             except BaseException:
                 # Nothing was handed to the producer: give the letter back at once.
                 await self._release(claim)
                 raise
-            sent = await send
+            try:
+                sent = await send
+            except MessageSizeTooLargeError:
+                await self._release(claim)  # the broker refused it: nothing was written
+                raise self._too_large(letter, record, broker=True) from None
             resolution = self._resolution(
                 letter,
                 ResolutionKind.REDRIVEN,
@@ -272,6 +283,22 @@ class Triage:
                 extra={"hopchain_event": "discarded", "dead_letter_id": dead_letter_id},
             )
             return resolution
+
+    def _too_large(
+        self, letter: ParkedLetter, record: DeadLetterRecord, *, broker: bool = False
+    ) -> TriageError:
+        size = len(record.value or b"") + len(record.key or b"")
+        limit = (
+            "the source topic's max.message.bytes (raise it with kafka-configs.sh)"
+            if broker
+            else f"HOPCHAIN_DLQ_MAX_REQUEST_BYTES={self.settings.dlq_max_request_bytes}, the "
+            "triage producer's request limit (raise it, and the source topic's "
+            "max.message.bytes if needed)"
+        )
+        return TriageError(
+            f"{letter.dead_letter_id} ({size} bytes of key and value, plus headers) is "
+            f"larger than {limit}; nothing was sent"
+        )
 
     @staticmethod
     def _resolution(
@@ -366,24 +393,6 @@ class Triage:
             await self._send(claim.model_copy(update={"released": True}))
         except Exception as exc:  # noqa: BLE001 - the claim then expires on its own
             logger.warning("could not release the claim on %s: %s", claim.dead_letter_id, exc)
-
-
-@contextmanager
-def _redrive_span(record: DeadLetterRecord, component: str) -> Iterator[str | None]:
-    """A span for the redriven hop, in the trace the record started in (when it has one)."""
-    info = read_parked(record)
-    envelope = info.envelope if info is not None else None
-    if info is None or envelope is None or not envelope.chain:
-        yield None
-        return
-    with hop_span(
-        f"{info.source_topic} redrive",
-        trace_id=envelope.trace_id,
-        parent_span_id=envelope.chain[-1].span_id,
-        topic=info.source_topic,
-        component=component,
-    ) as span:
-        yield span.span_id
 
 
 def _already(dead_letter_id: str, earlier: Resolution, action: str) -> str:
