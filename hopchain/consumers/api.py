@@ -193,6 +193,10 @@ async def _list(request: Request) -> Response:
     raw_limit = query.get("limit") or str(_DEFAULT_LIMIT)
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    raw_offset = query.get("offset") or "0"
+    if not raw_offset.isdigit():
+        raise Refusal(HTTPStatus.BAD_REQUEST, "offset must be a whole number (0 or more)")
+    start = int(raw_offset)
     letters = backend_of(request).index.select(
         chosen.predicate(), include_resolved=include_resolved
     )
@@ -200,7 +204,7 @@ async def _list(request: Request) -> Response:
         HTTPStatus.OK,
         [
             {**letter.as_json(), "resolution": _resolution_json(resolution)}
-            for letter, resolution in letters[: int(raw_limit)]
+            for letter, resolution in letters[start : start + int(raw_limit)]
         ],
     )
 

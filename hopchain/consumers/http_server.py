@@ -7,8 +7,8 @@
 ``GET /dead-letters``                      unresolved dead letters as JSON (``owner``,
                                            ``source_topic``, ``dead_letter_topic``,
                                            ``error_type``, ``min_age``, ``all``, ``limit``
-                                           (1000, also the most allowed) query parameters), oldest
-                                           first
+                                           (1000, also the most allowed), ``offset`` (0)
+                                           query parameters), oldest first
 ``GET /dead-letters/{id}``                 one dead letter and its resolution
 ``POST /dead-letters/{id}/discard``        body ``{"who", "reason", "force"}``
 ``POST /dead-letters/{id}/redrive``        body ``{"who", "reason", "force"}``
