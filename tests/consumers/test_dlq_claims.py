@@ -18,7 +18,15 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from dlq_helpers import SettingsFactory, read_topic, scrape, settings_factory
+from dlq_helpers import (
+    SettingsFactory,
+    call,
+    read_topic,
+    report_figure,
+    scrape,
+    settings_factory,
+    wait_until,
+)
 
 from hopchain.consumers import DeadLetterService, load_index
 from hopchain.consumers.errors import TriageError, TriageRefused
@@ -75,7 +83,10 @@ def new_key() -> str:
 
 @pytest.mark.kafka
 async def test_two_triage_instances_racing_on_three_letters_send_each_exactly_once(
-    dlq_settings: SettingsFactory, new_topic: TopicFactory, kafka_bootstrap: str
+    dlq_settings: SettingsFactory,
+    new_topic: TopicFactory,
+    kafka_bootstrap: str,
+    pytestconfig: pytest.Config,
 ) -> None:
     source = await new_topic()
     dead_letter_topic = await new_topic(prefix=f"{source}-dlq")
@@ -109,9 +120,60 @@ async def test_two_triage_instances_racing_on_three_letters_send_each_exactly_on
     assert len(downstream) == 3
     assert sorted(record.key for record in downstream) == [b"order-0", b"order-1", b"order-2"]
     assert seconds < 30
+    report_figure(
+        pytestconfig,
+        f"two triage instances, 3 letters, 6 redrives at once: {len(redriven)} sent, "
+        f"{len(refused)} refused, {len(downstream)} records downstream, {seconds:.2f} s",
+    )
 
     rebuilt = await load_index(settings, timeout=60)
     assert rebuilt.index.counts() == {"dead_letters": 3, "unresolved": 0, "resolutions": 3}
+
+
+@pytest.mark.kafka
+async def test_two_service_replicas_asked_to_redrive_the_same_letters_send_each_once(
+    dlq_settings: SettingsFactory,
+    new_topic: TopicFactory,
+    kafka_bootstrap: str,
+    pytestconfig: pytest.Config,
+) -> None:
+    source = await new_topic()
+    token = secrets.token_hex(16)
+    settings = dlq_settings(dlq_topics={f"{source}.dlq": "billing"}, dlq_token=token)
+    letters = letters_for(source, 3)
+    async with DeadLetterService(settings) as one, DeadLetterService(settings) as two:
+        await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", letters)
+        for replica in (one, two):
+            await replica.wait_ready(60)
+        await wait_until(
+            lambda: len(one.index) == len(two.index) == len(letters), what="both indexes"
+        )
+        body = {"who": "alice", "reason": "fixed"}
+        started = time.monotonic()
+        statuses = await asyncio.gather(
+            *(
+                asyncio.to_thread(
+                    call,
+                    "POST",
+                    f"{replica.url}/dead-letters/{letter.dead_letter_id}/redrive",
+                    body,
+                    token,
+                )
+                for letter in letters
+                for replica in (one, two)
+            )
+        )
+        seconds = time.monotonic() - started
+    codes = sorted(status for status, _ in statuses)
+    assert codes == [200, 200, 200, 409, 409, 409], statuses
+    downstream = await read_topic(kafka_bootstrap, source)
+    assert len(downstream) == 3
+    report_figure(
+        pytestconfig,
+        f"two service replicas, 3 letters, 6 HTTP redrives at once: {codes.count(200)} sent, "
+        f"{codes.count(409)} refused (409), {len(downstream)} records downstream, "
+        f"{seconds:.2f} s",
+    )
 
 
 @pytest.mark.kafka

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from dlq_helpers import SettingsFactory, read_topic, scrape, settings_factory, wait_until
+from dlq_helpers import (
+    SettingsFactory,
+    read_topic,
+    report_figure,
+    scrape,
+    settings_factory,
+    wait_until,
+)
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
@@ -105,7 +112,7 @@ async def _has_records(bootstrap: str, topic: str) -> bool:
 
 @pytest.mark.kafka
 async def test_age_is_measured_from_the_kafka_timestamp_not_the_parking_hosts_clock(
-    dlq_settings: SettingsFactory, new_topic: TopicFactory, kafka_bootstrap: str
+    dlq_settings: SettingsFactory, kafka_bootstrap: str, pytestconfig: pytest.Config
 ) -> None:
     fast, slow, appended = (unique_topic_name(name) for name in ("fast", "slow", "append"))
     topics = {f"{fast}.dlq": "team-a", f"{slow}.dlq": "team-a", f"{appended}.dlq": "team-a"}
@@ -145,6 +152,12 @@ async def test_age_is_measured_from_the_kafka_timestamp_not_the_parking_hosts_cl
         for labels, age in seen["hopchain_dlq_oldest_age_seconds"].items()
     }
     elapsed = time.time() - now
+    report_figure(
+        pytestconfig,
+        "age from the Kafka timestamp: host 1 h fast, parked 30 min ago: "
+        f"{ages[fast]:.1f} s; host 1 h slow, parked now: {ages[slow]:.1f} s; "
+        f"LogAppendTime topic, create time 2 days ago: {ages[appended]:.1f} s",
+    )
     assert 1800 <= ages[fast] <= 1800 + elapsed + 1  # not 0
     assert 0 <= ages[slow] <= elapsed + 1  # not 3,600
     assert 0 <= ages[appended] <= elapsed + 1  # the broker's append time, not two days
