@@ -9,6 +9,7 @@ index is still being rebuilt; the service serves HTTPS when given a certificate.
 from __future__ import annotations
 
 import asyncio
+import base64
 import shutil
 import ssl
 import subprocess
@@ -32,8 +33,9 @@ from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 
 from hopchain import Hopchain, HopchainMiddleware
-from hopchain.consumers import DeadLetterService
+from hopchain.consumers import DeadLetterService, DlqSettings
 from hopchain.consumers.http_server import build_app
+from hopchain.exceptions import ConfigurationError
 from hopchain.schemas import ContractRegistry, TopicContract
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.testing import create_topics, unique_topic_name
@@ -280,3 +282,23 @@ def test_the_container_binds_loopback_and_documents_tls() -> None:
     assert "HOPCHAIN_DLQ_HOST=0.0.0.0 \\" not in text
     assert "HOPCHAIN_DLQ_TLS_CERTFILE" in text
     assert "TLS-terminating proxy" in text
+
+
+def test_the_resolution_key_and_tls_settings_are_checked_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = base64.b64encode(b"k" * 32).decode()
+    monkeypatch.setenv("HOPCHAIN_DLQ_RESOLUTION_KEY", secret)
+    assert DlqSettings().resolution_key() == b"k" * 32
+    monkeypatch.setenv("HOPCHAIN_DLQ_RESOLUTION_KEY", "not base64!")
+    with pytest.raises(ConfigurationError, match="HOPCHAIN_DLQ_RESOLUTION_KEY: not valid base64"):
+        DlqSettings()
+    monkeypatch.setenv("HOPCHAIN_DLQ_RESOLUTION_KEY", base64.b64encode(b"short").decode())
+    with pytest.raises(ConfigurationError, match="5 bytes; use at least 16") as short:
+        DlqSettings()
+    assert "c2hvcnQ" not in str(short.value)  # the key itself is never shown
+    monkeypatch.setenv("HOPCHAIN_DLQ_RESOLUTION_KEY", "")
+    assert DlqSettings().resolution_key() is None
+    with pytest.raises(ConfigurationError, match="go together"):
+        DlqSettings(dlq_tls_certfile="/tls/tls.crt")
+    assert DlqSettings().dlq_max_request_bytes == 1024 * 1024
