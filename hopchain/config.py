@@ -22,7 +22,7 @@ import re
 import ssl
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hopchain.exceptions import ConfigurationError
@@ -41,7 +41,8 @@ ENV_PREFIX = "HOPCHAIN_"
 MIN_KEY_BYTES = 16
 DEFAULT_RESOLUTIONS_TOPIC = "hopchain.dlq.resolutions"
 DEFAULT_TOPIC_PATTERN = ".*" + re.escape(DEAD_LETTER_SUFFIX)
-_SECRET_FIELDS = frozenset({"hmac_keys", "kafka_sasl_password", "dlq_token"})
+_SECRET_FIELDS = frozenset({"hmac_keys", "kafka_sasl_password", "dlq_token", "dlq_resolution_key"})
+_KAFKA_DEFAULT_REQUEST_BYTES = 1048576
 
 
 def env_name(field: str) -> str:
@@ -203,6 +204,14 @@ class HopchainConfig(BaseSettings):
     dlq_port: int = Field(default=9478, ge=0, le=65535)
     """Port of the service's HTTP server; 0 picks a free one (HOPCHAIN_DLQ_PORT)."""
 
+    dlq_tls_certfile: str | None = None
+    """PEM certificate chain to serve HTTPS with (HOPCHAIN_DLQ_TLS_CERTFILE); needs
+    ``dlq_tls_keyfile``. Without both, the service speaks plain HTTP: keep it on loopback
+    behind a TLS-terminating proxy, since the bearer token travels in every request."""
+
+    dlq_tls_keyfile: str | None = None
+    """PEM private key of ``dlq_tls_certfile`` (HOPCHAIN_DLQ_TLS_KEYFILE)."""
+
     dlq_trace_url: str | None = None
     """A link into your tracing UI, with ``{trace_id}`` where the trace id goes (e.g.
     ``https://jaeger.example/trace/{trace_id}``) (HOPCHAIN_DLQ_TRACE_URL); the console links
@@ -211,6 +220,24 @@ class HopchainConfig(BaseSettings):
     dlq_token: SecretStr | None = None
     """Bearer token for the mutating endpoints (discard, redrive) (HOPCHAIN_DLQ_TOKEN).
     Without one they are disabled; with one, a request without it is refused with 401."""
+
+    dlq_resolution_key: SecretStr | None = None
+    """Base64 key (at least 16 bytes) that signs every resolution and claim written to the
+    resolutions topic (HOPCHAIN_DLQ_RESOLUTION_KEY). With one, a resolution without a valid
+    signature (written by anyone else who can write the topic) is ignored and counted in
+    ``hopchain_dlq_resolutions_rejected_total``; give every service replica and CLI the same
+    key. Without one, resolutions are neither signed nor checked."""
+
+    dlq_claim_seconds: float = Field(default=120.0, gt=0)
+    """How long a redrive's claim on a dead letter keeps every other triage instance from
+    redriving it (HOPCHAIN_DLQ_CLAIM_SECONDS). A claim whose holder died before writing the
+    resolution expires after this; keep it above the time one redrive can take (about two
+    request timeouts)."""
+
+    dlq_max_request_bytes: int = Field(default=_KAFKA_DEFAULT_REQUEST_BYTES, ge=1024)
+    """Largest request the triage producer sends, so the largest record it can redrive
+    (HOPCHAIN_DLQ_MAX_REQUEST_BYTES; Kafka's client default, 1 MiB). Raise it together with
+    the source topic's ``max.message.bytes`` to redrive records larger than 1 MiB."""
 
     dlq_redrive_limit: int = Field(default=3, ge=1)
     """How many times one record may be redriven before a redrive is refused unless forced
@@ -258,6 +285,23 @@ class HopchainConfig(BaseSettings):
             return None
         return value
 
+    @field_validator("dlq_resolution_key", mode="before")
+    @classmethod
+    def _resolution_key(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str) and not text.strip():
+            return None
+        if isinstance(text, str):
+            try:
+                key = base64.b64decode(text.strip(), validate=True)
+            except binascii.Error:
+                msg = "not valid base64"
+                raise ValueError(msg) from None
+            if len(key) < MIN_KEY_BYTES:
+                msg = f"{len(key)} bytes; use at least {MIN_KEY_BYTES} random bytes, base64-encoded"
+                raise ValueError(msg)
+        return value
+
     @field_validator("dlq_trace_url")
     @classmethod
     def _trace_template(cls, value: str | None) -> str | None:
@@ -287,6 +331,13 @@ class HopchainConfig(BaseSettings):
             raise ValueError(msg)
         return value
 
+    @model_validator(mode="after")
+    def _tls_pair(self) -> HopchainConfig:
+        if (self.dlq_tls_certfile is None) != (self.dlq_tls_keyfile is None):
+            msg = "HOPCHAIN_DLQ_TLS_CERTFILE and HOPCHAIN_DLQ_TLS_KEYFILE go together: set both"
+            raise ConfigurationError(msg)
+        return self
+
     # -- derived values ------------------------------------------------------------------------
 
     def keyring(self) -> Keyring | None:
@@ -294,6 +345,12 @@ class HopchainConfig(BaseSettings):
         if self.hmac_keys is None:
             return None
         return Keyring(parse_hmac_keys(self.hmac_keys.get_secret_value()))
+
+    def resolution_key(self) -> bytes | None:
+        """The key resolutions are signed with, or None when none is configured."""
+        if self.dlq_resolution_key is None:
+            return None
+        return base64.b64decode(self.dlq_resolution_key.get_secret_value().strip())
 
     @property
     def effective_pattern(self) -> str | None:

@@ -38,6 +38,8 @@ MAX_BODY = 64 * 1024
 _MAX_REASON = 1000
 _MAX_WHO = 200
 _DEFAULT_LIMIT = 1000
+MAX_LIMIT = 1000
+"""Most dead letters one ``GET /dead-letters`` returns; a larger ``limit`` is refused (400)."""
 
 
 class Refusal(Exception):  # noqa: N818 - a control-flow signal carrying an HTTP answer
@@ -118,6 +120,33 @@ def authorize(backend: HttpBackend, header: str | None) -> None:
         raise Refusal(HTTPStatus.UNAUTHORIZED, "send 'Authorization: Bearer <HOPCHAIN_DLQ_TOKEN>'")
 
 
+def authorize_read(backend: HttpBackend, header: str | None) -> None:
+    """Check the bearer token of a read that shows dead letters, when a token is configured.
+
+    Raises:
+        Refusal: 401 for a missing or wrong token while one is configured.
+    """
+    if backend.token is not None:
+        authorize(backend, header)
+
+
+def require_ready(backend: HttpBackend) -> None:
+    """Refuse a mutation while the index is still being rebuilt.
+
+    Until then a dead letter's resolution may not have been read yet, so a redrive could
+    send a record that was redriven already.
+
+    Raises:
+        Refusal: 503 until the service is ready.
+    """
+    if not backend.ready():
+        raise Refusal(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            "the service is still reading the dead-letter and resolutions topics (see "
+            "/readyz); redrive and discard are refused until it has caught up",
+        )
+
+
 def token_matches(expected: str, given: str) -> bool:
     """Compare in constant time."""
     return hmac.compare_digest(given.encode(), expected.encode())
@@ -147,6 +176,7 @@ async def _readyz(request: Request) -> Response:
 
 
 async def _list(request: Request) -> Response:
+    authorize_read(backend_of(request), request.headers.get("Authorization"))
     query = request.query_params
     try:
         min_age = query.get("min_age")
@@ -161,8 +191,12 @@ async def _list(request: Request) -> Response:
         raise Refusal(HTTPStatus.BAD_REQUEST, str(exc)) from None
     include_resolved = query.get("all") in {"1", "true", "yes"}
     raw_limit = query.get("limit") or str(_DEFAULT_LIMIT)
-    if not raw_limit.isdigit() or int(raw_limit) < 1:
-        raise Refusal(HTTPStatus.BAD_REQUEST, "limit must be a positive whole number")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+        raise Refusal(HTTPStatus.BAD_REQUEST, f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    raw_offset = query.get("offset") or "0"
+    if not raw_offset.isdigit():
+        raise Refusal(HTTPStatus.BAD_REQUEST, "offset must be a whole number (0 or more)")
+    start = int(raw_offset)
     letters = backend_of(request).index.select(
         chosen.predicate(), include_resolved=include_resolved
     )
@@ -170,12 +204,13 @@ async def _list(request: Request) -> Response:
         HTTPStatus.OK,
         [
             {**letter.as_json(), "resolution": _resolution_json(resolution)}
-            for letter, resolution in letters[: int(raw_limit)]
+            for letter, resolution in letters[start : start + int(raw_limit)]
         ],
     )
 
 
 async def _show(request: Request) -> Response:
+    authorize_read(backend_of(request), request.headers.get("Authorization"))
     dead_letter_id = request.path_params["dead_letter_id"]
     found = backend_of(request).index.get(dead_letter_id)
     if found is None:
@@ -222,8 +257,9 @@ async def resolve(
     """Redrive or discard one dead letter through the triage (the CLI's rules).
 
     Raises:
-        Refusal: 404 unknown, 409 refused by policy, 422 cannot be done.
+        Refusal: 503 not ready yet, 404 unknown, 409 refused by policy, 422 cannot be done.
     """
+    require_ready(backend)
     triage = backend.triage
     try:
         async with asyncio.timeout(backend.operation_timeout):

@@ -7,7 +7,8 @@
 ``GET /dead-letters``                      unresolved dead letters as JSON (``owner``,
                                            ``source_topic``, ``dead_letter_topic``,
                                            ``error_type``, ``min_age``, ``all``, ``limit``
-                                           (1000) query parameters), oldest first
+                                           (1000, also the most allowed), ``offset`` (0)
+                                           query parameters), oldest first
 ``GET /dead-letters/{id}``                 one dead letter and its resolution
 ``POST /dead-letters/{id}/discard``        body ``{"who", "reason", "force"}``
 ``POST /dead-letters/{id}/redrive``        body ``{"who", "reason", "force"}``
@@ -15,7 +16,11 @@
 =========================================  =====================================================
 
 The JSON POST endpoints need ``Authorization: Bearer <HOPCHAIN_DLQ_TOKEN>``: 401 without it,
-and 403 for every request while no token is configured (they are disabled).
+and 403 for every request while no token is configured (they are disabled); they answer 503
+until the service is ready, so that nothing is redriven before its resolution was read.
+While a token is configured, ``GET /dead-letters`` and ``GET /dead-letters/{id}`` need it
+too. The token travels in a header: serve it over TLS (``HOPCHAIN_DLQ_TLS_CERTFILE``) or
+bind loopback behind a TLS-terminating proxy, never plain HTTP on a shared network.
 
 Why Starlette on uvicorn, served inside the service's own event loop: the index, the Kafka
 consumer and the triage producer all live on that loop, so a request reads the index and
@@ -127,13 +132,25 @@ class DlqHttpServer:
         backend: what the endpoints read and call.
         host: address to bind (127.0.0.1 by default in the settings).
         port: port to bind; 0 picks a free one (see :attr:`port`).
+        certfile, keyfile: PEM certificate and key to serve HTTPS with (plain HTTP if None).
     """
 
-    def __init__(self, backend: HttpBackend, host: str, port: int) -> None:
+    def __init__(
+        self,
+        backend: HttpBackend,
+        host: str,
+        port: int,
+        *,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+    ) -> None:
         self.app = build_app(backend)
+        self.scheme = "https" if certfile is not None else "http"
         self._socket = _bind(host, port)
         config = uvicorn.Config(
             self.app,
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
             log_config=None,
             access_log=False,
             lifespan="off",

@@ -106,6 +106,20 @@ class DlqMetrics:
             "1 once every partition was read up to its end offset captured at start-up.",
             registry=self.registry,
         )
+        self.resolutions_ignored = Counter(
+            "hopchain_dlq_resolutions_ignored_total",
+            "Records of the resolutions topic ignored: tombstones (a resolution is final), "
+            "and unsigned or forged resolutions while a resolution key is configured.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.size_unsafe = Gauge(
+            "hopchain_dlq_size_unsafe",
+            "1 when a dead-letter topic's max.message.bytes leaves no room for the "
+            "dead-letter headers on top of its source topic's largest record.",
+            ["topic"],
+            registry=self.registry,
+        )
         self.retention_unsafe = Gauge(
             "hopchain_dlq_retention_unsafe",
             "1 when a topic's retention or cleanup policy can delete records the consumer "

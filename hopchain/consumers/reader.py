@@ -22,7 +22,7 @@ from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
-from hopchain.consumers.resolutions import decode_resolution
+from hopchain.consumers.resolutions import read_resolution_record
 from hopchain.consumers.topics import TopicPlan, plan_topics
 from hopchain.schemas.contracts import ContractRegistry
 
@@ -72,6 +72,7 @@ class IndexReader:
         self._unreadable_logged = 0
         self._lag_at = 0.0
         self._refresh_at = 0.0
+        self._resolution_key = settings.resolution_key()
 
     @property
     def ready(self) -> bool:
@@ -260,7 +261,9 @@ class IndexReader:
 
     def _apply_resolution(self, raw: Any) -> None:
         try:
-            resolution = decode_resolution(raw.key, raw.value)
+            read = read_resolution_record(
+                raw.key, raw.value, raw.headers or (), self._resolution_key
+            )
         except ValueError as exc:
             self.metrics.unreadable.labels(raw.topic).inc()
             self._log_unreadable(
@@ -271,9 +274,21 @@ class IndexReader:
                 exc,
             )
             return
-        if resolution is None:
-            self.index.withdraw(raw.key.decode())
+        if read.ignored is not None:
+            self.metrics.resolutions_ignored.labels(read.ignored.value).inc()
+            self._log_unreadable(
+                "ignored %s[%s]@%s in the resolutions topic (%s, for %s): resolutions are "
+                "final and, with a resolution key, must be signed with it",
+                raw.topic,
+                raw.partition,
+                raw.offset,
+                read.ignored.value,
+                read.dead_letter_id,
+            )
             return
+        resolution = read.resolution
+        if resolution is None:
+            return  # a claim: the resolution follows, or the claim expires
         letter = self.index.resolve(resolution)
         if letter is not None:
             self.metrics.resolved.labels(*letter.labels, resolution.resolution.value).inc()

@@ -212,7 +212,7 @@ def _from_info(
         source_topic=info.source_topic or UNKNOWN,
         error_type=info.error_type.value,
         reason=info.reason.value if info.reason is not None else None,
-        parked_at=info.parked_at.timestamp(),
+        parked_at=_broker_time(record, info.parked_at.timestamp()),
         topic=record.topic,
         partition=record.partition,
         offset=record.offset,
@@ -222,6 +222,18 @@ def _from_info(
         component=info.component,
         redrive_count=max(redrive_count(record.headers, envelope), redriven),
     )
+
+
+def _broker_time(record: DeadLetterRecord, header_time: float) -> float:
+    """When the record was parked, by its Kafka timestamp.
+
+    That is the create time hopchain sets when it parks, or the broker's append time on a
+    topic with ``message.timestamp.type=LogAppendTime``; the ``hopchain-dlq-parked-at``
+    header (the parking host's clock, as text) only stands in when the record has none.
+    """
+    if record.timestamp_ms >= 0:
+        return record.timestamp_ms / 1000
+    return header_time
 
 
 def _identity_from_text(text: str) -> tuple[tuple[str | None, str | None, str | None], int]:
@@ -248,7 +260,7 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
     headers = record.headers
     parked_at = record.timestamp_ms / 1000 if record.timestamp_ms >= 0 else 0.0
     raw_parked = _last_header(headers, DLQ_PARKED_AT_HEADER)
-    if raw_parked is not None:
+    if raw_parked is not None and record.timestamp_ms < 0:
         try:
             parsed = datetime.fromisoformat(raw_parked)
         except ValueError:

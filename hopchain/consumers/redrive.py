@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -41,8 +43,9 @@ from hopchain.schemas.ids import new_span_id
 from hopchain.schemas.text_v2 import envelope_text
 from hopchain.schemas.traceparent import format_traceparent
 from hopchain.schemas.vocabulary import Decision
+from hopchain.tracing import hop_span
 
-__all__ = ["RedriveRecord", "build_redrive", "default_instance", "read_parked"]
+__all__ = ["RedriveRecord", "build_redrive", "default_instance", "read_parked", "redrive_span"]
 
 _MAX_OBSERVATION = 1000
 
@@ -195,3 +198,21 @@ def build_redrive(
         envelope=extended,
         over_limit=over_limit,
     )
+
+
+@contextmanager
+def redrive_span(record: DeadLetterRecord, component: str) -> Iterator[str | None]:
+    """A span for the redriven hop, in the trace the record started in (when it has one)."""
+    info = read_parked(record)
+    envelope = info.envelope if info is not None else None
+    if info is None or envelope is None or not envelope.chain:
+        yield None
+        return
+    with hop_span(
+        f"{info.source_topic} redrive",
+        trace_id=envelope.trace_id,
+        parent_span_id=envelope.chain[-1].span_id,
+        topic=info.source_topic,
+        component=component,
+    ) as span:
+        yield span.span_id

@@ -2,12 +2,23 @@
 
 Resolutions live in a compacted Kafka topic keyed by dead-letter id, so the latest
 resolution of every dead letter survives compaction and any consumer can rebuild the state
-from Kafka alone. A tombstone (null value) withdraws a resolution: after compaction the
-key is gone, so a rebuild must read "unresolved" as well.
+from Kafka alone. The same topic carries the *claims* a redrive or discard writes first (see
+:mod:`~hopchain.consumers.claims`); a claim resolves nothing on its own.
+
+A resolution is final: a tombstone (null value) never reopens a dead letter, it is ignored
+and counted. With ``HOPCHAIN_DLQ_RESOLUTION_KEY`` configured, every resolution and claim is
+signed (HMAC-SHA256 in the ``hopchain-resolution-signature`` header, over the key and the
+value) and records without a valid signature are ignored and counted as well: only holders
+of the key can resolve a dead letter and hide it from the depth and age alerts.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
 
@@ -17,12 +28,22 @@ from hopchain.schemas.fields import Identifier, ShortText, UtcDatetime
 
 __all__ = [
     "RESOLUTION_SCHEMA_VERSION",
+    "SIGNATURE_HEADER",
+    "Claim",
+    "Ignored",
     "RedriveTarget",
     "Resolution",
     "ResolutionKind",
+    "ResolutionRecord",
     "decode_resolution",
     "encode_resolution",
+    "read_resolution_record",
+    "sign",
 ]
+
+SIGNATURE_HEADER = "hopchain-resolution-signature"
+"""Hex HMAC-SHA256 of a resolution or claim record (see :func:`sign`)."""
+_SIGNED_CONTEXT = b"hopchain-resolution-v1\x00"
 
 RESOLUTION_SCHEMA_VERSION = 1
 
@@ -85,17 +106,87 @@ class Resolution(BaseModel):
     """For ``redriven``: where the record went."""
 
 
-def encode_resolution(resolution: Resolution) -> tuple[bytes, bytes]:
-    """The key and value of the resolution's record."""
-    return resolution.dead_letter_id.encode(), resolution.model_dump_json().encode()
+class Claim(BaseModel):
+    """A triage instance's claim on a dead letter, written before it redrives or discards it.
+
+    The first live claim after the last resolution wins; the others are refused. A claim
+    ``released`` by its holder (the operation failed before anything was sent) ends it.
+    """
+
+    model_config = _CONFIG
+
+    dead_letter_id: Identifier
+    """The dead letter claimed."""
+    claim_id: Identifier
+    """Unique per attempt: how the holder recognises its own claim."""
+    who: Identifier
+    """Who asked for the redrive or discard."""
+    action: ResolutionKind
+    """What the holder is about to do."""
+    at: UtcDatetime
+    """When the claim was written (the holder's clock)."""
+    released: bool = False
+    """True when the holder gave the claim up without resolving the dead letter."""
 
 
-def decode_resolution(key: bytes | None, value: bytes | None) -> Resolution | None:
-    """Read a resolution record; None for a tombstone (a withdrawn resolution).
+class Ignored(StrEnum):
+    """Why a record of the resolutions topic was not applied."""
+
+    TOMBSTONE = "tombstone"
+    """A null value: a resolution is final, nothing reopens a dead letter."""
+    UNSIGNED = "unsigned"
+    """No signature, while a resolution key is configured."""
+    BAD_SIGNATURE = "bad_signature"
+    """A signature that the configured key did not make (forged, or another key)."""
+
+
+@dataclass(frozen=True)
+class ResolutionRecord:
+    """One record of the resolutions topic: a resolution, a claim, or ignored (and why)."""
+
+    dead_letter_id: str
+    resolution: Resolution | None = None
+    claim: Claim | None = None
+    ignored: Ignored | None = None
+
+
+def sign(key: bytes, record_key: bytes, value: bytes) -> bytes:
+    """The hex HMAC-SHA256 that goes in :data:`SIGNATURE_HEADER`."""
+    message = _SIGNED_CONTEXT + record_key + b"\x00" + value
+    return hmac.new(key, message, hashlib.sha256).hexdigest().encode()
+
+
+def encode_resolution(
+    item: Resolution | Claim, signing_key: bytes | None = None
+) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The key, value and headers of a resolution's (or claim's) record, signed if keyed."""
+    key, value = item.dead_letter_id.encode(), item.model_dump_json().encode()
+    headers = [] if signing_key is None else [(SIGNATURE_HEADER, sign(signing_key, key, value))]
+    return key, value, headers
+
+
+def _signature_problem(
+    key: bytes, value: bytes, headers: Sequence[tuple[str, bytes | None]], signing_key: bytes
+) -> Ignored | None:
+    given = [raw for name, raw in headers if name == SIGNATURE_HEADER]
+    if not given or given[-1] is None:
+        return Ignored.UNSIGNED
+    if not hmac.compare_digest(given[-1], sign(signing_key, key, value)):
+        return Ignored.BAD_SIGNATURE
+    return None
+
+
+def read_resolution_record(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+    signing_key: bytes | None = None,
+) -> ResolutionRecord:
+    """Read one record of the resolutions topic.
 
     Raises:
-        ValueError: the record is not a resolution (no key, bad JSON, wrong fields, or a
-            key that disagrees with the id inside).
+        ValueError: the record is neither a resolution nor a claim (no key, bad JSON, wrong
+            fields, or a key that disagrees with the id inside).
     """
     if key is None:
         raise ValueError("a resolution record needs the dead-letter id as its key")
@@ -104,16 +195,36 @@ def decode_resolution(key: bytes | None, value: bytes | None) -> Resolution | No
     except UnicodeDecodeError:
         raise ValueError("the key of a resolution record is not UTF-8") from None
     if value is None:
-        return None
+        return ResolutionRecord(dead_letter_id, ignored=Ignored.TOMBSTONE)
+    if signing_key is not None:
+        problem = _signature_problem(key, value, headers, signing_key)
+        if problem is not None:
+            return ResolutionRecord(dead_letter_id, ignored=problem)
     try:
-        resolution = Resolution.model_validate_json(value)
+        is_claim = b'"claim_id"' in value and "claim_id" in json.loads(value)
+    except (ValueError, TypeError, RecursionError):
+        is_claim = False
+    model: type[Resolution | Claim] = Claim if is_claim else Resolution
+    try:
+        item = model.model_validate_json(value)
     except ValidationError as exc:
         raise ValueError(
-            f"not a resolution: {exc.error_count()} error(s), first: "
-            f"{exc.errors(include_url=False)[0]['msg']}"
+            f"not a {'claim' if is_claim else 'resolution'}: {exc.error_count()} error(s), "
+            f"first: {exc.errors(include_url=False)[0]['msg']}"
         ) from None
-    if resolution.dead_letter_id != dead_letter_id:
+    if item.dead_letter_id != dead_letter_id:
         raise ValueError(
-            f"key {dead_letter_id!r} disagrees with dead_letter_id {resolution.dead_letter_id!r}"
+            f"key {dead_letter_id!r} disagrees with dead_letter_id {item.dead_letter_id!r}"
         )
-    return resolution
+    if isinstance(item, Claim):
+        return ResolutionRecord(dead_letter_id, claim=item)
+    return ResolutionRecord(dead_letter_id, resolution=item)
+
+
+def decode_resolution(key: bytes | None, value: bytes | None) -> Resolution | None:
+    """Read a resolution record without checking signatures; None for anything else.
+
+    Raises:
+        ValueError: the record is neither a resolution nor a claim.
+    """
+    return read_resolution_record(key, value).resolution

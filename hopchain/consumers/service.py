@@ -32,12 +32,14 @@ from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.reader import IndexReader
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.topics import (
+    DEAD_LETTER_HEADROOM_BYTES,
     DEAD_LETTER_TOPIC_CONFIG,
     RESOLUTIONS_TOPIC_CONFIG,
     TopicPlan,
     create_missing_topics,
     plan_topics,
     retention_problems,
+    size_problems,
 )
 from hopchain.consumers.triage import Triage
 from hopchain.schemas.contracts import ContractRegistry
@@ -71,6 +73,7 @@ class DeadLetterService:
         self.index = DeadLetterIndex()
         self.metrics = DlqMetrics(self.index, registry, clock=clock)
         self.retention: dict[str, list[str]] = {}
+        self.sizes: dict[str, list[str]] = {}
         self.plan: TopicPlan | None = None
         self._admin: AIOKafkaAdminClient | None = None
         self._reader: IndexReader | None = None
@@ -110,9 +113,16 @@ class DeadLetterService:
             self._reader = IndexReader(settings, self.plan, self.index, self.metrics, self._admin)
             await self._reader.start()
             await self.check_retention()
+            await self.check_sizes()
             self._triage = Triage(settings, self.index, on_resolution=self._resolved)
             await self._triage.start()
-            self._http = DlqHttpServer(self._backend(), settings.dlq_host, settings.dlq_port)
+            self._http = DlqHttpServer(
+                self._backend(),
+                settings.dlq_host,
+                settings.dlq_port,
+                certfile=settings.dlq_tls_certfile,
+                keyfile=settings.dlq_tls_keyfile,
+            )
             await self._http.start()
         except BaseException:
             await self.stop()
@@ -122,7 +132,8 @@ class DeadLetterService:
             asyncio.create_task(self._watch_retention(), name="hopchain-dlq-retention"),
         ]
         logger.info(
-            "dead-letter consumer serving on http://%s:%d (%d dead-letter topic(s))",
+            "dead-letter consumer serving on %s://%s:%d (%d dead-letter topic(s))",
+            self._http.scheme,
             self._http.host,
             self._http.port,
             len(self._reader.dead_letter_topics),
@@ -207,10 +218,10 @@ class DeadLetterService:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` of the HTTP endpoints."""
+        """``http(s)://host:port`` of the HTTP endpoints."""
         if self._http is None:
             raise RuntimeError("the dead-letter service is not started")
-        return f"http://{self._http.host}:{self._http.port}"
+        return f"{self._http.scheme}://{self._http.host}:{self._http.port}"
 
     def alive(self) -> bool:
         """Whether the consumer loop is running."""
@@ -256,8 +267,9 @@ class DeadLetterService:
             await asyncio.sleep(self.settings.dlq_refresh_seconds)
             try:
                 await self.check_retention()
+                await self.check_sizes()
             except Exception as exc:  # noqa: BLE001 - checked again next time
-                logger.warning("could not check topic retention: %s", exc)
+                logger.warning("could not check topic retention and sizes: %s", exc)
 
     async def check_retention(self) -> dict[str, list[str]]:
         """Check every topic read for a retention that can delete records; report loudly.
@@ -286,6 +298,33 @@ class DeadLetterService:
                 )
             self._reported[topic] = problems
         self.retention = found
+        return found
+
+    async def check_sizes(self) -> dict[str, list[str]]:
+        """Check every ``<source>.dlq`` topic's ``max.message.bytes`` against its source's.
+
+        Each topic too small to park its source's largest records is logged at ERROR when
+        first found (and when its problems change) and sets ``hopchain_dlq_size_unsafe``.
+        """
+        if self._admin is None:
+            return {}
+        found = await size_problems(self._admin, self.reader.dead_letter_topics)
+        for topic, problems in found.items():
+            self.metrics.size_unsafe.labels(topic).set(1 if problems else 0)
+            key = f"size:{topic}"
+            if problems and self._reported.get(key) != problems:
+                logger.error(
+                    "dead-letter topic %s cannot hold every record of its source: %s. Fix it "
+                    "with: kafka-configs.sh --alter --entity-type topics --entity-name %s "
+                    "--add-config max.message.bytes=<source's + %d>",
+                    topic,
+                    "; ".join(problems),
+                    topic,
+                    DEAD_LETTER_HEADROOM_BYTES,
+                    extra={"hopchain_event": "size_unsafe", "topic": topic},
+                )
+            self._reported[key] = problems
+        self.sizes = found
         return found
 
 

@@ -21,6 +21,7 @@ from aiokafka.errors import for_code
 from hopchain.consumers.config import DlqSettings
 from hopchain.exceptions import ConfigurationError
 from hopchain.loading import load_registry
+from hopchain.schemas import DEAD_LETTER_SUFFIX
 from hopchain.schemas.contracts import ContractRegistry
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "create_missing_topics",
     "plan_topics",
     "retention_problems",
+    "size_problems",
 ]
 
 logger = logging.getLogger("hopchain.dlq")
@@ -42,6 +44,10 @@ RESOLUTIONS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _TOPIC_EXISTS = 36
 _INTERNAL_PREFIX = "__"
 _CHECKED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
+_SIZE_CONFIG = "max.message.bytes"
+DEAD_LETTER_HEADROOM_BYTES = 16 * 1024
+"""Room a dead-letter topic needs above its source topic's ``max.message.bytes``: parking
+adds the ``hopchain-dlq-*`` headers (about 1-3 KB, more with a long chain)."""
 
 
 @dataclass
@@ -230,4 +236,54 @@ async def retention_problems(
                 if entry["config_value"] is not None
             }
             found[name] = _problems(config, compacted=name == resolutions_topic)
+    return found
+
+
+async def _max_message_bytes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, name, {_SIZE_CONFIG: None}) for name in names
+    ]
+    found: dict[str, int] = {}
+    for response in await admin.describe_configs(resources):
+        for resource in response.to_object()["resources"]:
+            if resource["error_code"]:
+                continue
+            for entry in resource["config_entries"]:
+                value = entry["config_value"]
+                if entry["config_names"] == _SIZE_CONFIG and value and value.isdigit():
+                    found[resource["resource_name"]] = int(value)
+    return found
+
+
+async def size_problems(
+    admin: AIOKafkaAdminClient, dead_letter_topics: Iterable[str]
+) -> dict[str, list[str]]:
+    """Whether each ``<source>.dlq`` topic can hold its source's largest record, parked.
+
+    Checked for every dead-letter topic whose source topic exists. A record that cannot be
+    parked blocks its partition (or is parked as a reference only): the dead-letter topic
+    needs :data:`DEAD_LETTER_HEADROOM_BYTES` more than its source.
+    """
+    existing = set(await admin.list_topics())
+    pairs = {
+        topic: topic.removesuffix(DEAD_LETTER_SUFFIX)
+        for topic in dict.fromkeys(dead_letter_topics)
+        if topic.endswith(DEAD_LETTER_SUFFIX) and topic.removesuffix(DEAD_LETTER_SUFFIX) in existing
+    }
+    if not pairs:
+        return {}
+    sizes = await _max_message_bytes(admin, sorted({*pairs, *pairs.values()}))
+    found: dict[str, list[str]] = {}
+    for topic, source in pairs.items():
+        mine, theirs = sizes.get(topic), sizes.get(source)
+        if mine is None or theirs is None:
+            continue
+        wanted = theirs + DEAD_LETTER_HEADROOM_BYTES
+        problems = []
+        if mine < wanted:
+            problems.append(
+                f"max.message.bytes={mine} (needs at least {wanted}: {source} allows "
+                f"{theirs}-byte records, and parking adds the dead-letter headers)"
+            )
+        found[topic] = problems
     return found

@@ -9,35 +9,44 @@ would lose the record if the publish then failed.
 
 Operations in one process are serialised by a lock, and a redrive refuses a dead letter
 that already has a resolution (unless forced), so redriving the same dead letter twice
-sends one record.
+sends one record. Across processes (two CLIs, two service replicas, a service and a CLI),
+each redrive or discard first claims the dead letter through the resolutions topic (see
+:mod:`~hopchain.consumers.claims`): only the first claim is carried out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import MessageSizeTooLargeError
 
+from hopchain.consumers.claims import ClaimLog
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, parse_dead_letter
-from hopchain.consumers.redrive import RedriveRecord, build_redrive, default_instance, read_parked
+from hopchain.consumers.redrive import (
+    RedriveRecord,
+    build_redrive,
+    default_instance,
+    redrive_span,
+)
 from hopchain.consumers.resolutions import (
+    Claim,
     RedriveTarget,
     Resolution,
     ResolutionKind,
     encode_resolution,
 )
 from hopchain.consumers.topics import RESOLUTIONS_TOPIC_CONFIG, create_missing_topics
-from hopchain.tracing import hop_span
 
 __all__ = ["Redriven", "Triage"]
 
@@ -82,6 +91,8 @@ class Triage:
         self._producer: Any = None
         self._consumer: Any = None
         self._resolutions_ready = False
+        self._claims = ClaimLog(settings)
+        self._signing_key = settings.resolution_key()
 
     async def start(self) -> None:
         """Connect the producer (the consumer that fetches records starts on first use)."""
@@ -91,6 +102,7 @@ class Triage:
             client_id="hopchain-dlq-triage",
             acks="all",
             enable_idempotence=True,
+            max_request_size=self.settings.dlq_max_request_bytes,
             request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
         )
         try:
@@ -121,6 +133,7 @@ class Triage:
 
     async def stop(self) -> None:
         """Close the Kafka clients."""
+        await self._claims.stop()
         for client in (self._consumer, self._producer):
             if client is not None:
                 await client.stop()
@@ -186,24 +199,38 @@ class Triage:
             letter, earlier = self.lookup(dead_letter_id)
             if earlier is not None and not force:
                 raise TriageRefused(dead_letter_id, _already(dead_letter_id, earlier, "redrive"))
-            record = await self.fetch(letter)
-            with _redrive_span(record, self.settings.dlq_component) as span_id:
-                redrive = build_redrive(
-                    record,
-                    who=who,
-                    reason=reason,
-                    component=self.settings.dlq_component,
-                    instance=self.instance,
-                    limit=self.settings.dlq_redrive_limit,
-                    force=force,
-                    span_id=span_id,
-                )
-                sent = await self._producer.send_and_wait(
-                    redrive.topic,
-                    value=redrive.value,
-                    key=redrive.key,
-                    headers=list(redrive.headers),
-                )
+            claim = await self._claim(dead_letter_id, who, ResolutionKind.REDRIVEN, force=force)
+            try:
+                record = await self.fetch(letter)
+                with redrive_span(record, self.settings.dlq_component) as span_id:
+                    redrive = build_redrive(
+                        record,
+                        who=who,
+                        reason=reason,
+                        component=self.settings.dlq_component,
+                        instance=self.instance,
+                        limit=self.settings.dlq_redrive_limit,
+                        force=force,
+                        span_id=span_id,
+                    )
+                    send = await self._producer.send(
+                        redrive.topic,
+                        value=redrive.value,
+                        key=redrive.key,
+                        headers=list(redrive.headers),
+                    )
+            except MessageSizeTooLargeError:
+                await self._release(claim)
+                raise self._too_large(letter, record) from None
+            except BaseException:
+                # Nothing was handed to the producer: give the letter back at once.
+                await self._release(claim)
+                raise
+            try:
+                sent = await send
+            except MessageSizeTooLargeError:
+                await self._release(claim)  # the broker refused it: nothing was written
+                raise self._too_large(letter, record, broker=True) from None
             resolution = self._resolution(
                 letter,
                 ResolutionKind.REDRIVEN,
@@ -245,6 +272,7 @@ class Triage:
             letter, earlier = self.lookup(dead_letter_id)
             if earlier is not None and not force:
                 raise TriageRefused(dead_letter_id, _already(dead_letter_id, earlier, "discard"))
+            await self._claim(dead_letter_id, who, ResolutionKind.DISCARDED, force=force)
             resolution = self._resolution(letter, ResolutionKind.DISCARDED, who, reason, None)
             await self._write(resolution)
             logger.info(
@@ -255,6 +283,22 @@ class Triage:
                 extra={"hopchain_event": "discarded", "dead_letter_id": dead_letter_id},
             )
             return resolution
+
+    def _too_large(
+        self, letter: ParkedLetter, record: DeadLetterRecord, *, broker: bool = False
+    ) -> TriageError:
+        size = len(record.value or b"") + len(record.key or b"")
+        limit = (
+            "the source topic's max.message.bytes (raise it with kafka-configs.sh)"
+            if broker
+            else f"HOPCHAIN_DLQ_MAX_REQUEST_BYTES={self.settings.dlq_max_request_bytes}, the "
+            "triage producer's request limit (raise it, and the source topic's "
+            "max.message.bytes if needed)"
+        )
+        return TriageError(
+            f"{letter.dead_letter_id} ({size} bytes of key and value, plus headers) is "
+            f"larger than {limit}; nothing was sent"
+        )
 
     @staticmethod
     def _resolution(
@@ -301,31 +345,54 @@ class Triage:
             await admin.close()
         self._resolutions_ready = True
 
-    async def _write(self, resolution: Resolution) -> None:
+    async def _send(self, item: Resolution | Claim) -> Any:
         await self._ensure_resolutions_topic()
-        key, value = encode_resolution(resolution)
-        await self._producer.send_and_wait(
-            self.settings.dlq_resolutions_topic, value=value, key=key
+        key, value, headers = encode_resolution(item, self._signing_key)
+        return await self._producer.send_and_wait(
+            self.settings.dlq_resolutions_topic, value=value, key=key, headers=headers
         )
+
+    async def _write(self, resolution: Resolution) -> None:
+        await self._send(resolution)
         self.on_resolution(resolution)
 
+    async def _claim(
+        self, dead_letter_id: str, who: str, action: ResolutionKind, *, force: bool
+    ) -> Claim:
+        """Claim the dead letter for this instance, or refuse.
 
-@contextmanager
-def _redrive_span(record: DeadLetterRecord, component: str) -> Iterator[str | None]:
-    """A span for the redriven hop, in the trace the record started in (when it has one)."""
-    info = read_parked(record)
-    envelope = info.envelope if info is not None else None
-    if info is None or envelope is None or not envelope.chain:
-        yield None
-        return
-    with hop_span(
-        f"{info.source_topic} redrive",
-        trace_id=envelope.trace_id,
-        parent_span_id=envelope.chain[-1].span_id,
-        topic=info.source_topic,
-        component=component,
-    ) as span:
-        yield span.span_id
+        Raises:
+            TriageRefused: another instance resolved or claimed it first.
+        """
+        claim = Claim(
+            dead_letter_id=dead_letter_id,
+            claim_id=uuid.uuid4().hex,
+            who=who,
+            action=action,
+            at=datetime.now(UTC),
+        )
+        written = await self._send(claim)
+        verdict = await self._claims.decide(claim, written.partition, written.offset, force=force)
+        if verdict.won:
+            return claim
+        verb = "redrive" if action is ResolutionKind.REDRIVEN else "discard"
+        if verdict.holder is not None:
+            held = verdict.holder
+            message = (
+                f"{dead_letter_id} is being {held.action.value} by {held.who} (claimed at "
+                f"{held.at.isoformat()}) in another process; refusing to {verb} it too"
+            )
+        elif verdict.resolution is not None:
+            message = _already(dead_letter_id, verdict.resolution, verb)
+        else:
+            message = f"{dead_letter_id} was claimed by another process first"
+        raise TriageRefused(dead_letter_id, message)
+
+    async def _release(self, claim: Claim) -> None:
+        try:
+            await self._send(claim.model_copy(update={"released": True}))
+        except Exception as exc:  # noqa: BLE001 - the claim then expires on its own
+            logger.warning("could not release the claim on %s: %s", claim.dead_letter_id, exc)
 
 
 def _already(dead_letter_id: str, earlier: Resolution, action: str) -> str:

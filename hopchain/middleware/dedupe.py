@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
 
@@ -28,18 +29,46 @@ class DedupeStore(Protocol):
 
 
 class MemoryDedupeStore:
-    """A dict: forgets everything when the process ends."""
+    """The most recently used keys, in memory: forgets everything when the process ends.
 
-    def __init__(self) -> None:
-        self._seen: dict[str, str] = {}
+    Bounded, so a long-running stage does not grow without limit: past ``max_entries`` the
+    least recently used key is forgotten, and a repeat of that key is no longer recognised.
+    Size it above the keys that can be redelivered (a rebalance replays at most the records
+    since the last commit; a redrive can come much later), or use a durable store.
+
+    Args:
+        max_entries: keys kept (:data:`DEFAULT_MAX_ENTRIES`, 100,000, by default; each
+            costs roughly the key and identifier plus ~100 bytes).
+    """
+
+    DEFAULT_MAX_ENTRIES = 100_000
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            msg = f"max_entries must be at least 1, not {max_entries}"
+            raise ValueError(msg)
+        self.max_entries = max_entries
+        self.evicted = 0
+        """Keys forgotten to stay within ``max_entries``."""
+        self._seen: OrderedDict[str, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
     async def get(self, key: str) -> str | None:
-        """The identifier committed under ``key``, if any."""
-        return self._seen.get(key)
+        """The identifier committed under ``key``, if any (marks it recently used)."""
+        identifier = self._seen.get(key)
+        if identifier is not None:
+            self._seen.move_to_end(key)
+        return identifier
 
     async def put(self, key: str, identifier: str) -> None:
-        """Remember that ``key`` committed ``identifier``."""
+        """Remember that ``key`` committed ``identifier`` (the first identifier wins)."""
         self._seen.setdefault(key, identifier)
+        self._seen.move_to_end(key)
+        while len(self._seen) > self.max_entries:
+            self._seen.popitem(last=False)
+            self.evicted += 1
 
 
 class SqliteDedupeStore:

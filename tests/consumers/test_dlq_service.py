@@ -347,18 +347,25 @@ async def test_http_lists_filters_and_redrives_once(
         await wait_until(lambda: len(service.index) == 3, what="three dead letters")
 
         def ids(query: str) -> list[str]:
-            status, body = call("GET", f"{service.url}/dead-letters{query}")
+            status, body = call("GET", f"{service.url}/dead-letters{query}", token=token)
             assert status == 200, body
             return [row["id"] for row in body]
+
+        def status_of(path: str, given: str | None = token) -> int:
+            return call("GET", f"{service.url}{path}", token=given)[0]
 
         first, second, third = (letter.dead_letter_id for letter in letters)
         assert await asyncio.to_thread(ids, "") == [first, second, third]
         assert await asyncio.to_thread(ids, "?owner=team-a") == [first, third]
         assert await asyncio.to_thread(ids, "?error_type=transient&limit=1") == [second]
         assert await asyncio.to_thread(ids, "?min_age=150s") == [first, second]
-        assert (await asyncio.to_thread(call, "GET", f"{service.url}/dead-letters?min_age=x"))[
-            0
-        ] == 400
+        assert await asyncio.to_thread(ids, "?limit=1000") == [first, second, third]
+        assert await asyncio.to_thread(status_of, "/dead-letters?min_age=x") == 400
+        assert await asyncio.to_thread(status_of, "/dead-letters?limit=1001") == 400
+        # The token is configured: listing and showing need it too.
+        assert await asyncio.to_thread(status_of, "/dead-letters", None) == 401
+        assert await asyncio.to_thread(status_of, "/dead-letters", "wrong") == 401
+        assert await asyncio.to_thread(status_of, f"/dead-letters/{first}", None) == 401
 
         url = f"{service.url}/dead-letters/{first}/redrive"
         body = {"who": "erin", "reason": "the index is back"}
@@ -369,7 +376,9 @@ async def test_http_lists_filters_and_redrives_once(
         status, refused = await asyncio.to_thread(call, "POST", url, body, token)
         assert status == 409
         assert "already redriven by erin" in refused["error"]
-        status, shown = await asyncio.to_thread(call, "GET", f"{service.url}/dead-letters/{first}")
+        status, shown = await asyncio.to_thread(
+            call, "GET", f"{service.url}/dead-letters/{first}", None, token
+        )
         assert (status, shown["resolution"]["who"]) == (200, "erin")
         assert await asyncio.to_thread(ids, "") == [second, third]
 

@@ -44,7 +44,9 @@ def test_a_stage_dead_letter_is_read_with_its_envelope_identity() -> None:
         envelope=envelope,
     )
 
-    letter = parse_dead_letter(as_record(made.headers), topic_owner="someone-else")
+    letter = parse_dead_letter(
+        as_record(made.headers, timestamp_ms=1_700_000_123_500), topic_owner="someone-else"
+    )
 
     assert letter.dead_letter_id == made.dead_letter_id
     assert letter.owner == "payments"
@@ -95,13 +97,22 @@ def test_damaged_dlq_headers_keep_what_can_be_salvaged() -> None:
     )
 
     letter = parse_dead_letter(as_record(damaged))
+    untimed = parse_dead_letter(as_record(damaged, timestamp_ms=-1))
 
     assert letter.dead_letter_id == made.dead_letter_id
     assert letter.owner == "payments"
     assert letter.source_topic == "orders"
     assert letter.error_type == "malformed"
-    assert letter.parked_at == 100.0
+    assert letter.parked_at == 1_700_000_000.0  # the record's Kafka timestamp
+    assert untimed.parked_at == 100.0  # the parked-at header only stands in for none
     assert letter.problem is not None
+
+
+def test_age_comes_from_the_kafka_timestamp_not_the_parked_at_header() -> None:
+    made = synthetic_dead_letter(owner="payments", source_topic="orders", parked_at=100.0)
+
+    assert parse_dead_letter(as_record(made.headers)).parked_at == 1_700_000_000.0
+    assert parse_dead_letter(as_record(made.headers, timestamp_ms=-1)).parked_at == 100.0
 
 
 def test_the_redrive_count_comes_from_the_header_or_the_chain() -> None:

@@ -154,3 +154,27 @@ async def test_once_runs_the_action_once_per_stage_key_across_a_restart(tmp_path
     assert again == effect
     assert effect.identifier == f"ledger-row-for-{key}"
     assert redelivered.effects == [effect]
+
+
+async def test_the_memory_store_keeps_the_most_recently_used_keys_up_to_its_size() -> None:
+    store = MemoryDedupeStore(max_entries=1000)
+    for n in range(1000):
+        await store.put(f"file:{n}", f"row-{n}")
+    assert await store.get("file:0") == "row-0"  # used again: now the most recent
+
+    for n in range(1000, 1500):
+        await store.put(f"file:{n}", f"row-{n}")
+
+    assert len(store) == 1000
+    assert store.evicted == 500
+    assert await store.get("file:0") == "row-0"
+    assert await store.get("file:1") is None
+    assert await store.get("file:500") is None
+    assert await store.get("file:501") == "row-501"
+    assert await store.get("file:1499") == "row-1499"
+
+
+def test_the_memory_store_has_a_documented_default_bound_and_refuses_zero() -> None:
+    assert MemoryDedupeStore().max_entries == MemoryDedupeStore.DEFAULT_MAX_ENTRIES == 100_000
+    with pytest.raises(ValueError, match="at least 1"):
+        MemoryDedupeStore(max_entries=0)

@@ -18,7 +18,13 @@ from aiokafka.errors import KafkaError
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from hopchain.consumers.api import Refusal, backend_of, check_resolution_fields, resolve
+from hopchain.consumers.api import (
+    Refusal,
+    backend_of,
+    check_resolution_fields,
+    require_ready,
+    resolve,
+)
 from hopchain.consumers.backend import HttpBackend
 from hopchain.consumers.console.guard import Form, check_token, read_form
 from hopchain.consumers.console.pages import console_state, render
@@ -68,6 +74,7 @@ async def bulk_action(request: Request) -> Response:
     """
     backend = backend_of(request)
     form = await _checked_form(request, backend)
+    require_ready(backend)  # refuse the whole batch, not each dead letter in turn
     action = form.get("action", "")
     if action not in _ACTIONS:
         raise Refusal(HTTPStatus.BAD_REQUEST, "action must be redrive or discard")

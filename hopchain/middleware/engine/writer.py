@@ -73,12 +73,11 @@ class DeadLetterWriter:
             DeadLetterWriteError: no attempt was acknowledged; do not commit the record.
         """
         value, headers = dead_letter_record(record.value, record.key, record.headers, info)
+        # The park time, not the source's: retention counts from the record's timestamp, so
+        # an old source record (a replay, an event-time producer) would be deleted at once.
+        # The source's timestamp stays in hopchain-dlq-source-timestamp.
         parked = OutgoingRecord(
-            topic,
-            value,
-            record.key,
-            headers,
-            record.timestamp_ms if record.timestamp_ms >= 0 else None,
+            topic, value, record.key, headers, int(info.parked_at.timestamp() * 1000)
         )
         delay = self.backoff_seconds
         for attempt in range(1, self.attempts + 1):
