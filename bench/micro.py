@@ -47,7 +47,7 @@ from hopchain.schemas import (
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, link
 from hopchain.schemas.strict import decode_strict
-from hopchain.schemas.text_v2 import read_envelope_text
+from hopchain.schemas.text_v2 import load_envelope, read_envelope_text
 from hopchain.schemas.wire import HopWire, IdentityWire
 
 HEADERS_TOPIC = "bench.documents"
@@ -243,7 +243,7 @@ def parts(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable[[],
 
     def parse_and_validate() -> object:
         if contract.mode is WireMode.HEADERS:
-            return Envelope.model_validate_json(header), Document.model_validate_json(value)
+            return load_envelope(header), Document.model_validate_json(value)
         return contract.body_model.model_validate_json(value)
 
     return {

@@ -12,8 +12,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from hopchain import Hopchain, HopchainMiddleware, Stage, origin
-from hopchain.schemas import ENVELOPE_HEADER, Envelope
+from hopchain.schemas import ENVELOPE_HEADER
 from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -73,7 +74,7 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
         await namespace["middleware"].close()
 
     assert invoice.value == b'{"order_id":"o-1","total_cents":1250}'
-    envelope = Envelope.model_validate_json(dict(invoice.headers)[ENVELOPE_HEADER])
+    envelope = load_envelope(dict(invoice.headers)[ENVELOPE_HEADER])
     assert [(h.component, h.decision.value) for h in envelope.chain] == [
         ("checkout", "originated"),
         ("invoicer", "forwarded"),

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from examples.claims.pipeline import DEAD_LETTER_TOPICS, FILED
 from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope
 from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import read_to_end
 
 
@@ -50,7 +51,7 @@ def _envelope(raw: bytes | None) -> Envelope | None:
     if not raw:
         return None
     try:
-        return Envelope.model_validate_json(raw)
+        return load_envelope(raw)
     except ValidationError:
         return None
 

@@ -28,7 +28,9 @@ from hopchain.schemas.sealed import (
     sealed_envelope,
     sealed_hop,
     settle,
+    settle_pending,
     timestamp_text,
+    verify_wire_fields,
     wire_of,
 )
 from hopchain.schemas.strict import convert_strict, jcs
@@ -222,34 +224,6 @@ def append_v2(
     return sealed_envelope(state, new)
 
 
-def settle_pending(
-    wire: Wire, *, payload: str | None = None, keyring: Keyring | None = None
-) -> None:
-    """Seal the pending hop in place: once, with the payload's digest when it is known.
-
-    ``keyring`` (the writer's) signs it; without one, the keyring given to append_hop does.
-    """
-    pending = wire.pending
-    if pending is None:
-        return
-    hop_wire = pending.hop
-    if payload is not None:
-        hop_wire = msgspec.structs.replace(hop_wire, payload_digest=payload)
-    count = len(wire.hops)
-    previous = wire.digests[-1] if count else wire.genesis
-    sealed = msgspec.json.encode(hop_wire)
-    digest = link(previous, sealed)
-    signer = keyring if keyring is not None else pending.keyring
-    signature = signer.sign(hop_wire.component, digest) if signer is not None else None
-    if hop_wire.degradation is not None:
-        wire.markers = {**wire.markers, count: hop_wire.degradation.stage}
-    wire.hops = (*wire.hops, sealed)
-    wire.digests = (*wire.digests, digest)
-    wire.signatures = (*wire.signatures, signature)
-    wire.last = hop_wire
-    wire.pending = None
-
-
 def _seal(
     envelope: Envelope,
     wire: Wire,
@@ -357,32 +331,4 @@ def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None
     if envelope.head != previous:
         raise EnvelopeError(
             ReasonCode.BAD_DIGEST, "the head is not the last hop's digest", "$.head"
-        )
-
-
-def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
-    """Refuse an envelope whose chain or identity was changed after it was sealed.
-
-    Raises:
-        EnvelopeError: ``chain_rewritten``.
-    """
-    carried = carried_chain(envelope)
-    if carried is not None and carried is not wire.built:
-        raise EnvelopeError(
-            ReasonCode.CHAIN_REWRITTEN,
-            "the chain is not the one that was sealed: hops are appended with append_hop only",
-            "$.chain",
-        )
-    if (
-        envelope.id != wire.ident.id
-        or envelope.intent_key != wire.ident.intent_key
-        or envelope.trace_id != wire.ident.trace_id
-        or envelope.origin_span_id != wire.ident.origin_span_id
-        or envelope.run_id != wire.ident.run_id
-        or envelope.work_item_id != wire.ident.work_item_id
-    ):
-        raise EnvelopeError(
-            ReasonCode.CHAIN_REWRITTEN,
-            "the envelope's identity was changed after its chain was sealed",
-            "$",
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Self, TypeVar, cast
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field, PrivateAttr
 
@@ -24,10 +24,6 @@ SCHEMA_MINOR = 0
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 
 PayloadT = TypeVar("PayloadT")
-_SCHEMA_2_LAYOUT = b',"chain":[\n'
-"""Only schema-2 text has it: schema 1's JSON holds no raw newline."""
-_SCHEMA_2 = b'"schema_version":"2.'
-"""And its canonical identity says so."""
 
 
 class Envelope(BaseModel):
@@ -63,40 +59,6 @@ class Envelope(BaseModel):
     """Digest of the last hop (the genesis digest when the chain is empty)."""
     _wire: Any = PrivateAttr(default=None)
     """Schema 2: the chain as it travels (:class:`hopchain.schemas.sealed.Wire`)."""
-
-    @classmethod
-    def model_validate_json(
-        cls,
-        json_data: str | bytes | bytearray,
-        *,
-        strict: bool | None = None,
-        extra: Any = None,
-        context: Any | None = None,
-        by_alias: bool | None = None,
-        by_name: bool | None = None,
-    ) -> Self:
-        """Read an envelope's JSON text, of either schema.
-
-        Schema 2 text (``SPEC.md``) is read in full, every hop checked and every digest
-        verified from the bytes; schema 1 JSON is validated as before.
-
-        Raises:
-            ValidationError: schema 1 JSON that does not validate.
-            EnvelopeError: schema 2 text that breaks the schema.
-        """
-        raw = json_data.encode() if isinstance(json_data, str) else bytes(json_data)
-        if cls is Envelope and _SCHEMA_2_LAYOUT in raw and _SCHEMA_2 in raw:
-            from hopchain.schemas.text_v2 import load_envelope  # noqa: PLC0415 - import cycle
-
-            return cast("Self", load_envelope(raw))
-        return super().model_validate_json(
-            json_data,
-            strict=strict,
-            extra=extra,
-            context=context,
-            by_alias=by_alias,
-            by_name=by_name,
-        )
 
     @property
     def hop_count(self) -> int:

@@ -20,12 +20,14 @@ import msgspec
 import orjson
 from pydantic import BaseModel
 
+from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Hop
+from hopchain.schemas.wire import HopWire
 
 if TYPE_CHECKING:
     from hopchain.schemas.integrity import Keyring
-    from hopchain.schemas.wire import HopWire, IdentityWire
+    from hopchain.schemas.wire import IdentityWire
 
 __all__ = [
     "CHAIN_END",
@@ -44,7 +46,10 @@ __all__ = [
     "sealed_envelope",
     "sealed_hop",
     "settle",
+    "settle_pending",
+    "verify_wire_fields",
     "wire_of",
+    "write_envelope_text",
 ]
 
 GENESIS_PREFIX = b"hopchain-v2 genesis\n"
@@ -145,8 +150,6 @@ class Pending:
 def settle(wire: Wire) -> None:
     """Seal the wire's pending hop, if any, as it is (no payload digest)."""
     if wire.pending is not None:
-        from hopchain.schemas.chain_v2 import settle_pending  # noqa: PLC0415 - import cycle
-
         settle_pending(wire)
 
 
@@ -179,8 +182,6 @@ def wire_of(envelope: Envelope) -> Wire | None:
 
 
 def _materialize(hop: SealedHop, state: dict[str, Any]) -> None:
-    from hopchain.schemas.wire import HopWire  # noqa: PLC0415 - import cycle
-
     private = hop.__pydantic_private__ or {}
     parsed = msgspec.json.decode(private["_sealed"], type=HopWire)
     document: dict[str, Any] = msgspec.to_builtins(parsed)
@@ -260,9 +261,12 @@ class SealedEnvelope(Envelope):
         """Schema 2's JSON is its envelope text (``SPEC.md``); with options, the model's."""
         if kwargs:
             return super().model_dump_json(**kwargs)
-        from hopchain.schemas.text_v2 import envelope_text  # noqa: PLC0415 - import cycle
-
-        return envelope_text(self).decode()
+        wire = wire_of(self)
+        if wire is None:
+            return super().model_dump_json()
+        # A copy whose chain or identity was changed has no text: its bytes were never sealed.
+        verify_wire_fields(self, wire)
+        return write_envelope_text(wire).decode()
 
     @property
     def hop_count(self) -> int:
@@ -314,3 +318,76 @@ def timestamp_text(value: datetime) -> str:
 def has_marker(hop: bytes) -> bool:
     """Whether a hop may carry a degradation marker (its bytes lack ``"degradation":null``)."""
     return _DEGRADATION_NONE not in hop
+
+
+def settle_pending(
+    wire: Wire, *, payload: str | None = None, keyring: Keyring | None = None
+) -> None:
+    """Seal the pending hop in place: once, with the payload's digest when it is known.
+
+    ``keyring`` (the writer's) signs it; without one, the keyring given to append_hop does.
+    """
+    pending = wire.pending
+    if pending is None:
+        return
+    hop_wire = pending.hop
+    if payload is not None:
+        hop_wire = msgspec.structs.replace(hop_wire, payload_digest=payload)
+    count = len(wire.hops)
+    previous = wire.digests[-1] if count else wire.genesis
+    sealed = msgspec.json.encode(hop_wire)
+    digest = link(previous, sealed)
+    signer = keyring if keyring is not None else pending.keyring
+    signature = signer.sign(hop_wire.component, digest) if signer is not None else None
+    if hop_wire.degradation is not None:
+        wire.markers = {**wire.markers, count: hop_wire.degradation.stage}
+    wire.hops = (*wire.hops, sealed)
+    wire.digests = (*wire.digests, digest)
+    wire.signatures = (*wire.signatures, signature)
+    wire.last = hop_wire
+    wire.pending = None
+
+
+def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
+    """Refuse an envelope whose chain or identity was changed after it was sealed.
+
+    Raises:
+        EnvelopeError: ``chain_rewritten``.
+    """
+    carried = carried_chain(envelope)
+    if carried is not None and carried is not wire.built:
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the chain is not the one that was sealed: hops are appended with append_hop only",
+            "$.chain",
+        )
+    if (
+        envelope.id != wire.ident.id
+        or envelope.intent_key != wire.ident.intent_key
+        or envelope.trace_id != wire.ident.trace_id
+        or envelope.origin_span_id != wire.ident.origin_span_id
+        or envelope.run_id != wire.ident.run_id
+        or envelope.work_item_id != wire.ident.work_item_id
+    ):
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's identity was changed after its chain was sealed",
+            "$",
+        )
+
+
+def write_envelope_text(wire: Wire) -> bytes:
+    """The envelope's text in the schema-2 layout."""
+    settle(wire)
+    return b"".join(
+        (
+            wire.identity[:-1],
+            CHAIN_START,
+            b",\n".join(wire.hops),
+            CHAIN_END,
+            orjson.dumps(list(wire.digests)),
+            SIGNATURES,
+            orjson.dumps(list(wire.signatures)),
+            b"}",
+        )
+    )

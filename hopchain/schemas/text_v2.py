@@ -20,13 +20,8 @@ from typing import TYPE_CHECKING
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.chain_v2 import (
-    _check_signature,
-    payload_digest,
-    reseal_last,
-    settle_pending,
-    verify_wire_fields,
-)
+from hopchain.schemas.chain import _verify_chain
+from hopchain.schemas.chain_v2 import _check_signature, payload_digest, reseal_last
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.sealed import (
     CHAIN_END,
@@ -37,8 +32,10 @@ from hopchain.schemas.sealed import (
     genesis_of,
     has_marker,
     sealed_envelope,
-    settle,
+    settle_pending,
+    verify_wire_fields,
     wire_of,
+    write_envelope_text,
 )
 from hopchain.schemas.strict import check_timestamps, decode_strict, jcs
 from hopchain.schemas.wire import SIGNATURE_PATTERN, HopWire, IdentityWire
@@ -60,23 +57,6 @@ _MARKED = b'"degradation":{'
 _SIGNATURE = re.compile(SIGNATURE_PATTERN)
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _DIGESTS = re.compile(rb'\[(?:"[0-9a-f]{64}",)*"[0-9a-f]{64}"\]')
-
-
-def write_envelope_text(wire: Wire) -> bytes:
-    """The envelope's text in the schema-2 layout."""
-    settle(wire)
-    return b"".join(
-        (
-            wire.identity[:-1],
-            CHAIN_START,
-            b",\n".join(wire.hops),
-            CHAIN_END,
-            orjson.dumps(list(wire.digests)),
-            SIGNATURES,
-            orjson.dumps(list(wire.signatures)),
-            b"}",
-        )
-    )
 
 
 def _digests(text: bytes, count: int) -> list[str]:
@@ -130,8 +110,6 @@ def has_legacy(ident: IdentityWire) -> bool:
 
 
 def _legacy(ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
-    from hopchain.schemas.chain import _verify_chain  # noqa: PLC0415 - import cycle
-
     raw = bytes(ident.legacy)
     try:
         legacy = Envelope.model_validate_json(raw)

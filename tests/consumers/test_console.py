@@ -25,8 +25,9 @@ from selenium import webdriver
 
 from hopchain.consumers import DeadLetterService, ResolutionKind
 from hopchain.lookup import find_record
-from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope, ErrorType
+from hopchain.schemas import ENVELOPE_HEADER, Decision, ErrorType
 from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics, unique_topic_name
 from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
@@ -157,7 +158,7 @@ async def check_redriven(
     for one in others:
         assert service.index.resolution(one.dead_letter_id) is None
     for record in sent:
-        envelope = Envelope.model_validate_json(dict(record.headers)[ENVELOPE_HEADER])
+        envelope = load_envelope(dict(record.headers)[ENVELOPE_HEADER])
         assert envelope.chain[-1].decision is Decision.REDRIVEN
         assert envelope.chain[-1].observation == "redriven by erin: ledger is back"
 

@@ -7,8 +7,9 @@ import pytest
 from hopchain.consumers.errors import TriageError, TriageRefused
 from hopchain.consumers.records import DeadLetterRecord
 from hopchain.consumers.redrive import build_redrive
-from hopchain.schemas import Decision, Envelope, verify_chain
+from hopchain.schemas import Decision, verify_chain
 from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER, REDRIVE_OF_HEADER
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.schemas.traceparent import parse_traceparent
 from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
 
@@ -56,7 +57,7 @@ def test_a_stage_dead_letter_goes_back_with_one_redriven_hop_and_its_original_by
     assert header(out.headers, REDRIVE_OF_HEADER) == [made.dead_letter_id.encode()]
     [raw] = header(out.headers, "hopchain-envelope")
     assert raw is not None
-    sent = Envelope.model_validate_json(raw)
+    sent = load_envelope(raw)
     verify_chain(sent)
     assert [hop.decision for hop in sent.chain] == [
         Decision.ORIGINATED,
@@ -94,7 +95,7 @@ def test_a_body_mode_dead_letter_gets_the_extended_envelope_around_its_payload()
     sent = json.loads(out.value)
     assert sent["payload"] == {"order": 1, "note": "é"}
     assert [hop["decision"] for hop in sent["chain"]] == ["originated", "dead_lettered", "redriven"]
-    verify_chain(Envelope.model_validate_json(out.value))
+    verify_chain(load_envelope(out.value))
 
 
 def test_a_rejected_record_goes_back_byte_for_byte_with_a_redrive_count() -> None:

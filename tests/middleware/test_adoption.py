@@ -47,8 +47,9 @@ from hopchain import (
     current_hop,
 )
 from hopchain.exceptions import LocalKafkaError
-from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope, ErrorType, TopicContract
+from hopchain.schemas import ENVELOPE_HEADER, Decision, ErrorType, TopicContract
 from hopchain.schemas.deadletter import DLQ_EXCEPTION_HEADER, read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import LocalKafka, TopicFactory, create_topics, unique_topic_name
 
 pytestmark = pytest.mark.kafka
@@ -175,7 +176,7 @@ async def test_bare_records_are_adopted_or_parked_with_their_real_error(
     assert counted(first, "hopchain_adopted_total", labels) == 2
     # The origin hop was written by the adopting component and says so.
     [invoice_record, _] = await read_topic(kafka_bootstrap, invoices)
-    envelope = Envelope.model_validate_json(header(invoice_record, ENVELOPE_HEADER) or "")
+    envelope = load_envelope(header(invoice_record, ENVELOPE_HEADER) or "")
     origin_hop = envelope.chain[0]
     assert (origin_hop.component, origin_hop.decision) == ("invoicer", Decision.ORIGINATED)
     assert "adopted" in origin_hop.observation
@@ -327,7 +328,7 @@ async def test_a_plain_handler_timing_out_twice_is_retried_and_forwarded(
         [record] = await records_of(kafka_bootstrap, output, 1)
     finally:
         await broker.stop()
-    hop = Envelope.model_validate_json(header(record, ENVELOPE_HEADER) or "").chain[-1]
+    hop = load_envelope(header(record, ENVELOPE_HEADER) or "").chain[-1]
     assert calls == [7, 7, 7]
     assert hop.decision is Decision.RECOVERED
     assert [(a.kind.value, a.outcome.value) for a in hop.attempts] == [

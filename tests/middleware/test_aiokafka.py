@@ -71,12 +71,12 @@ from hopchain.schemas import (
     Decision,
     Effect,
     EffectKind,
-    Envelope,
     ErrorType,
     Limits,
     verify_chain,
 )
 from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics, unique_topic_name
 
 if TYPE_CHECKING:
@@ -474,7 +474,7 @@ async def test_wrapped_stage_extends_a_faststream_origin_in_the_same_trace(
         assert current_hop() is None
 
     [record] = await read_topic(kafka_bootstrap, b)
-    envelope = Envelope.model_validate_json(header(record, ENVELOPE_HEADER) or "")
+    envelope = load_envelope(header(record, ENVELOPE_HEADER) or "")
     verify_chain(envelope)
     assert [(h.component, h.decision, h.destination) for h in envelope.chain] == [
         ("feeder", Decision.ORIGINATED, a),
@@ -540,7 +540,7 @@ async def test_declared_stage_exits_work_through_the_wrapper(
 
     assert outcomes[2] is None  # rerouted, not dead-lettered
     summaries = [
-        Envelope.model_validate_json(header(r, ENVELOPE_HEADER) or "")
+        load_envelope(header(r, ENVELOPE_HEADER) or "")
         for r in await read_topic(kafka_bootstrap, out)
     ]
     assert [e.chain[-1].decision for e in summaries] == [Decision.FORWARDED, Decision.DEGRADED]
@@ -549,7 +549,7 @@ async def test_declared_stage_exits_work_through_the_wrapper(
     assert degraded.failure.error_type is ErrorType.REJECTED_INPUT
     assert summaries[1].degradations[0].stage == "summarise"
     [rerouted] = await read_topic(kafka_bootstrap, review)
-    envelope = Envelope.model_validate_json(header(rerouted, ENVELOPE_HEADER) or "")
+    envelope = load_envelope(header(rerouted, ENVELOPE_HEADER) or "")
     assert envelope.chain[-1].decision is Decision.REROUTED
     assert json.loads(rerouted.value) == doc(2).model_dump(mode="json")
     assert await record_count(kafka_bootstrap, f"{raw}.dlq") == 0

@@ -32,6 +32,7 @@ from hopchain import (
 )
 from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope, ErrorType
 from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 
 
 class Order(BaseModel):
@@ -118,7 +119,7 @@ async def send(checkout: Any, order_id: str) -> None:
 
 
 def chain_of(headers: dict[str, str], name: str = ENVELOPE_HEADER) -> Envelope:
-    return Envelope.model_validate_json(headers[name])
+    return load_envelope(headers[name])
 
 
 @pytest.mark.parametrize("router", [False, True], ids=["broker", "router"])

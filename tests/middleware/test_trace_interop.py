@@ -12,7 +12,8 @@ from opentelemetry import propagate, trace
 from pydantic import BaseModel
 
 from hopchain import Hopchain, HopchainMiddleware, origin
-from hopchain.schemas import ENVELOPE_HEADER, ContractRegistry, Envelope, TopicContract
+from hopchain.schemas import ENVELOPE_HEADER, ContractRegistry, TopicContract
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import TopicFactory, capture_spans, parent_span_id, spans_by_id
 from hopchain.tracing import KafkaHeadersGetter
 
@@ -54,7 +55,7 @@ async def test_a_trace_started_elsewhere_continues_through_hopchain_and_out_agai
         await broker.stop()
     request = request_span.get_span_context()
     record = await _first(kafka_bootstrap, topic)
-    envelope = Envelope.model_validate_json(dict(record.headers)[ENVELOPE_HEADER])
+    envelope = load_envelope(dict(record.headers)[ENVELOPE_HEADER])
 
     # In: the envelope's trace is the caller's, and the origin hop is a child of its span.
     assert envelope.trace_id == trace.format_trace_id(request.trace_id)
