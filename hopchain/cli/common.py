@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import logging
 import os
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -169,5 +168,7 @@ def kafka_failure(exc: BaseException, bootstrap: str) -> str:
 
 def quiet_kafka_client() -> None:
     """Keep aiokafka's own warnings off stderr: the command reports the failure, once."""
+    import logging  # noqa: PLC0415 - only commands that talk to Kafka need it
+
     logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     logging.getLogger("aiokafka").propagate = False

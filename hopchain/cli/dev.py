@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -276,6 +275,8 @@ def tool(
     data_dir: DataDirOption = None,
 ) -> None:
     """Run one of Kafka's command-line tools (see the command's help)."""
+    import subprocess  # noqa: PLC0415 - see the imports
+
     from hopchain.testing.broker_state import broker_status  # noqa: PLC0415 - see the imports
     from hopchain.testing.kafka import cached_kafka_version  # noqa: PLC0415
     from hopchain.testing.kafka_tools import kafka_tool_command, resolve_tool  # noqa: PLC0415

@@ -14,7 +14,6 @@ and is imported only when a command runs.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 import typer
@@ -215,6 +214,8 @@ def serve(
     The bearer token of the mutating endpoints is read from HOPCHAIN_DLQ_TOKEN only (never
     from the command line, where other users could read it); without it they are disabled.
     """
+    import logging  # noqa: PLC0415 - only the service logs
+
     from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka and the service
 
     source = dlq_actions.Source(
