@@ -20,7 +20,7 @@ EXTRA_OF_MODULE = {
     "starlette": "dlq",
     "uvicorn": "dlq",
     "jinja2": "dlq",
-    "opentelemetry.sdk": "otel",
+    "opentelemetry.sdk": "testing",  # hopchain.testing, behind `hopchain dev kafka`
 }
 """Which extra brings each optional top-level module the command line may import."""
 

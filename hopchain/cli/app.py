@@ -74,8 +74,11 @@ def main(args: list[str] | None = None) -> None:
         _error(str(exc), ExitCode.FAILURE)
     except ModuleNotFoundError:
         raise  # the entry point names the extra to install
-    except Exception as exc:
-        _command_line_error(exc)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # also asyncio's CancelledError from a Kafka client
+        if isinstance(exc, Exception):
+            _command_line_error(exc)
         if os.environ.get(DEBUG_VARIABLE) == "1":
             raise
         _error(

@@ -42,6 +42,7 @@ DataDirOption = Annotated[
     typer.Option(
         "--data-dir",
         envvar="HOPCHAIN_KAFKA_DATA_DIR",
+        metavar="DIR",
         help="Broker data directory (properties, KRaft log, logs, pid file). "
         "Default: $XDG_CACHE_HOME/hopchain/kafka/run (~/.cache/hopchain/kafka/run).",
         file_okay=False,
@@ -112,6 +113,7 @@ def start(
         typer.Option(
             "--port",
             envvar="HOPCHAIN_KAFKA_PORT",
+            metavar="PORT",
             help="PLAINTEXT port for clients on 127.0.0.1; 0 picks a free one. Default: the "
             f"port the data directory was formatted for, else {DEFAULT_PORT}.",
             min=0,
@@ -124,6 +126,7 @@ def start(
         typer.Option(
             "--controller-port",
             envvar="HOPCHAIN_KAFKA_CONTROLLER_PORT",
+            metavar="PORT",
             help="KRaft controller port on 127.0.0.1; 0 picks a free one. Default: the port "
             f"the data directory was formatted for, else {DEFAULT_CONTROLLER_PORT}.",
             min=0,
@@ -144,6 +147,7 @@ def start(
         typer.Option(
             "--timeout",
             envvar="HOPCHAIN_KAFKA_START_TIMEOUT",
+            metavar="SECONDS",
             help="Seconds to wait for the broker to become ready.",
             min=1.0,
         ),
@@ -206,7 +210,10 @@ def stop(
     timeout: Annotated[
         float,
         typer.Option(
-            "--timeout", help="Seconds to wait after SIGTERM before sending SIGKILL.", min=0.0
+            "--timeout",
+            metavar="SECONDS",
+            help="Seconds to wait after SIGTERM before sending SIGKILL.",
+            min=0.0,
         ),
     ] = 30.0,
 ) -> None:

@@ -254,10 +254,18 @@ def test_the_error_types_of_the_command_line_are_the_vocabulary() -> None:
 
 
 def test_help_shows_no_python_types() -> None:
-    for command in (["--help"], ["dlq", "serve", "--help"], ["dlq", "redrive", "--help"]):
+    commands = [
+        ["--help"],
+        *(["dlq", name, "--help"] for name in ("serve", "list", "show", "redrive", "discard")),
+        *(["dev", "kafka", name, "--help"] for name in ("start", "stop", "status", "tool")),
+        ["policy", "show", "--help"],
+        ["schema", "export", "--help"],
+        ["trace", "--help"],
+    ]
+    for command in commands:
         run = hopchain(*command)
         assert run.code == 0, run.stderr
-        for label in ("<bool>", "<str>", "<list[str]>", "<int", "<float"):
+        for label in ("<bool>", "<str>", "<list[str]>", "<int", "<float", "<dir>", "<path>"):
             assert label not in run.stdout, (command, label, run.stdout)
 
 
