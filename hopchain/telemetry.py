@@ -24,8 +24,7 @@ try:
     )
 except ModuleNotFoundError as exc:  # the core install carries only the OpenTelemetry API
     raise ModuleNotFoundError(
-        "hopchain.telemetry records spans with the OpenTelemetry SDK: "
-        "pip install 'hopchain[otel]'",
+        "hopchain.telemetry records spans with the OpenTelemetry SDK: pip install 'hopchain[otel]'",
         name=exc.name,
     ) from exc
 
