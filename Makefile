@@ -24,10 +24,10 @@ $(PY):
 
 # Reinstalls only when the dependency declarations change.
 $(INSTALLED): pyproject.toml constraints.txt | $(PY)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,otlp]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
 	@touch $@
 
-venv: $(INSTALLED) ## Create .venv and install hopchain (editable) with dev and otlp extras
+venv: $(INSTALLED) ## Create .venv and install hopchain (editable) with every extra (all) and the dev tools
 
 install: $(INSTALLED) ## Install or update the dependencies in .venv
 

@@ -23,7 +23,7 @@ import ssl
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from hopchain.exceptions import ConfigurationError
 from hopchain.schemas import DEAD_LETTER_SUFFIX, Keyring
@@ -110,6 +110,14 @@ class HopchainConfig(BaseSettings):
             super().__init__(**values)
         except ValidationError as exc:
             raise ConfigurationError(_one_line(exc)) from None
+        except SettingsError as exc:
+            # A dictionary or list variable that is not JSON fails while it is read.
+            found = re.search(r'field "(\w+)"', str(exc))
+            name = env_name(found[1]) if found else f"a {ENV_PREFIX}* variable"
+            raise ConfigurationError(
+                f"{name}: not JSON; write dictionaries and lists as JSON, "
+                """e.g. HOPCHAIN_DLQ_TOPICS='{"orders.dlq": "payments"}'"""
+            ) from None
 
     # -- Kafka connection ----------------------------------------------------------------------
 

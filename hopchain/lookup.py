@@ -219,6 +219,13 @@ async def find_record(
     result = TraceResult(needle=needle)
     started = time.perf_counter()
     probe = needle.encode()
+    partitions = await topic_partitions(bootstrap, topics, **(client_options or {}))
+    result.topics_scanned = len(topics)
+    if not partitions:
+        # Nothing to read. (A consumer stopped right after it started can raise
+        # CancelledError out of its coordinator: start none.)
+        result.seconds = time.perf_counter() - started
+        return result
     consumer = AIOKafkaConsumer(
         **(client_options or {}),
         bootstrap_servers=bootstrap,
@@ -227,10 +234,6 @@ async def find_record(
     )
     await consumer.start()
     try:
-        partitions = await topic_partitions(bootstrap, topics, **(client_options or {}))
-        result.topics_scanned = len(topics)
-        if not partitions:
-            return result
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)

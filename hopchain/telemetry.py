@@ -3,7 +3,8 @@
 ``OTEL_TRACES_EXPORTER`` picks the exporter: ``otlp`` (needs the ``otlp`` extra; endpoint and
 headers from the usual ``OTEL_EXPORTER_OTLP_*`` variables), ``console``, or ``none`` (the
 default here: spans are still created, so hops get real span ids, but nothing is exported).
-``OTEL_SERVICE_NAME`` names the service.
+``OTEL_SERVICE_NAME`` names the service. Needs the ``otel`` extra (the OpenTelemetry SDK);
+the middleware itself uses only the API.
 """
 
 from __future__ import annotations
@@ -11,14 +12,21 @@ from __future__ import annotations
 import os
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-)
+
+try:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SimpleSpanProcessor,
+        SpanExporter,
+    )
+except ModuleNotFoundError as exc:  # the core install carries only the OpenTelemetry API
+    raise ModuleNotFoundError(
+        "hopchain.telemetry records spans with the OpenTelemetry SDK: pip install 'hopchain[otel]'",
+        name=exc.name,
+    ) from exc
 
 from hopchain.exceptions import ConfigurationError
 

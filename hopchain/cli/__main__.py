@@ -1,5 +1,5 @@
 """``python -m hopchain.cli``: the same as the ``hopchain`` command."""
 
-from hopchain.cli.app import main
+from hopchain.cli import main
 
 main()

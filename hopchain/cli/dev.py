@@ -9,38 +9,32 @@ running in the background; ``stop`` and ``status`` find it through its data dire
 
 from __future__ import annotations
 
+import functools
 import json
-import subprocess
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from hopchain.cli.common import ExitCode, fail
+from hopchain.cli.common import ExitCode, HelpCommand, fail, group
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing.broker_state import (
-    BrokerState,
-    BrokerStatus,
-    broker_status,
-    formatted_ports,
-    stop_broker,
-)
-from hopchain.testing.kafka import LocalKafka, cached_kafka_version, default_run_dir
-from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command, resolve_tool
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from hopchain.testing.broker_state import BrokerState, BrokerStatus
+
+# hopchain.testing and Rich are imported by the commands that use them: `hopchain --help`
+# loads neither.
 
 __all__ = ["app", "kafka_app"]
 
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 19093  # 9093 is Alertmanager's default
 
-app = typer.Typer(help="Development tools: a local Kafka broker.", no_args_is_help=True)
-kafka_app = typer.Typer(
-    help="A real Apache Kafka broker (KRaft, one node) on 127.0.0.1, for development.",
-    no_args_is_help=True,
-)
+app = group("Development tools: a local Kafka broker.")
+kafka_app = group("A real Apache Kafka broker (KRaft, one node) on 127.0.0.1, for development.")
 app.add_typer(kafka_app, name="kafka")
 
 DataDirOption = Annotated[
@@ -48,6 +42,7 @@ DataDirOption = Annotated[
     typer.Option(
         "--data-dir",
         envvar="HOPCHAIN_KAFKA_DATA_DIR",
+        metavar="DIR",
         help="Broker data directory (properties, KRaft log, logs, pid file). "
         "Default: $XDG_CACHE_HOME/hopchain/kafka/run (~/.cache/hopchain/kafka/run).",
         file_okay=False,
@@ -58,10 +53,17 @@ JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON object instead of a table.")
 ]
 
-_console = Console(highlight=False)
+
+@functools.cache
+def _console() -> Console:
+    from rich.console import Console  # noqa: PLC0415 - see the imports
+
+    return Console(highlight=False)
 
 
 def _data_dir(data_dir: Path | None) -> Path:
+    from hopchain.testing.kafka import default_run_dir  # noqa: PLC0415 - see the imports
+
     try:
         return (data_dir or default_run_dir()).expanduser().resolve()
     except LocalKafkaError as exc:
@@ -85,6 +87,8 @@ def _state_json(status: BrokerStatus, data_dir: Path, state: BrokerState | None)
 
 
 def _print_table(status: BrokerStatus, data_dir: Path, state: BrokerState | None) -> None:
+    from rich.table import Table  # noqa: PLC0415 - see the imports
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -98,7 +102,7 @@ def _print_table(status: BrokerStatus, data_dir: Path, state: BrokerState | None
         table.add_row("started", f"{started} (ready after {state.startup_seconds:.1f} s)")
         table.add_row("log", state.log_path)
     table.add_row("data dir", str(data_dir))
-    _console.print(table)
+    _console().print(table)
 
 
 @kafka_app.command("start")
@@ -109,6 +113,7 @@ def start(
         typer.Option(
             "--port",
             envvar="HOPCHAIN_KAFKA_PORT",
+            metavar="PORT",
             help="PLAINTEXT port for clients on 127.0.0.1; 0 picks a free one. Default: the "
             f"port the data directory was formatted for, else {DEFAULT_PORT}.",
             min=0,
@@ -121,6 +126,7 @@ def start(
         typer.Option(
             "--controller-port",
             envvar="HOPCHAIN_KAFKA_CONTROLLER_PORT",
+            metavar="PORT",
             help="KRaft controller port on 127.0.0.1; 0 picks a free one. Default: the port "
             f"the data directory was formatted for, else {DEFAULT_CONTROLLER_PORT}.",
             min=0,
@@ -141,6 +147,7 @@ def start(
         typer.Option(
             "--timeout",
             envvar="HOPCHAIN_KAFKA_START_TIMEOUT",
+            metavar="SECONDS",
             help="Seconds to wait for the broker to become ready.",
             min=1.0,
         ),
@@ -148,13 +155,20 @@ def start(
     json_output: JsonOption = False,
 ) -> None:
     """Start the broker in the background and print its bootstrap address."""
+    from hopchain.testing.broker_state import (  # noqa: PLC0415 - see the imports
+        BrokerStatus,
+        broker_status,
+        formatted_ports,
+    )
+    from hopchain.testing.kafka import LocalKafka  # noqa: PLC0415
+
     folder = _data_dir(data_dir)
     status, state = broker_status(folder)
     if status is BrokerStatus.RUNNING and state is not None:
         if json_output:
             typer.echo(_state_json(status, folder, state))
         else:
-            _console.print(f"Kafka {state.kafka_version} already running at {state.bootstrap}")
+            _console().print(f"Kafka {state.kafka_version} already running at {state.bootstrap}")
         if port not in (None, 0, state.port):
             typer.echo(f"note: --port {port} ignored; stop the broker first to move it", err=True)
         return
@@ -173,7 +187,7 @@ def start(
             fresh=fresh,
         )
         if not json_output:
-            _console.print(f"Starting Kafka {kafka.version} (data in {folder}) ...")
+            _console().print(f"Starting Kafka {kafka.version} (data in {folder}) ...")
         kafka.start()
         state = kafka.detach()
     except LocalKafkaError as exc:
@@ -181,12 +195,12 @@ def start(
     if json_output:
         typer.echo(_state_json(BrokerStatus.RUNNING, folder, state))
         return
-    _console.print(
+    _console().print(
         f"Kafka {state.kafka_version} running at [bold]{state.bootstrap}[/bold] "
         f"(pid {state.pid}, ready in {state.startup_seconds:.1f} s)"
     )
-    _console.print(f"log: {state.log_path}")
-    _console.print("stop it with: hopchain dev kafka stop")
+    _console().print(f"log: {state.log_path}")
+    _console().print("stop it with: hopchain dev kafka stop")
 
 
 @kafka_app.command("stop")
@@ -196,25 +210,35 @@ def stop(
     timeout: Annotated[
         float,
         typer.Option(
-            "--timeout", help="Seconds to wait after SIGTERM before sending SIGKILL.", min=0.0
+            "--timeout",
+            metavar="SECONDS",
+            help="Seconds to wait after SIGTERM before sending SIGKILL.",
+            min=0.0,
         ),
     ] = 30.0,
 ) -> None:
     """Stop the broker (SIGTERM to its process group, SIGKILL after --timeout)."""
+    from hopchain.testing.broker_state import stop_broker  # noqa: PLC0415 - see the imports
+
     folder = _data_dir(data_dir)
     try:
         pid = stop_broker(folder, timeout=timeout)
     except LocalKafkaError as exc:
         fail(str(exc))
     if pid is None:
-        _console.print(f"no broker running from {folder}")
+        _console().print(f"no broker running from {folder}")
     else:
-        _console.print(f"stopped the Kafka broker (pid {pid})")
+        _console().print(f"stopped the Kafka broker (pid {pid})")
 
 
 @kafka_app.command("status")
 def status(*, data_dir: DataDirOption = None, json_output: JsonOption = False) -> None:
     """Report whether the broker runs; exit 0 if it does, 3 if it does not."""
+    from hopchain.testing.broker_state import (  # noqa: PLC0415 - see the imports
+        BrokerStatus,
+        broker_status,
+    )
+
     folder = _data_dir(data_dir)
     current, state = broker_status(folder)
     if json_output:
@@ -225,6 +249,16 @@ def status(*, data_dir: DataDirOption = None, json_output: JsonOption = False) -
         raise typer.Exit(ExitCode.NOT_RUNNING)
 
 
+class _ToolCommand(HelpCommand):
+    """``tool``: lists the tools in its help, loading their table only when help is shown."""
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        from hopchain.testing.kafka_tools import KAFKA_TOOLS  # noqa: PLC0415 - see the imports
+
+        self.epilog = f"Tools: {', '.join(sorted(KAFKA_TOOLS))}."
+        super().format_epilog(ctx, formatter)
+
+
 @kafka_app.command(
     "tool",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -232,7 +266,7 @@ def status(*, data_dir: DataDirOption = None, json_output: JsonOption = False) -
     "Tools that talk to a broker get --bootstrap-server of the running local broker unless "
     "the arguments name one. Put -- before the tool's own --help: "
     "`hopchain dev kafka tool topics -- --help`. Exits with the tool's exit status.",
-    epilog=f"Tools: {', '.join(sorted(KAFKA_TOOLS))}.",
+    cls=_ToolCommand,
 )
 def tool(
     ctx: typer.Context,
@@ -248,6 +282,12 @@ def tool(
     data_dir: DataDirOption = None,
 ) -> None:
     """Run one of Kafka's command-line tools (see the command's help)."""
+    import subprocess  # noqa: PLC0415 - see the imports
+
+    from hopchain.testing.broker_state import broker_status  # noqa: PLC0415 - see the imports
+    from hopchain.testing.kafka import cached_kafka_version  # noqa: PLC0415
+    from hopchain.testing.kafka_tools import kafka_tool_command, resolve_tool  # noqa: PLC0415
+
     _, state = broker_status(_data_dir(data_dir))
     try:
         resolve_tool(name)  # an unknown name fails before anything is resolved

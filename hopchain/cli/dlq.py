@@ -5,76 +5,58 @@
 (the dead-letter topics and the resolutions topic, read up to their current end) and act
 on it. Exit codes: 0 done, 1 failed, 2 usage, 4 not found, 5 refused (already resolved,
 redrive limit reached: ``--force`` overrides).
+
+Each flag means one thing in every command: ``--dlq-topic NAME[=OWNER]`` is a dead-letter
+topic to read (with the owner paged for it), ``--owner`` and ``--source-topic`` choose dead
+letters. This module declares the commands; :mod:`hopchain.cli.dlq_actions` does the work
+and is imported only when a command runs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import getpass
-import json
-import logging
-import os
-import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 import typer
-from aiokafka.errors import KafkaError
-from pydantic import ValidationError
-from rich.console import Console
 
-from hopchain.cli.common import ContractsOption, ExitCode, fail
-from hopchain.consumers.config import DlqSettings
-from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
-from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
-from hopchain.consumers.filters import DeadLetterFilter, parse_duration
-from hopchain.consumers.reader import Snapshot, load_index
-from hopchain.consumers.render import (
-    detail_view,
-    list_table,
-    redrive_lines,
-    resolution_json,
-    resolution_text,
+from hopchain.cli.common import BootstrapOption, ContractsOption, ExitCode, fail, group
+
+if TYPE_CHECKING:
+    from hopchain.cli.dlq_actions import Resolve
+
+__all__ = ["ERROR_TYPES", "ErrorTypeName", "app"]
+
+ErrorTypeName = Literal[
+    "malformed",
+    "contract_violation",
+    "transient",
+    "conflict",
+    "rejected_input",
+    "unauthorized",
+    "environment",
+    "internal",
+]
+"""The values of :class:`hopchain.schemas.ErrorType`, spelled out so ``--help`` loads no
+pydantic (a test keeps the two equal)."""
+
+ERROR_TYPES: tuple[str, ...] = get_args(ErrorTypeName)
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+app = group(
+    "The dead-letter consumer: serve metrics, list, show, redrive and discard dead letters."
 )
-from hopchain.consumers.resolutions import Resolution
-from hopchain.consumers.service import serve as serve_forever
-from hopchain.consumers.triage import Triage
-from hopchain.exceptions import ConfigurationError
-from hopchain.schemas.vocabulary import ErrorType
-
-__all__ = ["app"]
-
-T = TypeVar("T")
-
-TABLE_LIMIT = 200
-"""Rows ``hopchain dlq list`` prints for people unless --limit says otherwise."""
-
-app = typer.Typer(
-    help="The dead-letter consumer: serve metrics, list, show, redrive and discard dead letters.",
-    no_args_is_help=True,
-)
-_console = Console(highlight=False, soft_wrap=True)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 # -- options -------------------------------------------------------------------------------
 
-BootstrapOption = Annotated[
-    str | None,
-    typer.Option(
-        "--bootstrap",
-        envvar="HOPCHAIN_KAFKA_BOOTSTRAP",
-        help="Kafka bootstrap servers. Default: 127.0.0.1:9092.",
-        show_default=False,
-    ),
-]
 PatternOption = Annotated[
     str | None,
     typer.Option(
         "--pattern",
         envvar="HOPCHAIN_DLQ_TOPIC_PATTERN",
+        metavar="REGEX",
         help="Read every topic whose whole name matches this regular expression. Default, "
-        "when no --contracts or topic is given: '.*\\.dlq'.",
+        "when no --contracts or --dlq-topic is given: '.*\\.dlq'.",
         show_default=False,
     ),
 ]
@@ -82,7 +64,9 @@ DlqTopicOption = Annotated[
     list[str] | None,
     typer.Option(
         "--dlq-topic",
-        help="A dead-letter topic to read, as NAME or NAME=OWNER (repeatable).",
+        metavar="NAME[=OWNER]",
+        help="A dead-letter topic to read, with the owner paged for it (repeatable). "
+        "Default owner: unknown.",
         show_default=False,
     ),
 ]
@@ -91,6 +75,7 @@ ResolutionsOption = Annotated[
     typer.Option(
         "--resolutions-topic",
         envvar="HOPCHAIN_DLQ_RESOLUTIONS_TOPIC",
+        metavar="TOPIC",
         help="The compacted resolutions topic. Default: hopchain.dlq.resolutions.",
         show_default=False,
     ),
@@ -98,138 +83,72 @@ ResolutionsOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 WhoOption = Annotated[
     str | None,
-    typer.Option("--who", help="Who is resolving (recorded). Default: $USER.", show_default=False),
+    typer.Option(
+        "--who",
+        metavar="NAME",
+        help="Who is resolving (recorded). Default: $USER.",
+        show_default=False,
+    ),
 ]
 ReasonOption = Annotated[
-    str, typer.Option("--reason", help="Why (recorded with the resolution, for people).")
+    str,
+    typer.Option(
+        "--reason", metavar="TEXT", help="Why (recorded with the resolution, for people)."
+    ),
 ]
 ForceOption = Annotated[
     bool,
     typer.Option("--force", help="Do it even if already resolved or over the redrive limit."),
 ]
 OwnerFilter = Annotated[
-    str | None, typer.Option("--owner", help="Only dead letters of this owner.", show_default=False)
-]
-TopicFilter = Annotated[
     str | None,
-    typer.Option("--topic", help="Only dead letters from this source topic.", show_default=False),
+    typer.Option(
+        "--owner", metavar="OWNER", help="Only dead letters of this owner.", show_default=False
+    ),
+]
+SourceTopicFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--source-topic",
+        metavar="TOPIC",
+        help="Only dead letters that failed on this topic.",
+        show_default=False,
+    ),
 ]
 ErrorTypeFilter = Annotated[
-    ErrorType | None,
-    typer.Option("--error-type", help="Only dead letters of this error type.", show_default=False),
+    ErrorTypeName | None,
+    typer.Option(
+        "--error-type",
+        metavar="TYPE",
+        help=f"Only dead letters of this error type: {', '.join(ERROR_TYPES)}.",
+        show_default=False,
+    ),
 ]
 MinAgeFilter = Annotated[
     str | None,
     typer.Option(
         "--min-age",
+        metavar="AGE",
         help="Only dead letters parked at least this long ago (90s, 15m, 2h, 1d).",
         show_default=False,
     ),
 ]
 TimeoutOption = Annotated[
     float,
-    typer.Option("--timeout", help="Seconds allowed to read the topics to their end.", min=1.0),
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        help="Seconds allowed to read the topics to their end.",
+        min=1.0,
+    ),
 ]
+IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The dead-letter id.")]
 
 
-def _settings(**overrides: Any) -> DlqSettings:
-    try:
-        return DlqSettings(
-            **{name: value for name, value in overrides.items() if value is not None}
-        )
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        fail(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", ExitCode.USAGE)
-
-
-def _topic_pairs(specs: list[str] | None) -> dict[str, str] | None:
-    if not specs:
-        return None
-    topics: dict[str, str] = {}
-    for spec in specs:
-        name, _, owner = spec.partition("=")
-        topics[name.strip()] = owner.strip() or "unknown"
-    return topics
-
-
-def _source(
-    bootstrap: str | None,
-    contracts: str | None,
-    pattern: str | None,
-    dlq_topics: list[str] | None,
-    resolutions_topic: str | None,
-) -> DlqSettings:
-    return _settings(
-        kafka_bootstrap=bootstrap,
-        contracts=contracts,
-        dlq_topic_pattern=pattern,
-        dlq_topics=_topic_pairs(dlq_topics),
-        dlq_resolutions_topic=resolutions_topic,
-    )
-
-
-def _who(who: str | None) -> str:
-    name = who or os.environ.get("USER")
-    if not name:
-        try:
-            name = getpass.getuser()
-        except (KeyError, OSError):
-            fail("cannot tell who you are; pass --who NAME", ExitCode.USAGE)
-    return name
-
-
-def _filter(
-    owner: str | None, topic: str | None, error_type: ErrorType | None, min_age: str | None
-) -> DeadLetterFilter:
-    try:
-        seconds = parse_duration(min_age) if min_age is not None else None
-    except ValueError as exc:
-        fail(f"--min-age: {exc}", ExitCode.USAGE)
-    return DeadLetterFilter(
-        owner=owner,
-        source_topic=topic,
-        error_type=error_type.value if error_type is not None else None,
-        min_age_seconds=seconds,
-    )
-
-
-def _run(coroutine: Awaitable[T]) -> T:
-    """Run a coroutine, turning known errors into messages and exit statuses."""
-
-    async def main() -> T:
-        return await coroutine
-
-    try:
-        return asyncio.run(main())
-    except ConfigurationError as exc:
-        fail(str(exc), ExitCode.USAGE)
-    except DeadLetterNotFound as exc:
-        fail(str(exc), ExitCode.NOT_FOUND)
-    except TriageRefused as exc:
-        fail(str(exc), ExitCode.REFUSED)
-    except TriageError as exc:
-        fail(str(exc), ExitCode.FAILURE)
-    except (KafkaError, OSError, TimeoutError) as exc:
-        detail = str(exc) or "no answer in time"
-        fail(f"Kafka: {type(exc).__name__}: {detail}; is the broker reachable?", ExitCode.FAILURE)
-
-
-async def _with_triage(
-    settings: DlqSettings,
-    timeout: float,  # noqa: ASYNC109 - bounds the rebuild
-    action: Callable[[Snapshot, Triage], Awaitable[T]],
-) -> T:
-    snapshot = await load_index(settings, timeout=timeout)
-    triage = Triage(settings, snapshot.index)
-    await triage.start()
-    try:
-        return await action(snapshot, triage)
-    finally:
-        await triage.stop()
-
-
-def _echo_json(body: Any) -> None:
-    typer.echo(json.dumps(body, indent=2, sort_keys=True))
+def _id(dead_letter_id: str | None) -> str | None:
+    if dead_letter_id is not None and not dead_letter_id.strip():
+        fail("ID is empty: give a dead-letter id (see `hopchain dlq list`)", ExitCode.USAGE)
+    return dead_letter_id
 
 
 # -- serve ---------------------------------------------------------------------------------
@@ -240,22 +159,7 @@ def serve(
     *,
     bootstrap: BootstrapOption = None,
     contracts: ContractsOption = None,
-    topic: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--topic",
-            help="A dead-letter topic to read (repeatable); pair each with --owner.",
-            show_default=False,
-        ),
-    ] = None,
-    owner: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--owner",
-            help="The owner paged for the --topic at the same position (or one owner for all).",
-            show_default=False,
-        ),
-    ] = None,
+    dlq_topic: DlqTopicOption = None,
     pattern: PatternOption = None,
     resolutions_topic: ResolutionsOption = None,
     host: Annotated[
@@ -263,6 +167,7 @@ def serve(
         typer.Option(
             "--host",
             envvar="HOPCHAIN_DLQ_HOST",
+            metavar="ADDRESS",
             help="Address to serve HTTP on. Default: 127.0.0.1.",
             show_default=False,
         ),
@@ -272,6 +177,7 @@ def serve(
         typer.Option(
             "--port",
             envvar="HOPCHAIN_DLQ_PORT",
+            metavar="PORT",
             help="Port to serve HTTP on; 0 picks a free one. Default: 9478.",
             min=0,
             max=65535,
@@ -289,7 +195,14 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[
-        str, typer.Option("--log-level", envvar="HOPCHAIN_LOG_LEVEL", help="Logging level.")
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            envvar="HOPCHAIN_LOG_LEVEL",
+            metavar="LEVEL",
+            case_sensitive=False,
+            help=f"Logging level: {', '.join(get_args(LogLevel))}.",
+        ),
     ] = "INFO",
 ) -> None:
     """Consume every dead-letter topic; serve /metrics, /healthz, /readyz, triage and /ui.
@@ -301,43 +214,32 @@ def serve(
     The bearer token of the mutating endpoints is read from HOPCHAIN_DLQ_TOKEN only (never
     from the command line, where other users could read it); without it they are disabled.
     """
-    topics = list(topic or [])
-    owners = list(owner or [])
-    if owners and not topics:
-        fail("--owner names the owner of a --topic; give the --topic too", ExitCode.USAGE)
-    if topics and len(owners) not in {1, len(topics)}:
-        fail(
-            f"{len(topics)} --topic but {len(owners)} --owner: give one --owner per --topic, "
-            "or one for all",
-            ExitCode.USAGE,
-        )
-    pairs = dict(zip(topics, owners * len(topics) if len(owners) == 1 else owners, strict=False))
-    for name in topics:
-        pairs.setdefault(name, "unknown")
-    settings = _settings(
-        kafka_bootstrap=bootstrap,
-        contracts=contracts,
-        dlq_topic_pattern=pattern,
-        dlq_topics=pairs or None,
-        dlq_resolutions_topic=resolutions_topic,
-        dlq_host=host,
-        dlq_port=port,
-        dlq_create_topics=create_topics,
+    import logging  # noqa: PLC0415 - only the service logs
+
+    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka and the service
+
+    source = dlq_actions.Source(
+        bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
+    )
+    settings = source.settings(
+        dlq_host=("--host", host),
+        dlq_port=("--port", port),
+        dlq_create_topics=("--create-topics", create_topics),
     )
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    raise typer.Exit(_run(serve_forever(settings)))
+    raise typer.Exit(dlq_actions.serve(settings))
 
 
-# -- list ----------------------------------------------------------------------------------
+# -- list and show -------------------------------------------------------------------------
 
 
 @app.command("list")
 def list_(
     *,
     owner: OwnerFilter = None,
-    topic: TopicFilter = None,
+    source_topic: SourceTopicFilter = None,
     error_type: ErrorTypeFilter = None,
     min_age: MinAgeFilter = None,
     include_resolved: Annotated[
@@ -347,7 +249,8 @@ def list_(
         int | None,
         typer.Option(
             "--limit",
-            help=f"Show at most this many, oldest first. Default: {TABLE_LIMIT} in the table, "
+            metavar="N",
+            help="Show at most this many, oldest first. Default: 200 in the table, "
             "all with --json.",
             min=1,
             show_default=False,
@@ -362,36 +265,25 @@ def list_(
     json_output: JsonOption = False,
 ) -> None:
     """List unresolved dead letters, oldest first (read straight from Kafka)."""
-    settings = _source(bootstrap, contracts, pattern, dlq_topic, resolutions_topic)
-    chosen = _filter(owner, topic, error_type, min_age)
-    snapshot = _run(load_index(settings, timeout=timeout))
-    now = time.time()
-    letters = snapshot.index.select(chosen.predicate(now), include_resolved=include_resolved)
-    total = len(letters)
-    if limit is not None or not json_output:
-        letters = letters[: limit or TABLE_LIMIT]
-    if json_output:
-        _echo_json(
-            [
-                {**letter.as_json(), "resolution": resolution_json(resolution)}
-                for letter, resolution in letters
-            ]
-        )
-        return
-    _console.print(list_table(letters, now, include_resolved=include_resolved))
-    shown = f" (showing the oldest {len(letters)})" if total > len(letters) else ""
-    _console.print(
-        f"{total} dead letter(s){shown}; {snapshot.records_read} records read from "
-        f"{len(snapshot.topics)} dead-letter topic(s) in {snapshot.seconds:.1f} s"
+    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
+
+    chosen = dlq_actions.choose(owner, source_topic, error_type, min_age)
+    source = dlq_actions.Source(
+        bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
     )
-
-
-# -- show ----------------------------------------------------------------------------------
+    dlq_actions.list_letters(
+        source,
+        chosen,
+        include_resolved=include_resolved,
+        limit=limit,
+        timeout=timeout,
+        json_output=json_output,
+    )
 
 
 @app.command("show")
 def show(
-    dead_letter_id: Annotated[str, typer.Argument(metavar="ID", help="The dead-letter id.")],
+    dead_letter_id: IdArgument,
     *,
     payload: Annotated[
         bool, typer.Option("--payload", help="Also print the record's value.")
@@ -405,77 +297,68 @@ def show(
     json_output: JsonOption = False,
 ) -> None:
     """Show one dead letter: why it failed, its whole hop chain as a timeline, its record."""
-    settings = _source(bootstrap, contracts, pattern, dlq_topic, resolutions_topic)
+    _id(dead_letter_id)
+    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
 
-    async def action(_: Snapshot, triage: Triage) -> DeadLetterDetail:
-        letter, resolution = triage.lookup(dead_letter_id)
-        return inspect_dead_letter(await triage.fetch(letter), letter, resolution)
-
-    detail = _run(_with_triage(settings, timeout, action))
-    if json_output:
-        _echo_json(detail.as_json(include_value=payload))
-        return
-    for part in detail_view(detail, payload=payload):
-        _console.print(part)
+    source = dlq_actions.Source(
+        bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
+    )
+    dlq_actions.show(
+        source, dead_letter_id, payload=payload, timeout=timeout, json_output=json_output
+    )
 
 
 # -- redrive and discard -------------------------------------------------------------------
 
-
-def _redriven_json(dead_letter_id: str, resolution: Resolution) -> dict[str, Any]:
-    return {"id": dead_letter_id, "resolution": resolution_json(resolution)}
-
-
-async def _redrive_each(
-    triage: Triage, ids: list[str], *, who: str, reason: str, force: bool, single: bool
-) -> dict[str, list[dict[str, Any]]]:
-    """Redrive one after the other; a single id raises, a filtered batch carries on."""
-    outcome: dict[str, list[dict[str, Any]]] = {"redriven": [], "refused": [], "failed": []}
-    for one in ids:
-        try:
-            done = await triage.redrive(one, who=who, reason=reason, force=force)
-        except TriageRefused as exc:
-            if single:
-                raise
-            outcome["refused"].append({"id": one, "error": str(exc)})
-        except (TriageError, KafkaError) as exc:
-            if single:
-                raise
-            outcome["failed"].append({"id": one, "error": f"{type(exc).__name__}: {exc}"})
-        else:
-            outcome["redriven"].append(_redriven_json(one, done.resolution))
-    return outcome
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="Only say what would be done; change nothing.")
+]
 
 
-def _report_redrive(
-    outcome: dict[str, list[dict[str, Any]]], *, dry_run: bool, json_output: bool
-) -> None:
-    if json_output:
-        _echo_json(outcome)
-    else:
-        for line, failed in redrive_lines(outcome, dry_run=dry_run):
-            (_err if failed else _console).print(line, markup=False)
-    if outcome.get("failed"):
-        raise typer.Exit(ExitCode.FAILURE)
-    if outcome.get("refused"):
-        raise typer.Exit(ExitCode.REFUSED)
+def _resolve_request(
+    verb: str,
+    dead_letter_id: str | None,
+    filters: tuple[str | None, str | None, str | None, str | None],
+    *,
+    who: str | None,
+    reason: str,
+    force: bool,
+    dry_run: bool,
+) -> Resolve:
+    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
+
+    chosen = dlq_actions.choose(*filters)
+    if _id(dead_letter_id) is None and chosen.is_empty:
+        fail(
+            f"name a dead-letter ID, or choose by --owner, --source-topic, --error-type or "
+            f"--min-age; refusing to {verb} every dead letter at once",
+            ExitCode.USAGE,
+        )
+    if dead_letter_id is not None and not chosen.is_empty:
+        fail("give an ID or filters (--owner, ...), not both", ExitCode.USAGE)
+    return dlq_actions.Resolve(
+        dead_letter_id,
+        chosen,
+        who=dlq_actions.who_is(who),
+        reason=reason,
+        force=force,
+        dry_run=dry_run,
+    )
 
 
 @app.command("redrive")
 def redrive(
     dead_letter_id: Annotated[
         str | None,
-        typer.Argument(metavar="[ID]", help="The dead letter; or choose several by filter."),
+        typer.Argument(metavar="ID", help="The dead letter; or choose several by filter."),
     ] = None,
     *,
     reason: ReasonOption,
     who: WhoOption = None,
     force: ForceOption = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Only list what would be redriven.")
-    ] = False,
+    dry_run: DryRunOption = False,
     owner: OwnerFilter = None,
-    topic: TopicFilter = None,
+    source_topic: SourceTopicFilter = None,
     error_type: ErrorTypeFilter = None,
     min_age: MinAgeFilter = None,
     bootstrap: BootstrapOption = None,
@@ -494,43 +377,38 @@ def redrive(
     HOPCHAIN_DLQ_REDRIVE_LIMIT times (default 3), is refused with exit status 5 unless
     --force is given. Filters redrive every unresolved dead letter they match.
     """
-    chosen = _filter(owner, topic, error_type, min_age)
-    if dead_letter_id is None and chosen.is_empty:
-        fail(
-            "name a dead-letter ID, or choose by --owner, --topic, --error-type or --min-age; "
-            "refusing to redrive every dead letter at once",
-            ExitCode.USAGE,
-        )
-    if dead_letter_id is not None and not chosen.is_empty:
-        fail("give an ID or filters, not both", ExitCode.USAGE)
-    settings = _source(bootstrap, contracts, pattern, dlq_topic, resolutions_topic)
-    person = _who(who)
+    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
 
-    async def action(snapshot: Snapshot, triage: Triage) -> dict[str, list[dict[str, Any]]]:
-        if dead_letter_id is not None:
-            triage.lookup(dead_letter_id)
-            ids = [dead_letter_id]
-        else:
-            ids = [letter.dead_letter_id for letter, _ in snapshot.index.select(chosen.predicate())]
-            if not ids:
-                raise DeadLetterNotFound("", "no unresolved dead letter matches the filter")
-        if dry_run:
-            return {"redriven": [{"id": one, "dry_run": True} for one in ids]}
-        return await _redrive_each(
-            triage, ids, who=person, reason=reason, force=force, single=dead_letter_id is not None
-        )
-
-    outcome = _run(_with_triage(settings, timeout, action))
-    _report_redrive(outcome, dry_run=dry_run, json_output=json_output)
+    request = _resolve_request(
+        "redrive",
+        dead_letter_id,
+        (owner, source_topic, error_type, min_age),
+        who=who,
+        reason=reason,
+        force=force,
+        dry_run=dry_run,
+    )
+    source = dlq_actions.Source(
+        bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
+    )
+    dlq_actions.redrive(source, request, timeout=timeout, json_output=json_output)
 
 
 @app.command("discard")
 def discard(
-    dead_letter_id: Annotated[str, typer.Argument(metavar="ID", help="The dead-letter id.")],
+    dead_letter_id: Annotated[
+        str | None,
+        typer.Argument(metavar="ID", help="The dead letter; or choose several by filter."),
+    ] = None,
     *,
     reason: ReasonOption,
     who: WhoOption = None,
     force: ForceOption = False,
+    dry_run: DryRunOption = False,
+    owner: OwnerFilter = None,
+    source_topic: SourceTopicFilter = None,
+    error_type: ErrorTypeFilter = None,
+    min_age: MinAgeFilter = None,
     bootstrap: BootstrapOption = None,
     contracts: ContractsOption = None,
     pattern: PatternOption = None,
@@ -539,20 +417,24 @@ def discard(
     timeout: TimeoutOption = 120.0,
     json_output: JsonOption = False,
 ) -> None:
-    """Resolve a dead letter by dropping it, recording who, when and why.
+    """Resolve dead letters by dropping them, recording who, when and why.
 
-    The record stays in its dead-letter topic (retention is unlimited); it only stops
+    The records stay in their dead-letter topic (retention is unlimited); they only stop
     counting towards depth and age. A dead letter already resolved is refused (exit 5)
-    unless --force is given.
+    unless --force is given. Filters discard every unresolved dead letter they match.
     """
-    settings = _source(bootstrap, contracts, pattern, dlq_topic, resolutions_topic)
-    person = _who(who)
+    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
 
-    async def action(_: Snapshot, triage: Triage) -> Resolution:
-        return await triage.discard(dead_letter_id, who=person, reason=reason, force=force)
-
-    resolution = _run(_with_triage(settings, timeout, action))
-    if json_output:
-        _echo_json(resolution_json(resolution))
-    else:
-        _console.print(f"discarded {dead_letter_id}: {resolution_text(resolution)}")
+    request = _resolve_request(
+        "discard",
+        dead_letter_id,
+        (owner, source_topic, error_type, min_age),
+        who=who,
+        reason=reason,
+        force=force,
+        dry_run=dry_run,
+    )
+    source = dlq_actions.Source(
+        bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
+    )
+    dlq_actions.discard(source, request, timeout=timeout, json_output=json_output)

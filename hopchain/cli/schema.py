@@ -9,24 +9,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from hopchain.cli.common import ContractsOption, ExitCode, fail
-from hopchain.loading import LoadError, load_registry
-from hopchain.schemas import ContractRegistry, export_schemas
+from hopchain.cli.common import ContractsOption, ExitCode, fail, group
+
+if TYPE_CHECKING:
+    from hopchain.schemas import ContractRegistry
 
 __all__ = ["app"]
 
 ENVELOPE_FILE = "envelope.schema.json"
 
-app = typer.Typer(
-    help="JSON Schema of the envelope and of each topic's records, for non-Python services.",
-    no_args_is_help=True,
-)
+app = group("JSON Schema of the envelope and of each topic's records, for non-Python services.")
 
 
 @app.callback()
@@ -66,6 +62,13 @@ def export(
     ] = False,
 ) -> None:
     """Write the envelope's JSON Schema and, with --contracts, one per topic."""
+    # Imported here, not at the top: `hopchain --help` loads no pydantic and no Rich.
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    from hopchain.loading import LoadError, load_registry  # noqa: PLC0415
+    from hopchain.schemas import ContractRegistry, export_schemas  # noqa: PLC0415
+
     try:
         registry = load_registry(contracts) if contracts is not None else ContractRegistry()
     except LoadError as exc:

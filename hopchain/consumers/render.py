@@ -151,7 +151,9 @@ def redrive_lines(
     refused, failed = outcome.get("refused", []), outcome.get("failed", [])
     lines.extend((f"refused {item['id']}: {item['error']}", True) for item in refused)
     lines.extend((f"failed {item['id']}: {item['error']}", True) for item in failed)
-    if len(outcome["redriven"]) + len(refused) + len(failed) > 1:
+    if dry_run:
+        lines.append((f"would redrive {len(outcome['redriven'])}; nothing was changed", False))
+    elif len(outcome["redriven"]) + len(refused) + len(failed) > 1:
         counts = f"{len(outcome['redriven'])} redriven, {len(refused)} refused"
         lines.append((f"{counts}, {len(failed)} failed", False))
     return lines

@@ -30,8 +30,7 @@ async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigte
         "dlq",
         "serve",
         f"--bootstrap={kafka_bootstrap}",
-        f"--topic={topic}",
-        "--owner=team-a",
+        f"--dlq-topic={topic}=team-a",
         f"--resolutions-topic={unique_topic_name('resolutions')}",
         "--port=0",
         stderr=asyncio.subprocess.PIPE,
@@ -69,8 +68,8 @@ async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigte
     assert f"created topic {topic}".encode() in log
 
 
-def test_serve_refuses_an_owner_without_a_topic() -> None:
-    result = CliRunner().invoke(app, ["dlq", "serve", "--owner=team-a"])
+def test_serve_refuses_a_dlq_topic_without_a_name() -> None:
+    result = CliRunner().invoke(app, ["dlq", "serve", "--dlq-topic==team-a"])
 
     assert result.exit_code == 2
-    assert "--owner names the owner of a --topic" in result.output
+    assert "--dlq-topic '=team-a': expected NAME or NAME=OWNER" in result.output

@@ -304,7 +304,7 @@ async def test_the_dead_letter_service_logs_in_with_the_sasl_settings(
     command = [
         sys.executable, "-m", "hopchain.cli", "dlq", "serve",
         "--bootstrap", sasl_kafka.sasl_bootstrap,
-        "--topic", f"{PAYMENTS}.dlq", "--owner", "payments-team",
+        "--dlq-topic", f"{PAYMENTS}.dlq=payments-team",
         "--port", str(port),
     ]  # fmt: skip
     with (tmp_path / "dlq.log").open("wb") as log:

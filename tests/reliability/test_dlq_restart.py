@@ -79,7 +79,7 @@ class _Service:
             "WARNING",
         ]
         for topic, owner in topics.items():
-            self.command += ["--topic", topic, "--owner", owner]
+            self.command += ["--dlq-topic", f"{topic}={owner}"]
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
         self.kills = 0

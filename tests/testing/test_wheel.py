@@ -95,7 +95,10 @@ def test_a_wheel_in_a_clean_venv_runs_the_broker_and_its_tools_from_an_empty_fol
     assert not any(name.startswith(("deploy/", "tests/")) for name in shipped)
 
     session.ok(sys.executable, "-m", "venv", venv)
-    session.ok(venv / "bin" / "pip", "install", "-q", "-c", ROOT / "constraints.txt", wheel)
+    # The local broker and its tools come with the `testing` extra (the CLI and test helpers).
+    session.ok(
+        venv / "bin" / "pip", "install", "-q", "-c", ROOT / "constraints.txt", f"{wheel}[testing]"
+    )
     hopchain = venv / "bin" / "hopchain"
 
     started = json.loads(

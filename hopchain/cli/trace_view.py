@@ -1,0 +1,156 @@
+"""What ``hopchain trace`` does once its arguments are read: search Kafka and print the path.
+
+Imported only when the command runs (see :mod:`hopchain.cli.trace`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+import typer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
+from hopchain.exceptions import ConfigurationError
+from hopchain.lookup import Sighting, TraceResult, as_json, find_record, hop_facts
+from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
+
+__all__ = ["render", "run_trace"]
+
+
+async def _dead_letter_topics(bootstrap: str, client_options: dict[str, Any]) -> list[str]:
+    admin = AIOKafkaAdminClient(**client_options, bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = await admin.list_topics()
+    finally:
+        await admin.close()
+    return sorted(name for name in names if name.endswith(DEAD_LETTER_SUFFIX))
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _hop_table(sighting: Sighting) -> Table:
+    envelope = sighting.envelope
+    assert envelope is not None  # noqa: S101 - only called for readable sightings
+    integrity = sighting.integrity
+    table = Table(title="hops", show_lines=True, expand=True)
+    for column in ("#", "component", "decision", "from", "to", "received", "decided", "spent"):
+        table.add_column(column, no_wrap=column in {"#", "received", "decided"})
+    table.add_column("what it said", ratio=2)
+    table.add_column("integrity")
+    for hop in envelope.chain:
+        table.add_row(*_hop_row(hop, integrity.broken_at if integrity else None))
+    return table
+
+
+_INTEGRITY_STYLE = {"ok": "green", "BROKEN": "bold red", "unverified": "yellow"}
+
+
+def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
+    facts = hop_facts(hop, broken_at)
+    return [
+        str(hop.seq),
+        hop.component,
+        hop.decision.value,
+        facts.source,
+        hop.destination or "-",
+        _when(hop.received_at),
+        _when(hop.decided_at),
+        "-" if facts.spent_ms is None else f"{facts.spent_ms:.0f} ms",
+        "\n".join(facts.said) or "-",
+        Text(facts.integrity, style=_INTEGRITY_STYLE[facts.integrity]),
+    ]
+
+
+def render(result: TraceResult, console: Console) -> None:
+    """Print the path for people."""
+    path = result.path
+    console.print(
+        f"[bold]{result.needle}[/]: {len(result.sightings)} record(s) in "
+        f"{result.topics_scanned} topic(s), {result.records_scanned} records read in "
+        f"{result.seconds:.2f} s"
+    )
+    if path is not None and path.envelope is not None:
+        env = path.envelope
+        console.print(
+            f"envelope {env.id}  trace {env.trace_id}  intent {env.intent_key}\n"
+            f"run {env.run_id}  work item {env.work_item_id}  contract {env.contract} "
+            f"v{env.contract_version}"
+        )
+        console.print(_hop_table(path))
+        if path.integrity and not path.integrity.ok:
+            console.print(
+                f"[bold red]integrity broken at hop {path.integrity.broken_at}: "
+                f"{path.integrity.code}[/] - {path.integrity.detail}"
+            )
+    where = Table(title="where it is now")
+    for column in ("topic", "partition", "offset", "hops", "dead letter", "integrity"):
+        where.add_column(column)
+    for s in result.sightings:
+        where.add_row(
+            s.topic,
+            str(s.partition),
+            str(s.offset),
+            str(len(s.envelope.chain)) if s.envelope else "?",
+            f"{s.dead_letter.dead_letter_id} ({s.dead_letter.error_type.value}, "
+            f"owner {s.dead_letter.owner})"
+            if s.dead_letter
+            else "-",
+            "ok"
+            if s.integrity and s.integrity.ok
+            else (s.unreadable or f"broken at hop {s.integrity.broken_at}" if s.integrity else "-"),
+        )
+    console.print(where)
+
+
+def run_trace(
+    record_id: str,
+    topics: list[str],
+    *,
+    dead_letters: bool,
+    bootstrap: str | None,
+    as_json_output: bool,
+) -> ExitCode:
+    """Search, print, and return the exit status (0 intact, 4 not found, 6 broken)."""
+    settings = load_config(kafka_bootstrap=("--bootstrap", bootstrap))
+    quiet_kafka_client()
+    server = settings.kafka_bootstrap
+    try:
+        options = settings.client_kwargs()
+        keyring = settings.keyring()
+    except ConfigurationError as exc:
+        fail(str(exc), ExitCode.USAGE)
+
+    async def run() -> TraceResult:
+        names = list(topics)
+        if dead_letters:
+            names += [t for t in await _dead_letter_topics(server, options) if t not in names]
+        return await find_record(server, record_id, names, keyring=keyring, client_options=options)
+
+    try:
+        result = asyncio.run(run())
+    except (KafkaError, OSError, TimeoutError) as exc:
+        fail(kafka_failure(exc, server), ExitCode.FAILURE)
+    if as_json_output:
+        typer.echo(as_json(result))
+    elif result.sightings:
+        render(result, Console())
+    if not result.sightings:
+        fail(
+            f"{record_id!r} not found: no envelope, trace, intent or dead-letter id matched in "
+            f"{result.topics_scanned} topic(s) ({result.records_scanned} records read); "
+            "name more topics with --topic",
+            ExitCode.NOT_FOUND,
+        )
+    if any(s.integrity is not None and not s.integrity.ok for s in result.sightings):
+        return ExitCode.INTEGRITY_BROKEN
+    return ExitCode.OK
