@@ -8,7 +8,6 @@ resolutions topic is compacted, so the latest resolution of every id is kept for
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -21,6 +20,7 @@ from aiokafka.errors import for_code
 from hopchain.consumers.config import DlqSettings
 from hopchain.exceptions import ConfigurationError
 from hopchain.loading import load_registry
+from hopchain.metadata import wait_for_leaders
 from hopchain.schemas import DEAD_LETTER_SUFFIX
 from hopchain.schemas.contracts import ContractRegistry
 
@@ -165,25 +165,8 @@ async def create_missing_topics(
             )
     for name in created:
         logger.info("created topic %s with %s", name, dict(topics[name]))
-    await _wait_for_leaders(admin, created, timeout_ms / 1000)
+    await wait_for_leaders(admin, created, timeout_ms / 1000)
     return created
-
-
-async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], seconds: float) -> None:
-    """Wait until every partition of new topics has a leader, so reading them works at once."""
-    if not names:
-        return
-    async with asyncio.timeout(seconds):
-        while True:
-            described = await admin.describe_topics(names)
-            if len(described) == len(names) and all(
-                topic["error_code"] == 0
-                and topic["partitions"]
-                and all(partition["leader"] >= 0 for partition in topic["partitions"])
-                for topic in described
-            ):
-                return
-            await asyncio.sleep(0.1)
 
 
 def _problems(config: Mapping[str, str], *, compacted: bool) -> list[str]:
