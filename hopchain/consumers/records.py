@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from hopchain.consumers.foreign import ForeignFailure, read_foreign
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.deadletter import (
     DLQ_ID_HEADER,
@@ -64,7 +65,11 @@ class ParkedLetter:
         envelope_id, trace_id, intent_key: the work item's identity, when known.
         component: the component that parked it.
         redrive_count: how many times the record was redriven before it was parked.
-        problem: why the ``hopchain-dlq-*`` headers could not be read; None when they could.
+        problem: why the ``hopchain-dlq-*`` headers could not be read; None when they could
+            (or when another framework's headers said what there was to say).
+        framework: who parked it: ``hopchain``, ``spring`` or ``connect``
+            (see :mod:`hopchain.consumers.foreign`).
+        description: another framework's exception class and message, when it parked it.
     """
 
     dead_letter_id: str
@@ -82,6 +87,8 @@ class ParkedLetter:
     component: str | None = None
     redrive_count: int = 0
     problem: str | None = None
+    framework: str = "hopchain"
+    description: str | None = None
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -111,6 +118,8 @@ class ParkedLetter:
             "component": self.component,
             "redrive_count": self.redrive_count,
             "problem": self.problem,
+            "framework": self.framework,
+            "description": self.description,
         }
 
 
@@ -288,6 +297,27 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
     )
 
 
+def _from_foreign(
+    record: DeadLetterRecord, foreign: ForeignFailure, topic_owner: str | None
+) -> ParkedLetter:
+    """Index entry of a dead letter parked by Spring Kafka or Kafka Connect."""
+    described = ": ".join(t for t in (foreign.exception_class, foreign.exception_message) if t)
+    return ParkedLetter(
+        dead_letter_id=coordinate_id(record.topic, record.partition, record.offset),
+        owner=topic_owner or UNKNOWN,
+        source_topic=_identifier(foreign.source_topic) or UNKNOWN,
+        error_type=foreign.error_type,
+        reason=None,
+        parked_at=max(record.timestamp_ms, 0) / 1000,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        component=foreign.parked_by,
+        framework=foreign.framework,
+        description=described or None,
+    )
+
+
 def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) -> ParkedLetter:
     """Index entry of a dead-letter record. Never raises: unreadable records are salvaged.
 
@@ -303,6 +333,9 @@ def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) 
         problem = f"no {exc.args[0]} header: not parked by hopchain, or damaged"
     except Exception as exc:  # noqa: BLE001 - any input at all must be indexed, not crash
         problem = f"hopchain-dlq-* headers unreadable: {type(exc).__name__}: {exc}"[:500]
+    foreign = read_foreign(record.headers)
+    if foreign is not None:
+        return _from_foreign(record, foreign, topic_owner)
     try:
         return _salvage(record, topic_owner, problem)
     except Exception as exc:  # noqa: BLE001 - last resort: coordinates are always known

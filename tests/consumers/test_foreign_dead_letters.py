@@ -1,0 +1,132 @@
+"""Dead-letter topics other frameworks wrote, indexed beside hopchain's on the real broker.
+
+The records carry Spring Kafka's ``kafka_dlt-*`` headers and Kafka Connect's
+``__connect.errors.*`` headers byte for byte as those frameworks write them: Spring's
+partition as a 4-byte and its offset as an 8-byte big-endian integer, Connect's as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from dlq_helpers import SettingsFactory, group_key, scrape, settings_factory, wait_until
+
+from hopchain.consumers import DeadLetterService
+from hopchain.consumers.foreign import read_foreign
+from hopchain.testing import create_topics, unique_topic_name
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def dlq_settings(kafka_bootstrap: str) -> SettingsFactory:
+    return settings_factory(kafka_bootstrap)
+
+
+def spring_headers(topic: str, partition: int, offset: int, fqcn: str) -> list[tuple[str, bytes]]:
+    return [
+        ("kafka_dlt-original-topic", topic.encode()),
+        ("kafka_dlt-original-partition", struct.pack(">i", partition)),
+        ("kafka_dlt-original-offset", struct.pack(">q", offset)),
+        ("kafka_dlt-original-timestamp", struct.pack(">q", 1_700_000_000_000)),
+        ("kafka_dlt-original-timestamp-type", b"CreateTime"),
+        ("kafka_dlt-original-consumer-group", b"billing"),
+        ("kafka_dlt-exception-fqcn", fqcn.encode()),
+        ("kafka_dlt-exception-message", b"Listener method threw an exception"),
+        ("kafka_dlt-exception-stacktrace", b"org.springframework...\n\tat ..."),
+    ]
+
+
+def connect_headers(topic: str, offset: int, stage: str) -> list[tuple[str, bytes]]:
+    return [
+        ("__connect.errors.topic", topic.encode()),
+        ("__connect.errors.partition", b"0"),
+        ("__connect.errors.offset", str(offset).encode()),
+        ("__connect.errors.connector.name", b"jdbc-sink"),
+        ("__connect.errors.task.id", b"0"),
+        ("__connect.errors.stage", stage.encode()),
+        ("__connect.errors.class.name", b"org.apache.kafka.connect.json.JsonConverter"),
+        ("__connect.errors.exception.class.name", b"org.apache.kafka.connect.errors.DataException"),
+        ("__connect.errors.exception.message", b"Converting byte[] to Kafka Connect data failed"),
+        ("__connect.errors.exception.stacktrace", b"org.apache.kafka.connect.errors..."),
+    ]
+
+
+def test_spring_and_connect_headers_are_read_as_those_frameworks_write_them() -> None:
+    spring = read_foreign(spring_headers("orders", 2, 5_000_000_000, "java.lang.RuntimeException"))
+    assert spring is not None
+    assert (spring.framework, spring.source_topic, spring.source_partition) == (
+        "spring",
+        "orders",
+        2,
+    )
+    assert (spring.source_offset, spring.parked_by, spring.error_type) == (
+        5_000_000_000,
+        "billing",
+        "internal",
+    )
+    unreadable = read_foreign(
+        spring_headers(
+            "orders", 0, 1, "org.springframework.kafka.support.serializer.DeserializationException"
+        )
+    )
+    assert unreadable is not None
+    assert unreadable.error_type == "malformed"
+    connect = read_foreign(connect_headers("customers", 42, "VALUE_CONVERTER"))
+    assert connect is not None
+    assert (connect.framework, connect.source_offset, connect.error_type) == (
+        "connect",
+        42,
+        "malformed",
+    )
+    sink = read_foreign(connect_headers("customers", 43, "TASK_PUT"))
+    assert sink is not None
+    assert sink.error_type == "internal"  # the sink failed, not the converter
+    assert read_foreign([("x", b"y")]) is None
+
+
+async def test_spring_and_connect_dead_letters_have_owner_source_exact_depth_and_age(
+    kafka_bootstrap: str, dlq_settings: SettingsFactory
+) -> None:
+    spring_dlt, connect_dlq = unique_topic_name("orders.DLT"), unique_topic_name("connect-dlq")
+    await create_topics(kafka_bootstrap, spring_dlt, connect_dlq)
+    now_ms = int(time.time() * 1000)
+    ages = {"spring": (3_600_000, 60_000), "connect": (7_200_000, 120_000)}
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        for offset, age in enumerate(ages["spring"]):
+            await producer.send_and_wait(
+                spring_dlt,
+                b'{"order_id": "o-1"}',
+                timestamp_ms=now_ms - age,
+                headers=spring_headers("orders", 0, offset, "java.lang.IllegalStateException"),
+            )
+        for offset, age in enumerate(ages["connect"]):
+            await producer.send_and_wait(
+                connect_dlq,
+                b"NOT-A-JSON",
+                timestamp_ms=now_ms - age,
+                headers=connect_headers("customers", offset, "VALUE_CONVERTER"),
+            )
+    finally:
+        await producer.stop()
+
+    frozen = now_ms / 1000
+    settings = dlq_settings(dlq_topics={spring_dlt: "billing-team", connect_dlq: "data-platform"})
+    async with DeadLetterService(settings, clock=lambda: frozen) as service:
+        await wait_until(lambda: len(service.index) == 4, within=60, what="4 indexed")
+        seen = await asyncio.to_thread(scrape, service.url)
+
+    spring_key = group_key("billing-team", "orders", "internal")
+    connect_key = group_key("data-platform", "customers", "malformed")
+    assert seen["hopchain_dlq_depth"][spring_key] == 2
+    assert seen["hopchain_dlq_depth"][connect_key] == 2
+    assert seen["hopchain_dlq_oldest_age_seconds"][spring_key] == pytest.approx(3600, abs=1)
+    assert seen["hopchain_dlq_oldest_age_seconds"][connect_key] == pytest.approx(7200, abs=1)
+    # Read, not unreadable: another framework's headers said what there was to say.
+    assert seen.get("hopchain_dlq_unreadable_records_total", {}) in ({}, {(): 0.0})
