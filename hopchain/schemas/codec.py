@@ -55,7 +55,9 @@ TRACESTATE_HEADER = "tracestate"
 EnvelopeT = TypeVar("EnvelopeT", bound=Envelope)
 RawHeaders = Sequence[tuple[str, bytes | None]]
 
-_SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER, TRACEPARENT_HEADER})
+_SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER})
+"""Headers that must appear once. ``traceparent`` may repeat: OpenTelemetry's Kafka
+instrumentations append their own beside hopchain's (see :func:`_hop_traceparent`)."""
 WIRE_MAJOR = 2
 """The envelope schema written by default; schema 1 is still read."""
 _VERSION = re.compile(rb'"schema_version"\s*:\s*"([0-9]{1,4})\.([0-9]{1,4})"')
@@ -226,6 +228,44 @@ def _check_fields(envelope: Envelope, start: int = 0) -> bool:
     return unknown
 
 
+def _hop_traceparent(headers: RawHeaders, trace_id: str, last_span: str | None) -> str:
+    """The ``traceparent`` hopchain wrote, among any that instrumentations appended.
+
+    The rule for a record with several: hopchain's is the one naming the envelope's trace
+    and (schema 2) the last hop's span; the others are some instrumentation's own send spans,
+    in the same trace, and are ignored. With no such header the record is refused.
+
+    Raises:
+        EnvelopeError: ``bad_traceparent``, naming what was missing or wrong.
+    """
+    values = [raw for name, raw in headers if name == TRACEPARENT_HEADER and raw is not None]
+    if not values:
+        raise EnvelopeError(
+            ReasonCode.BAD_TRACEPARENT,
+            "no traceparent header; every hopchain record carries W3C trace context",
+            "$.headers.traceparent",
+        )
+    same_trace = False
+    for raw in values:
+        parent = parse_traceparent(raw.decode(errors="replace"))
+        if parent is None or parent.trace_id != trace_id:
+            continue
+        same_trace = True
+        if last_span is None or parent.span_id == last_span:
+            return raw.decode()
+    if same_trace:
+        raise EnvelopeError(
+            ReasonCode.BAD_TRACEPARENT,
+            "traceparent's parent span is not the last hop's span",
+            "$.headers.traceparent",
+        )
+    raise EnvelopeError(
+        ReasonCode.BAD_TRACEPARENT,
+        "traceparent is malformed or names another trace than the envelope's trace_id",
+        "$.headers.traceparent",
+    )
+
+
 class EnvelopeCodec:
     """Encodes and decodes records for the topics of one registry."""
 
@@ -296,26 +336,9 @@ class EnvelopeCodec:
         envelope, payload = self._read_value(contract, value, text_headers, headers)
         envelope = self._checked(contract, envelope)
         wire = wire_of(envelope)
-        traceparent = text_headers.get(TRACEPARENT_HEADER)
-        if traceparent is None:
-            raise EnvelopeError(
-                ReasonCode.BAD_TRACEPARENT,
-                "no traceparent header; every hopchain record carries W3C trace context",
-                "$.headers.traceparent",
-            )
-        parent = parse_traceparent(traceparent)
-        if parent is None or parent.trace_id != envelope.trace_id:
-            raise EnvelopeError(
-                ReasonCode.BAD_TRACEPARENT,
-                "traceparent is malformed or names another trace than the envelope's trace_id",
-                "$.headers.traceparent",
-            )
-        if wire is not None and wire.last is not None and parent.span_id != wire.last.span_id:
-            raise EnvelopeError(
-                ReasonCode.BAD_TRACEPARENT,
-                "traceparent's parent span is not the last hop's span",
-                "$.headers.traceparent",
-            )
+        traceparent = _hop_traceparent(
+            headers, envelope.trace_id, wire.last.span_id if wire and wire.last else None
+        )
         degraded = text_headers.get(DEGRADED_HEADER)
         expected = markers(envelope, wire) if wire is not None else _degraded_header(envelope)
         if degraded is not None and degraded != expected:

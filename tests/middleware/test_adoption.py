@@ -454,3 +454,42 @@ async def test_exception_text_is_captured_only_when_asked_and_redacted(
     assert "4111" not in loud
     assert DLQ_EXCEPTION_HEADER not in by_component["quiet"]
     assert json.loads(by_component["quiet"]["hopchain-dlq-failure"])["error_type"] == "internal"
+
+
+# -- 6. a second traceparent, as an OpenTelemetry Kafka instrumentation appends -----------------
+
+
+async def test_a_traceparent_appended_by_an_instrumentation_parks_nothing(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic()
+    await create_topics(kafka_bootstrap, f"{topic}.dlq")
+    contracts = registry(contract(topic))
+    feeder = Hopchain(contracts, component="feeder")
+    record, envelope = feeder.outgoing(
+        topic, doc(5), incoming=None, trace_id="4" * 32, span_id="5" * 16
+    )
+    ours = dict(record.headers)["traceparent"]
+    theirs = ours[:36] + b"0123456789abcdef" + ours[52:]  # the instrumentation's send span
+    runtime = Hopchain(contracts, component="reader")
+    group = unique_topic_name("reader")
+    broker, _ = service(kafka_bootstrap, runtime, group)
+    parents: list[str] = []
+
+    @broker.subscriber(topic, group_id=group, auto_offset_reset="earliest")
+    async def read(item: Doc) -> None:
+        hop = current_hop()
+        assert hop is not None
+        parents.append(hop.envelope.chain[-1].span_id)
+
+    async with raw_producer(kafka_bootstrap) as producer:
+        await producer.send_and_wait(
+            topic, record.value, headers=[*record.headers, ("traceparent", theirs)]
+        )
+    await broker.start()
+    try:
+        await wait_until(lambda: parents, what="the record handled")
+    finally:
+        await broker.stop()
+    assert parents == [envelope.chain[-1].span_id]
+    assert await record_count(kafka_bootstrap, f"{topic}.dlq") == 0

@@ -541,6 +541,21 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
             "$.headers.traceparent",
         )
     )
+    instrumented = next(raw for n, raw in headers if n == TRACEPARENT_HEADER)
+    out.append(
+        vector(
+            "traceparent-also-from-an-instrumentation",
+            "a second traceparent appended after hopchain's, as an OpenTelemetry Kafka "
+            "instrumentation does for its own send span: ignored",
+            topic,
+            payload,
+            [
+                *headers,
+                [TRACEPARENT_HEADER, instrumented[:36] + "0123456789abcdef" + instrumented[52:]],
+            ],
+            None,
+        )
+    )
     # Keys.
     v, h = edited(topic, _set(["hop", 0, "observation"], "approved"), keyed=True)
     out.append(

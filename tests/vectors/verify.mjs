@@ -382,8 +382,12 @@ function verify(vector) {
   }
   if (last.payload_digest !== sha256(payload)) refuse("payload_mismatch", `$.chain[${n}].payload_digest`);
   if (hops.length > 64) refuse("hop_limit", "$.chain");
-  const parent = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/.exec(headers.get("traceparent") ?? "");
-  if (!parent || parent[1] !== identity.trace_id || parent[2] !== last.span_id) {
+  // traceparent may repeat (an instrumentation appends its own): one must name this trace
+  // and the last hop's span.
+  const parents = vector.headers
+    .filter(([name]) => name === "traceparent")
+    .map(([, value]) => /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/.exec(value ?? ""));
+  if (!parents.some((p) => p && p[1] === identity.trace_id && p[2] === last.span_id)) {
     refuse("bad_traceparent", "$.headers.traceparent");
   }
   const degraded = headers.get("hopchain-degraded");
