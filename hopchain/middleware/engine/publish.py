@@ -26,6 +26,7 @@ from hopchain.schemas import (
     new_envelope_id,
 )
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
+from hopchain.schemas.sealed import wire_of
 from hopchain.tracing import publish_span
 
 __all__ = ["Publisher"]
@@ -145,7 +146,7 @@ class Publisher:
                 observation=observation,
                 contract=(contract.name, contract.version),
             )
-            verified = len(incoming.envelope.chain)
+            verified = incoming.envelope.hop_count
             self._check_extends(topic, incoming.envelope, envelope)
         else:
             envelope = self._originate(topic, trace_id, span_id, observation)
@@ -224,14 +225,20 @@ class Publisher:
         )
 
     def _check_extends(self, topic: str, received: Envelope, outgoing: Envelope) -> None:
-        old, new = received.chain, outgoing.chain
-        if len(new) != len(old) + 1 or any(
-            a.digest != b.digest for a, b in zip(old, new, strict=False)
-        ):
+        count, sent = received.hop_count, outgoing.hop_count
+        old_wire, new_wire = wire_of(received), wire_of(outgoing)
+        if old_wire is not None and new_wire is not None:
+            # Schema 2: compare the sealed digests as text; no earlier hop is parsed.
+            kept = new_wire.digests[: len(old_wire.digests)] == old_wire.digests
+        else:
+            kept = all(
+                a.digest == b.digest for a, b in zip(received.chain, outgoing.chain, strict=False)
+            )
+        if sent != count + 1 or not kept:
             raise self.refuse(
                 topic,
                 ReasonCode.CHAIN_REWRITTEN,
                 f"the outgoing chain does not extend the received one by exactly one hop "
-                f"({len(old)} received, {len(new)} outgoing)",
+                f"({count} received, {sent} outgoing)",
                 "$.chain",
             )
