@@ -364,6 +364,7 @@ def record_level(  # noqa: C901, PLR0911, PLR0912, PLR0915 - one branch per kind
         return Hostile(kind, value, changed, ReasonCode.NOT_UTF8, mode)
     if kind == "duplicate_header":
         # traceparent may repeat (instrumentations append theirs); these may not.
+        extra: tuple[tuple[str, bytes], ...]
         if ENVELOPE_HEADER in dict(headers):
             extra = ((ENVELOPE_HEADER, dict(headers)[ENVELOPE_HEADER]),)
         else:
