@@ -15,6 +15,7 @@ Hierarchy::
     │   ├── DecodeError             ... found while reading a record (consume side)
     │   └── EnvelopeRejected        ... found before sending; nothing was sent (produce side)
     ├── DeadLetterWriteError        a record could not be parked; the offset is not committed
+    ├── RecordTooLargeError         a record is too large for its topic: parked as a reference
     └── LocalKafkaError             the development broker could not be provisioned or run
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "KafkaLoginError",
     "LocalKafkaError",
     "ReasonCode",
+    "RecordTooLargeError",
     "UnknownTopicError",
 ]
 
@@ -214,6 +216,22 @@ class DeadLetterWriteError(HopchainError):
             f"could not park {source_topic}[{partition}]@{offset} in {dead_letter_topic!r}; "
             "the offset was not committed and the record will be read again on restart. "
             "Check that the dead-letter topic exists and the broker accepts writes."
+        )
+
+
+class RecordTooLargeError(HopchainError):
+    """The broker (or the producer) refused a record for its size: no retry will fit it.
+
+    A :class:`~hopchain.middleware.engine.writer.RecordWriter` raises it so that a dead
+    letter too large to write is parked as a reference instead of retried for ever.
+    """
+
+    def __init__(self, topic: str, size: int) -> None:
+        self.topic = topic
+        self.size = size
+        super().__init__(
+            f"a {size}-byte record is too large for {topic!r} (max.message.bytes on the topic, "
+            "max_request_size on the producer)"
         )
 
 

@@ -13,21 +13,29 @@ import asyncio
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.errors import RecordTooLargeError as RecordTooLargeErrorFromBroker
 
 from hopchain.config import HopchainConfig
+from hopchain.exceptions import RecordTooLargeError
 from hopchain.middleware.engine.writer import OutgoingRecord
 
 __all__ = ["KafkaWriter", "ProducerWriter"]
 
 
 async def _send(producer: AIOKafkaProducer, record: OutgoingRecord) -> None:
-    await producer.send_and_wait(
-        record.topic,
-        value=record.value,
-        key=record.key,
-        headers=list(record.headers),
-        timestamp_ms=record.timestamp_ms,
-    )
+    try:
+        await producer.send_and_wait(
+            record.topic,
+            value=record.value,
+            key=record.key,
+            headers=list(record.headers),
+            timestamp_ms=record.timestamp_ms,
+        )
+    except (MessageSizeTooLargeError, RecordTooLargeErrorFromBroker) as exc:
+        size = len(record.value or b"") + len(record.key or b"")
+        size += sum(len(name) + len(raw or b"") for name, raw in record.headers)
+        raise RecordTooLargeError(record.topic, size) from exc
 
 
 class ProducerWriter:

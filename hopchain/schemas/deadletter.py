@@ -7,6 +7,7 @@ where the record came from and why it was parked. Everything added is UTF-8 text
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,20 +22,26 @@ __all__ = [
     "DLQ_ENVELOPE_HEADER",
     "DLQ_EXCEPTION_HEADER",
     "DLQ_ID_HEADER",
+    "DLQ_KEY_SHA256_HEADER",
+    "DLQ_ORIGINAL_SIZE_HEADER",
     "DLQ_OWNER_HEADER",
     "DLQ_PARKED_AT_HEADER",
     "DLQ_PREFIX",
     "DLQ_SOURCE_TOPIC_HEADER",
+    "DLQ_TRUNCATED_HEADER",
     "DLQ_VALUE_HEADER",
+    "DLQ_VALUE_SHA256_HEADER",
     "NULL_VALUE_MARKER",
     "REDRIVE_COUNT_HEADER",
     "REDRIVE_OF_HEADER",
+    "REFERENCE_HEADERS_LIMIT",
     "RESERVED_HEADER_PREFIX",
     "DeadLetterInfo",
     "dead_letter_headers",
     "dead_letter_record",
     "original_value",
     "read_dead_letter_headers",
+    "reference_record",
 ]
 
 RESERVED_HEADER_PREFIX = "hopchain-"
@@ -47,6 +54,14 @@ DLQ_ENVELOPE_HEADER = DLQ_PREFIX + "envelope"
 DLQ_EXCEPTION_HEADER = DLQ_PREFIX + "exception"
 """The exception's type, message and stack trace, redacted and size-limited, when the
 component was configured to capture them (``HOPCHAIN_CAPTURE_EXCEPTIONS``)."""
+DLQ_TRUNCATED_HEADER = DLQ_PREFIX + "truncated"
+"""Present on a reference dead letter: the record was too large to park, so its value (and
+its headers, if they did not fit either) were left out; the headers below identify it."""
+DLQ_ORIGINAL_SIZE_HEADER = DLQ_PREFIX + "original-size"
+DLQ_VALUE_SHA256_HEADER = DLQ_PREFIX + "value-sha256"
+DLQ_KEY_SHA256_HEADER = DLQ_PREFIX + "key-sha256"
+REFERENCE_HEADERS_LIMIT = 64 * 1024
+"""A reference dead letter keeps the original headers when they take at most this much."""
 DLQ_VALUE_HEADER = DLQ_PREFIX + "value"
 """Present, with :data:`NULL_VALUE_MARKER`, when the original record had neither key nor value:
 Kafka needs one of them, so the dead letter's value is empty and this says it was null."""
@@ -195,6 +210,34 @@ def dead_letter_record(
         value = b""
         parked.append((DLQ_VALUE_HEADER, NULL_VALUE_MARKER))
     return value, parked
+
+
+def reference_record(
+    value: bytes | None,
+    key: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+    info: DeadLetterInfo,
+) -> tuple[bytes, list[tuple[str, bytes | None]]]:
+    """A dead letter that stands for a record too large to park: what identifies it, not it.
+
+    The value is left out (empty); the key stays; the original headers stay when they fit in
+    :data:`REFERENCE_HEADERS_LIMIT`. The SHA-256 of the value and key and the original size
+    let an owner find and compare the record at its source coordinates.
+    """
+    original = [*headers]
+    size = len(value or b"") + len(key or b"") + sum(len(n) + len(v or b"") for n, v in original)
+    kept = original if size - len(value or b"") <= REFERENCE_HEADERS_LIMIT else []
+    marker = "value" if kept else "value,headers"
+    reference: list[tuple[str, bytes | None]] = [
+        *kept,
+        *dead_letter_headers(info),
+        (DLQ_TRUNCATED_HEADER, marker.encode()),
+        (DLQ_ORIGINAL_SIZE_HEADER, str(size).encode()),
+        (DLQ_VALUE_SHA256_HEADER, hashlib.sha256(value or b"").hexdigest().encode()),
+    ]
+    if key is not None:
+        reference.append((DLQ_KEY_SHA256_HEADER, hashlib.sha256(key).hexdigest().encode()))
+    return b"", reference
 
 
 def original_value(

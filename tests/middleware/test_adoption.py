@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faststream import AckPolicy
@@ -46,7 +48,7 @@ from hopchain import (
     Limits,
     current_hop,
 )
-from hopchain.exceptions import LocalKafkaError
+from hopchain.exceptions import LocalKafkaError, ReasonCode
 from hopchain.schemas import ENVELOPE_HEADER, Decision, ErrorType, TopicContract
 from hopchain.schemas.deadletter import DLQ_EXCEPTION_HEADER, read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope
@@ -493,3 +495,48 @@ async def test_a_traceparent_appended_by_an_instrumentation_parks_nothing(
         await broker.stop()
     assert parents == [envelope.chain[-1].span_id]
     assert await record_count(kafka_bootstrap, f"{topic}.dlq") == 0
+
+
+# -- 7. a record too large to park is parked as a reference -------------------------------------
+
+
+async def test_a_record_too_large_to_park_is_parked_as_a_reference_and_nothing_waits(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic(configs={"max.message.bytes": str(2 * 1024 * 1024)})
+    await create_topics(kafka_bootstrap, f"{topic}.dlq")  # the broker's default size limit
+    contracts = registry(contract(topic))
+    runtime = Hopchain(contracts, component="sizer")
+    group = unique_topic_name("sizer")
+    broker, _ = service(kafka_bootstrap, runtime, group)
+    handled: list[int] = []
+
+    @broker.subscriber(topic, group_id=group, auto_offset_reset="earliest")
+    async def handle(item: Doc) -> None:
+        handled.append(item.id)
+
+    huge = b"x" * 1_048_300  # not JSON; with the dead-letter headers, over 1 MiB
+    big = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, max_request_size=2 * 1024 * 1024)
+    await big.start()
+    try:
+        await big.send_and_wait(topic, huge, key=b"poison", headers=[("origin", b"legacy")])
+        sender = EnvelopeProducer(big, Hopchain(contracts, component="feeder"))
+        for number in range(3):
+            await sender.send(topic, doc(number))
+    finally:
+        await big.stop()
+    await broker.start()
+    try:
+        await wait_until(lambda: handled == [0, 1, 2], within=60, what="the records after it")
+        [parked] = await records_of(kafka_bootstrap, f"{topic}.dlq", 1)
+    finally:
+        await broker.stop()
+    headers = dict(parked.headers)
+    assert parked.value == b""
+    assert parked.key == b"poison"
+    assert headers["hopchain-dlq-truncated"] == b"value"
+    assert headers["origin"] == b"legacy"  # the original headers fit, so they stay
+    assert headers["hopchain-dlq-value-sha256"] == hashlib.sha256(huge).hexdigest().encode()
+    assert int(headers["hopchain-dlq-original-size"]) > len(huge)
+    info = read_dead_letter_headers(parked.headers)
+    assert (info.source_offset, info.reason) == (0, ReasonCode.OVERSIZE)

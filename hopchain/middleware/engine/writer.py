@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from hopchain.exceptions import DeadLetterWriteError
+from hopchain.exceptions import DeadLetterWriteError, RecordTooLargeError
 from hopchain.middleware.metrics import MiddlewareMetrics
-from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record
+from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record, reference_record
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["DeadLetterWriter", "OutgoingRecord", "RecordWriter"]
@@ -80,9 +80,28 @@ class DeadLetterWriter:
             topic, value, record.key, headers, int(info.parked_at.timestamp() * 1000)
         )
         delay = self.backoff_seconds
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        referenced = False
+        while attempt < self.attempts:
+            attempt += 1
             try:
                 await writer.write(parked)
+            except RecordTooLargeError as exc:
+                self.metrics.dead_letter_write_failures.labels(record.topic).inc()
+                if referenced:
+                    break  # even the reference does not fit: nothing smaller to try
+                # No retry makes it fit: park a reference to it instead, at once.
+                logger.error(  # noqa: TRY400 - the size says it all; no stack trace
+                    "%s is too large to park in %s (%d bytes); parking a reference to it",
+                    record.describe(),
+                    topic,
+                    exc.size,
+                    extra={"hopchain_event": "dead_letter_too_large", "topic": record.topic},
+                )
+                value, headers = reference_record(record.value, record.key, record.headers, info)
+                parked = OutgoingRecord(topic, value, record.key, headers, parked.timestamp_ms)
+                referenced = True
+                attempt -= 1
             except Exception as exc:  # noqa: BLE001 - any failure means "not parked"
                 self.metrics.dead_letter_write_failures.labels(record.topic).inc()
                 logger.warning(
