@@ -46,6 +46,7 @@ from faststream.exceptions import AckMessage, HandlerException, NackMessage
 from faststream.kafka import KafkaBroker, KafkaRouter
 from faststream.kafka.response import KafkaPublishCommand
 from faststream.kafka.subscriber.usecase import BatchSubscriber
+from faststream.opentelemetry import TelemetryMiddleware
 
 from hopchain.exceptions import (
     ConfigurationError,
@@ -134,12 +135,14 @@ class HopchainMiddleware:
     def check(self, broker: KafkaBroker | KafkaRouter) -> None:
         """Refuse subscribers that could lose records; call it after declaring them.
 
-        Every subscribed topic needs a contract, and every subscriber must commit after
-        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time.
+        Every subscribed topic needs a contract, every subscriber must commit after
+        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time, and FastStream's
+        telemetry middleware, if any, must come before this one.
 
         Raises:
             ConfigurationError: naming the subscriber's topics and the fix.
         """
+        self._check_order(broker)
         for subscriber in broker.subscribers:
             topics = [topic.name for topic in getattr(subscriber, "topics", ())]
             policy = getattr(subscriber, "ack_policy", None)
@@ -156,6 +159,24 @@ class HopchainMiddleware:
                 )
             self.hopchain.check_topics(topics)
             self.topics += [topic for topic in topics if topic not in self.topics]
+
+    def _check_order(self, broker: KafkaBroker | KafkaRouter) -> None:
+        """Refuse FastStream's telemetry middleware inside hopchain's (after it in the list).
+
+        There, it replaces the ``traceparent`` hopchain writes with its own send span's, so
+        the next hopchain reader refuses every record (``bad_traceparent``). Before hopchain
+        it writes its header first and hopchain's, written last, is the one that travels.
+        """
+        stack = list(getattr(broker, "middlewares", ()))
+        if self not in stack:
+            return
+        inner = stack[stack.index(self) + 1 :]
+        if any(isinstance(middleware, TelemetryMiddleware) for middleware in inner):
+            raise ConfigurationError(
+                "FastStream's KafkaTelemetryMiddleware comes after HopchainMiddleware; it would "
+                "replace the traceparent hopchain writes and the next hop would park every "
+                "record: put it first, middlewares=[KafkaTelemetryMiddleware(...), hopchain]"
+            )
 
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.

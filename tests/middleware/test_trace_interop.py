@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from faststream.kafka import KafkaBroker
 from opentelemetry import propagate, trace
 from pydantic import BaseModel
 
-from hopchain import Hopchain, HopchainMiddleware, origin
+from hopchain import ConfigurationError, Hopchain, HopchainMiddleware, origin
 from hopchain.schemas import ENVELOPE_HEADER, ContractRegistry, TopicContract
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import TopicFactory, capture_spans, parent_span_id, spans_by_id
@@ -70,3 +71,74 @@ async def test_a_trace_started_elsewhere_continues_through_hopchain_and_out_agai
     assert trace.format_trace_id(legacy_context.trace_id) == envelope.trace_id
     legacy_span = spans_by_id(spans)[trace.format_span_id(legacy_context.span_id)]
     assert parent_span_id(legacy_span) == envelope.chain[-1].span_id
+
+
+async def test_faststreams_telemetry_middleware_before_hopchain_keeps_one_trace(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    from faststream import AckPolicy  # noqa: PLC0415
+    from faststream.kafka.opentelemetry import KafkaTelemetryMiddleware  # noqa: PLC0415
+
+    spans = capture_spans()
+    first, second = await new_topic(prefix="pings"), await new_topic(prefix="pongs")
+    registry = ContractRegistry(
+        [
+            TopicContract(topic=first, model=Ping, owner="team"),
+            TopicContract(topic=second, model=Ping, owner="team"),
+        ]
+    )
+
+    def broker(component: str) -> KafkaBroker:
+        hop = HopchainMiddleware(Hopchain(registry, component=component), group=component)
+        telemetry = KafkaTelemetryMiddleware(tracer_provider=trace.get_tracer_provider())
+        return KafkaBroker(kafka_bootstrap, middlewares=[telemetry, hop], ack_policy=AckPolicy.ACK)
+
+    feeder, relay, sink = broker("feeder"), broker("relay"), broker("sink")
+    chains: list[list[str]] = []
+
+    @relay.subscriber(first, group_id="relay", auto_offset_reset="earliest")
+    @relay.publisher(second)
+    async def forward(ping: Ping) -> Ping:
+        return Ping(n=ping.n + 1)
+
+    @sink.subscriber(second, group_id="sink", auto_offset_reset="earliest")
+    async def land(ping: Ping) -> None:
+        from hopchain import current_hop  # noqa: PLC0415
+
+        hop = current_hop()
+        assert hop is not None
+        chains.append([h.span_id for h in hop.envelope.chain] + [hop.span_id])
+
+    for one in (feeder, relay, sink):
+        await one.start()
+    try:
+        with origin(run_id="r", work_item_id="ping-1"):
+            await feeder.publish(Ping(n=1), first)
+        for _ in range(300):  # up to 30 s
+            if chains:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        for one in (feeder, relay, sink):
+            await one.stop()
+    assert chains, "the record never reached the sink: parked on the way?"
+    [hops] = chains
+    by_id = spans_by_id(spans)
+    # One trace: every hop's span is the previous hop's child, origin to sink.
+    assert {trace.format_trace_id(by_id[h].context.trace_id) for h in hops} == {
+        trace.format_trace_id(by_id[hops[0]].context.trace_id)
+    }
+    for parent, child in itertools.pairwise(hops):
+        assert parent_span_id(by_id[child]) == parent
+
+
+def test_faststreams_telemetry_middleware_after_hopchain_is_refused_at_start_up() -> None:
+    from faststream.kafka.opentelemetry import KafkaTelemetryMiddleware  # noqa: PLC0415
+
+    registry = ContractRegistry([TopicContract(topic="pings", model=Ping, owner="team")])
+    hop = HopchainMiddleware(Hopchain(registry, component="relay"))
+    broker = KafkaBroker(middlewares=[hop, KafkaTelemetryMiddleware()])
+    with pytest.raises(ConfigurationError, match="put it first"):
+        hop.check(broker)
+    fine = KafkaBroker(middlewares=[KafkaTelemetryMiddleware(), hop])
+    hop.check(fine)
