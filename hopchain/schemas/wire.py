@@ -45,10 +45,15 @@ _END = r"(?!\n)$"
 COMPONENT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}" + _END
 """Component names: ASCII letters, digits, ``.``, ``_``, ``-``: no look-alike characters."""
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}" + _END
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
 TIMESTAMP_PATTERN = (
-    r"^[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"^(?!0000)(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    r"|" + _LEAP_YEAR + r"-02-29)"
     r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.(?!0{6})[0-9]{6})?Z" + _END
 )
+"""UTC, microseconds or none, and only days the calendar has (leap years included), so that
+the exported JSON Schema refuses exactly the dates the reader does."""
 DIGEST_PATTERN = r"^[0-9a-f]{64}" + _END
 TRACE_ID_PATTERN = r"^(?!0{32})[0-9a-f]{32}" + _END
 SPAN_ID_PATTERN = r"^(?!0{16})[0-9a-f]{16}" + _END

@@ -179,7 +179,20 @@ def test_not_utf8_header(name: str) -> None:
     assert (error.code, error.path) == (ReasonCode.NOT_UTF8, f"$.headers.{name}")
 
 
-@pytest.mark.parametrize("name", [TRACEPARENT_HEADER, ENVELOPE_HEADER, DEGRADED_HEADER])
+def test_a_repeated_traceparent_is_read_not_refused() -> None:
+    # An instrumentation may append its own; hopchain's is the one naming the last hop.
+    record = encoded()
+    value = dict(record.headers)[TRACEPARENT_HEADER]
+    codec = sample_codec()
+
+    decoded = codec.decode(
+        HEADERS_TOPIC, record.value, [*record.headers, (TRACEPARENT_HEADER, value)]
+    )
+
+    assert decoded.traceparent == value.decode()
+
+
+@pytest.mark.parametrize("name", [ENVELOPE_HEADER, DEGRADED_HEADER])
 def test_duplicate_header(name: str) -> None:
     record = encoded()
     value = dict(record.headers)[name]

@@ -443,11 +443,11 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
     )
     add(
         "impossible-date",
-        "30 February: the pattern allows it, the calendar does not",
+        "30 February: the calendar has no such day, and neither has the pattern",
         _set(["hop", -1, "decided_at"], "2026-02-30T09:30:02Z"),
         "invalid_value",
         "$.chain[2].decided_at",
-        schema="accept",
+        schema="reject",
     )
     add(
         "unknown-decision",
