@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from contextlib import ExitStack
 from contextvars import ContextVar
@@ -46,7 +47,6 @@ from faststream.exceptions import AckMessage, HandlerException, NackMessage
 from faststream.kafka import KafkaBroker, KafkaRouter
 from faststream.kafka.response import KafkaPublishCommand
 from faststream.kafka.subscriber.usecase import BatchSubscriber
-from faststream.opentelemetry import TelemetryMiddleware
 
 from hopchain.exceptions import (
     ConfigurationError,
@@ -167,11 +167,14 @@ class HopchainMiddleware:
         the next hopchain reader refuses every record (``bad_traceparent``). Before hopchain
         it writes its header first and hopchain's, written last, is the one that travels.
         """
+        # Only loaded when someone uses it: it needs the OpenTelemetry semantic conventions,
+        # which the core install does not carry.
+        telemetry = sys.modules.get("faststream.opentelemetry.middleware")
         stack = list(getattr(broker, "middlewares", ()))
-        if self not in stack:
+        if telemetry is None or self not in stack:
             return
         inner = stack[stack.index(self) + 1 :]
-        if any(isinstance(middleware, TelemetryMiddleware) for middleware in inner):
+        if any(isinstance(middleware, telemetry.TelemetryMiddleware) for middleware in inner):
             raise ConfigurationError(
                 "FastStream's KafkaTelemetryMiddleware comes after HopchainMiddleware; it would "
                 "replace the traceparent hopchain writes and the next hop would park every "
