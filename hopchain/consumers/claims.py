@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.resolutions import Claim, Resolution, read_resolution_record
 
-__all__ = ["ClaimLog", "Verdict"]
+__all__ = ["ClaimLog", "Verdict", "started_reader"]
 
 logger = logging.getLogger("hopchain.dlq")
 
@@ -57,6 +57,26 @@ class _State:
     claim_ms: int = 0
 
 
+async def started_reader(settings: DlqSettings, client_id: str) -> AIOKafkaConsumer:
+    """A started consumer without a group, for reading chosen partitions at chosen offsets.
+
+    A seek waits for the fetch in flight; aiokafka's default 500 ms long poll at the end of
+    the log would make every claim or redrive of a batch take half a second.
+    """
+    consumer = AIOKafkaConsumer(
+        **settings.client_kwargs(),
+        bootstrap_servers=settings.kafka_bootstrap,
+        client_id=client_id,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=_FETCH_WAIT_MS,
+        request_timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
+    )
+    await consumer.start()
+    return consumer
+
+
 class ClaimLog:
     """Follows the resolutions topic, one partition at a time, to decide claims.
 
@@ -73,18 +93,7 @@ class ClaimLog:
 
     async def _consumer_for(self, tp: TopicPartition) -> Any:
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                **self.settings.client_kwargs(),
-                bootstrap_servers=self.settings.kafka_bootstrap,
-                client_id="hopchain-dlq-claims",
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=_FETCH_WAIT_MS,
-                request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
-            )
-            await consumer.start()
-            self._consumer = consumer
+            self._consumer = await started_reader(self.settings, "hopchain-dlq-claims")
         if tp not in self._assigned:
             positions = {known: await self._consumer.position(known) for known in self._assigned}
             self._consumer.assign(sorted(self._assigned | {tp}))

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import MessageSizeTooLargeError
 
-from hopchain.consumers.claims import ClaimLog
+from hopchain.consumers.claims import ClaimLog, started_reader
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.index import DeadLetterIndex
@@ -53,7 +53,6 @@ __all__ = ["Redriven", "Triage"]
 logger = logging.getLogger("hopchain.dlq")
 
 _FETCH_POLL_MS = 500
-_FETCH_WAIT_MS = 20
 
 
 @dataclass(frozen=True)
@@ -115,20 +114,7 @@ class Triage:
         # Started on first use: aiokafka's consumer without a group cannot be stopped
         # cleanly before it has run at all.
         if self._consumer is None:
-            consumer = AIOKafkaConsumer(
-                **self.settings.client_kwargs(),
-                bootstrap_servers=self.settings.kafka_bootstrap,
-                client_id="hopchain-dlq-fetch",
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                # A seek waits for the fetch in flight; the default 500 ms long poll at
-                # the end of the log made every redrive of a batch take half a second.
-                fetch_max_wait_ms=_FETCH_WAIT_MS,
-                request_timeout_ms=int(self.settings.dlq_request_timeout_seconds * 1000),
-            )
-            await consumer.start()
-            self._consumer = consumer
+            self._consumer = await started_reader(self.settings, "hopchain-dlq-fetch")
         return self._consumer
 
     async def stop(self) -> None:
