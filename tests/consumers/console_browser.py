@@ -159,6 +159,19 @@ class Browser:
 
         await self._do(click_and_wait)
 
+    async def sign_in(self, token: str) -> None:
+        """Type the service's token into the sign-in form its pages show until then."""
+        await self.open("/ui")
+        assert (await self.title()).startswith("Sign in")
+        await self.fill("#sign-in-form input[name=token]", token)
+        await self.click("#sign-in-form button")
+        assert not (await self.title()).startswith("Sign in")
+
+    async def cookie_header(self) -> str:
+        """The browser's cookies, as a ``Cookie`` header for a request made without it."""
+        cookies: list[dict[str, Any]] = await self._do(self.driver.get_cookies)
+        return "; ".join(f"{cookie['name']}={cookie['value']}" for cookie in cookies)
+
     async def title(self) -> str:
         title: str = await self._do(lambda: self.driver.title)
         return title

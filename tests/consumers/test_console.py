@@ -214,6 +214,7 @@ async def test_bulk_redrive_by_filter_moves_exactly_those_fifty_and_the_trace_sh
         await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", [*chosen, *others])
         await wait_until(lambda: len(service.index) == 60, what="60 indexed")
         browser = Browser(driver, service.url)
+        await browser.sign_in(token)
 
         await browser.open("/ui/dead-letters")
         assert await browser.text("#match-count") == "60"
@@ -258,10 +259,11 @@ async def test_a_payload_with_script_renders_as_text_under_a_strict_policy(
     dlq_settings: SettingsFactory, driver: webdriver.Chrome, kafka_bootstrap: str
 ) -> None:
     source = unique_topic_name("claims")
+    token = secrets.token_hex(8)
     settings = dlq_settings(
         dlq_topics={f"{source}.dlq": "claims-team"},
         dlq_trace_url="https://tracing.example/trace/{trace_id}",
-        dlq_token=secrets.token_hex(8),
+        dlq_token=token,
     )
     hostile = b'{"claim": "<script>document.title=\'pwned\'</script>", "note": "<b>bold</b>"}'
     parked = pipeline_dead_letter(
@@ -276,6 +278,7 @@ async def test_a_payload_with_script_renders_as_text_under_a_strict_policy(
         await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", [parked])
         await wait_until(lambda: len(service.index) == 1, what="one indexed")
         browser = Browser(driver, service.url)
+        await browser.sign_in(token)
         await browser.open(f"/ui/dead-letters/{quote(parked.dead_letter_id)}")
 
         assert await browser.title() != "pwned"
@@ -295,11 +298,16 @@ async def test_a_payload_with_script_renders_as_text_under_a_strict_policy(
         )
         await browser.screenshot("console-dead-letter.png", full=True)
 
+        cookie = await browser.cookie_header()
         status, headers, _ = await asyncio.to_thread(
-            fetch, f"{service.url}/ui/dead-letters/{quote(parked.dead_letter_id)}/payload"
+            fetch,
+            f"{service.url}/ui/dead-letters/{quote(parked.dead_letter_id)}/payload",
+            None,
+            cookie,
         )
         assert status == 200
-        status, headers, body = await asyncio.to_thread(fetch, f"{service.url}/ui")
+        status, headers, body = await asyncio.to_thread(fetch, f"{service.url}/ui", None, cookie)
+        assert status == 200
         policy = headers["content-security-policy"]
         assert "default-src 'self'" in policy
         assert "script-src 'none'" in policy
@@ -320,6 +328,7 @@ async def test_mutating_requests_without_the_token_or_the_csrf_field_are_refused
         await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", [parked])
         await wait_until(lambda: len(service.index) == 1, what="one indexed")
         browser = Browser(driver, service.url)
+        await browser.sign_in(token)
 
         # In the browser: no token typed -> 401; the CSRF field removed -> 403.
         await browser.open(page)
@@ -401,6 +410,7 @@ async def test_a_broken_chain_and_the_loop_guard_are_shown_and_refused_as_by_the
         await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", [tampered, looped])
         await wait_until(lambda: len(service.index) == 2, what="two indexed")
         browser = Browser(driver, service.url)
+        await browser.sign_in(token)
 
         await browser.open(f"/ui/dead-letters/{quote(tampered.dead_letter_id)}")
         assert "integrity broken at hop 1" in await browser.text("#integrity-broken")
@@ -435,3 +445,48 @@ async def test_a_broken_chain_and_the_loop_guard_are_shown_and_refused_as_by_the
         assert resolution.redrive is not None
         assert resolution.redrive.forced
         assert service.index.resolution(tampered.dead_letter_id) is None
+
+
+async def test_with_a_token_every_page_asks_for_it_before_showing_a_dead_letter(
+    dlq_settings: SettingsFactory, driver: webdriver.Chrome, kafka_bootstrap: str
+) -> None:
+    source = unique_topic_name("secrets")
+    token = secrets.token_hex(16)
+    settings = dlq_settings(dlq_topics={f"{source}.dlq": "team-s"}, dlq_token=token)
+    parked = synthetic_dead_letter(
+        owner="team-s", source_topic=source, parked_at=time.time() - 60, value=b'{"pin": "4711"}'
+    )
+    page = f"/ui/dead-letters/{quote(parked.dead_letter_id)}"
+    pages = ["/ui", "/ui/dead-letters", page, f"{page}/payload", "/ui/bulk?owner=team-s"]
+    async with DeadLetterService(settings) as service:
+        await produce_dead_letters(kafka_bootstrap, f"{source}.dlq", [parked])
+        await wait_until(lambda: len(service.index) == 1, what="one indexed")
+        for path in pages:
+            status, _, body = await asyncio.to_thread(fetch, f"{service.url}{path}")
+            assert status == 401, path
+            # Nothing about the dead letter (its id is only in the form's way back).
+            assert source not in body
+            assert "4711" not in body
+            assert 'id="sign-in-form"' in body
+
+        browser = Browser(driver, service.url)
+        await browser.open(page)
+        await browser.fill("#sign-in-form input[name=token]", "not-the-token")
+        await browser.click("#sign-in-form button")
+        assert (await browser.title()).startswith("401")
+        await browser.open(page)
+        await browser.fill("#sign-in-form input[name=token]", token)
+        await browser.click("#sign-in-form button")
+        # Back on the page it asked for, and the token is in no page or cookie.
+        assert await browser.text("#status") == "unresolved"
+        cookie = await browser.cookie_header()
+        assert token not in cookie
+        assert token not in await browser.source()
+        status, _, body = await asyncio.to_thread(
+            fetch, f"{service.url}{page}/payload", None, cookie
+        )
+        assert (status, body) == (200, '{"pin": "4711"}')
+        # A session cookie made for another nonce is worth nothing.
+        forged = cookie.replace(cookie.split("hopchain_csrf=")[1][:64], "b" * 64)
+        status, _, _ = await asyncio.to_thread(fetch, f"{service.url}/ui", None, forged)
+        assert status == 401

@@ -83,10 +83,11 @@ async def test_every_answer_carries_the_security_headers() -> None:
     assert (status, headers["location"]) == (303, "/ui")
 
 
-async def test_the_overview_sets_an_httponly_strict_csrf_cookie_and_no_token() -> None:
+async def test_with_a_token_the_overview_asks_for_it_and_sets_an_httponly_strict_cookie() -> None:
     status, headers, body = await request(app("secret"), "GET", "/ui")
 
-    assert status == 200
+    assert status == 401
+    assert b'id="sign-in-form"' in body
     cookie = headers["set-cookie"]
     assert cookie.startswith("hopchain_csrf=")
     assert "HttpOnly" in cookie
@@ -112,10 +113,10 @@ async def test_a_bulk_preview_acts_on_at_most_the_oldest_thousand() -> None:
             )
         )
 
-    status, _, body = await request(app("t", index), "GET", "/ui/bulk?action=discard&owner=a")
+    status, _, body = await request(app(None, index), "GET", "/ui/bulk?action=discard&owner=a")
 
     assert status == 200
     assert b'<strong id="preview-count">1000</strong>' in body
     assert b"1001 match; one confirmation acts on the oldest 1000" in body
     assert "… and 800 more.".encode() in body  # 200 listed by id
-    assert (await request(app("t", index), "GET", "/ui/bulk?action=discard"))[0] == 400
+    assert (await request(app(None, index), "GET", "/ui/bulk?action=discard"))[0] == 400

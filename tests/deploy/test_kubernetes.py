@@ -101,15 +101,23 @@ def test_probes_token_and_scraping_fit_together() -> None:
     pod = deployment["spec"]["template"]
     [container] = pod["spec"]["containers"]
 
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    https = {"port": "http", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", **https}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", **https}
     env = {item["name"]: item for item in container["env"]}
     assert env["HOPCHAIN_DLQ_TOKEN"]["valueFrom"]["secretKeyRef"] == {
         "name": "hopchain-dlq",
         "key": "token",
     }
     assert "value" not in env["HOPCHAIN_DLQ_TOKEN"]
+    # Listening on every interface of the pod, so serving TLS: never the token in clear.
     assert env["HOPCHAIN_DLQ_HOST"]["value"] == "0.0.0.0"  # noqa: S104 - inside the pod
+    [volume] = pod["spec"]["volumes"]
+    [mount] = container["volumeMounts"]
+    assert (mount["name"], mount["readOnly"]) == (volume["name"], True)
+    assert volume["secret"]["secretName"] == "hopchain-dlq-tls"
+    for name, file in (("CERTFILE", "tls.crt"), ("KEYFILE", "tls.key")):
+        assert env[f"HOPCHAIN_DLQ_TLS_{name}"]["value"] == f"{mount['mountPath']}/{file}"
     [port] = container["ports"]
     assert env["HOPCHAIN_DLQ_PORT"]["value"] == str(port["containerPort"])
 
@@ -124,6 +132,7 @@ def test_probes_token_and_scraping_fit_together() -> None:
     )
     assert [endpoint["port"] for endpoint in monitor["spec"]["endpoints"]] == [service_port["name"]]
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert monitor["spec"]["endpoints"][0]["scheme"] == "https"
     # The operator names the job after this Service label: the value the alerts expect.
     assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "hopchain-dlq"
     namespaces = {document["metadata"].get("namespace") for document in found.values()}

@@ -11,6 +11,8 @@
 ``POST /ui/dead-letters/{id}/{action}``    redrive or discard it (form)
 ``GET /ui/bulk``                           preview of a redrive or discard by filter
 ``POST /ui/bulk``                          do exactly what the preview showed (form)
+``POST /ui/sign-in``                       type the token once per browser (form); while a
+                                           token is configured, every page asks for it first
 =========================================  =====================================================
 
 No script and no build step: HTML from Jinja templates with autoescaping, one CSS file
@@ -40,6 +42,7 @@ from hopchain.consumers.console.pages import (
     payload_download,
     render,
 )
+from hopchain.consumers.console.signin import require_session, sign_in
 
 __all__ = ["console_routes"]
 
@@ -79,17 +82,25 @@ def _page(
     return endpoint
 
 
+def _read(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """A page that shows dead letters: signed-in browsers only, once a token is set."""
+    return _page(require_session(handler))
+
+
 def console_routes() -> list[BaseRoute]:
     """The console's routes, to mount beside the JSON endpoints."""
     return [
-        Route("/ui", _page(overview), methods=["GET"]),
-        Route("/ui/dead-letters", _page(list_page), methods=["GET"]),
-        Route("/ui/dead-letters/{dead_letter_id}", _page(letter_page), methods=["GET"]),
+        Route("/ui", _read(overview), methods=["GET"]),
+        Route("/ui/dead-letters", _read(list_page), methods=["GET"]),
+        Route("/ui/dead-letters/{dead_letter_id}", _read(letter_page), methods=["GET"]),
         Route(
-            "/ui/dead-letters/{dead_letter_id}/payload", _page(payload_download), methods=["GET"]
+            "/ui/dead-letters/{dead_letter_id}/payload", _read(payload_download), methods=["GET"]
         ),
         Route("/ui/dead-letters/{dead_letter_id}/{action}", _page(single_action), methods=["POST"]),
-        Route("/ui/bulk", _page(bulk_preview), methods=["GET"]),
+        Route("/ui/bulk", _read(bulk_preview), methods=["GET"]),
         Route("/ui/bulk", _page(bulk_action), methods=["POST"]),
+        Route("/ui/sign-in", _page(sign_in), methods=["POST"]),
         Route("/ui/static/console.css", _stylesheet, methods=["GET"]),
     ]

@@ -10,6 +10,12 @@ The bearer token is never put into a page or a cookie: the person types it into 
 each time, and it is compared in constant time. Order of refusals, as for the JSON
 endpoints: 403 while no token is configured, 403 without a valid CSRF proof, 401 for a
 missing or wrong token.
+
+Reading needs the token too once one is configured, as ``GET /dead-letters`` does: a
+person signs in by typing it once, and the browser then holds a session cookie, an HMAC of
+the request's nonce and a digest of the token under the process's key. It proves the token
+was typed in this browser without being the token; it stops working when the service
+restarts or the token changes.
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ from starlette.responses import Response
 
 from hopchain.consumers.api import Refusal, read_body, token_matches
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "CsrfGuard", "Form", "read_form"]
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "SESSION_COOKIE", "CsrfGuard", "Form", "read_form"]
 
 CSRF_COOKIE = "hopchain_csrf"
 """The cookie holding the nonce."""
+SESSION_COOKIE = "hopchain_session"
+"""The cookie saying that this browser signed in with the token."""
 CSRF_FIELD = "csrf"
 """The form field holding the nonce's signature."""
 _NONCE = re.compile(r"^[0-9a-f]{64}$")
@@ -54,6 +62,31 @@ class CsrfGuard:
     def sign(self, nonce: str) -> str:
         """The form value proving a form was served by this process to this browser."""
         return hmac.new(self.key, nonce.encode(), hashlib.sha256).hexdigest()
+
+    def session(self, nonce: str, token: SecretStr) -> str:
+        """The session cookie's value for a browser that typed ``token``."""
+        digest = hashlib.sha256(token.get_secret_value().encode()).hexdigest()
+        return hmac.new(self.key, f"session:{nonce}:{digest}".encode(), hashlib.sha256).hexdigest()
+
+    def signed_in(self, request: Request, token: SecretStr) -> bool:
+        """Whether the request carries a session made with ``token`` for its nonce."""
+        nonce = request.cookies.get(CSRF_COOKIE, "")
+        given = request.cookies.get(SESSION_COOKIE, "")
+        if not _NONCE.match(nonce) or not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.session(nonce, token).encode())
+
+    def start_session(self, response: Response, request: Request, token: SecretStr) -> None:
+        """Remember in the browser that it signed in (for the life of the nonce cookie)."""
+        nonce = request.cookies.get(CSRF_COOKIE, "")
+        response.set_cookie(
+            SESSION_COOKIE,
+            self.session(nonce, token),
+            httponly=True,
+            samesite="strict",
+            path="/ui",
+            secure=request.url.scheme == "https",
+        )
 
     @staticmethod
     def set_cookie(response: Response, nonce: str) -> None:
