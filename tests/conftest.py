@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,14 @@ import pytest
 
 from hopchain.exceptions import LocalKafkaError
 from hopchain.middleware.producer import KafkaWriter
-from hopchain.testing import LocalKafka, TopicFactory, probe_broker, unique_topic_name
+from hopchain.testing import (
+    LocalKafka,
+    LocalPostgres,
+    LocalPostgresError,
+    TopicFactory,
+    probe_broker,
+    unique_topic_name,
+)
 from hopchain.testing._provision import ENV_KAFKA_VERSION, find_kafka_home, pom_kafka_version
 
 if TYPE_CHECKING:
@@ -133,6 +141,31 @@ def kafka_bootstrap(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
         kafka.stop(keep_data=failed)
         if not failed:
             pytestconfig.stash[_BROKER_REPORT].log_path = None
+
+
+@pytest.fixture(scope="session")
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
+    """A real PostgreSQL server for this session, started on first use (as an unprivileged
+    user when the tests run as root). One that cannot start fails the tests; never a skip."""
+    started = time.monotonic()
+    try:
+        server = LocalPostgres().start()
+    except LocalPostgresError as exc:
+        pytest.fail(
+            f"the local PostgreSQL server did not start after {time.monotonic() - started:.1f} "
+            f"s: {exc}",
+            pytrace=False,
+        )
+    try:
+        yield server
+    finally:
+        server.stop(keep_data=request.session.testsfailed > 0)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: LocalPostgres) -> str:
+    """The connection string of a new, empty database on the session's server, for one test."""
+    return postgres_server.create_database(f"test_{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture(autouse=True)
