@@ -150,7 +150,12 @@ class PostgresDedupeStore:
             "CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, identifier text NOT NULL, "
             "committed_at timestamptz NOT NULL DEFAULT now())"
         ).format(self._table)
-        async with self._pool.connection() as connection:
+        async with self._pool.connection() as connection, connection.transaction():
+            # Instances starting together would race on CREATE TABLE IF NOT EXISTS (it is
+            # not atomic in PostgreSQL): one creates, the others wait, then find it.
+            await connection.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"hopchain-dedupe:{self.table}",)
+            )
             await connection.execute(statement)
         return self
 
