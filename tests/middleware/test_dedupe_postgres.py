@@ -343,3 +343,24 @@ async def test_an_unreachable_database_is_a_transient_failure() -> None:
             await broken.commit_once("file:7", writer("never", []))
     finally:
         await broken.close()
+
+
+async def test_hop_once_claims_the_key_so_two_instances_never_run_an_external_effect_twice(
+    instances: tuple[PostgresDedupeStore, ...],
+) -> None:
+    calls: list[str] = []
+
+    async def call_target(key: str) -> str:
+        calls.append(key)
+        await asyncio.sleep(0.2)  # the other instance arrives while this one is in the call
+        return f"payment-{len(calls)}"
+
+    hops = [handling(store, intent_key="intent-7") for store in instances]
+    effects = await asyncio.gather(
+        *(hop.once(EffectKind.MESSAGE_PUBLISHED, "payments-api", call_target) for hop in hops)
+    )
+
+    assert calls == [hops[0].stage_key("file")]
+    assert effects[0] == effects[1]
+    assert effects[0].identifier == "payment-1"
+    assert await instances[1].get(hops[0].stage_key("file")) == "payment-1"
