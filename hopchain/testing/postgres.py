@@ -168,7 +168,7 @@ class LocalPostgres:
         if self._running:
             return self
         started = time.monotonic()
-        base = Path(tempfile.mkdtemp(prefix="hopchain-postgres-"))
+        base = Path(tempfile.mkdtemp(prefix="hopchain-postgres-", dir=self._parent_dir()))
         self.base_dir = base
         (base / "socket").mkdir()
         password_file = base / "password"
@@ -264,6 +264,15 @@ class LocalPostgres:
         if not keep_data:
             shutil.rmtree(base, ignore_errors=True)
             self.base_dir = None
+
+    def _parent_dir(self) -> Path:
+        """The temporary folder, if the server's user can reach into it; else ``/tmp``."""
+        parent = Path(tempfile.gettempdir())
+        if self.run_as.uid is None:
+            return parent
+        # A $TMPDIR under root's home is closed to the server's user: use the shared one.
+        reachable = all(folder.stat().st_mode & 0o001 for folder in (parent, *parent.parents))
+        return parent if reachable else Path("/tmp")  # noqa: S108 - world-reachable on purpose
 
     def _kill_postmaster(self) -> None:
         pid_file = self.data_dir / "postmaster.pid"
