@@ -48,6 +48,7 @@ class BrokerReport:
 
 
 _BROKER_REPORT = pytest.StashKey[BrokerReport]()
+_POSTGRES_REPORT = pytest.StashKey[list[str]]()
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -82,6 +83,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    postgres = terminalreporter.config.stash.get(_POSTGRES_REPORT, None)
+    if postgres:
+        terminalreporter.section("postgres", sep="-")
+        for line in postgres:
+            terminalreporter.write_line(line)
     report = terminalreporter.config.stash.get(_BROKER_REPORT, None)
     if report is None:
         return
@@ -144,7 +150,9 @@ def kafka_bootstrap(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
 
 
 @pytest.fixture(scope="session")
-def postgres_server(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
+def postgres_server(
+    request: pytest.FixtureRequest, pytestconfig: pytest.Config
+) -> Iterator[LocalPostgres]:
     """A real PostgreSQL server for this session, started on first use (as an unprivileged
     user when the tests run as root). One that cannot start fails the tests; never a skip."""
     started = time.monotonic()
@@ -156,10 +164,18 @@ def postgres_server(request: pytest.FixtureRequest) -> Iterator[LocalPostgres]:
             f"s: {exc}",
             pytrace=False,
         )
+    ready = (
+        f"PostgreSQL {server.version} at 127.0.0.1:{server.port}, run as {server.run_as.name}: "
+        f"ready in {server.startup_seconds:.1f} s"
+    )
+    report = pytestconfig.stash[_POSTGRES_REPORT] = [ready]
     try:
         yield server
     finally:
-        server.stop(keep_data=request.session.testsfailed > 0)
+        failed = request.session.testsfailed > 0
+        if failed:
+            report.append(f"kept the server's data and log: {server.base_dir}")
+        server.stop(keep_data=failed)
 
 
 @pytest.fixture
