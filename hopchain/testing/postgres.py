@@ -159,7 +159,10 @@ class LocalPostgres:
         )
 
     def start(self) -> Self:
-        """Create the cluster and start the server; returns once it accepts connections.
+        """Create the cluster (the first time) and start the server on it.
+
+        Returns once the server accepts connections. After ``stop(keep_data=True)`` it
+        starts again on the same data and port: clients reconnect to the same address.
 
         Raises:
             LocalPostgresError: the cluster could not be created or the server did not
@@ -168,6 +171,30 @@ class LocalPostgres:
         if self._running:
             return self
         started = time.monotonic()
+        if self.base_dir is None:
+            self._create_cluster()
+        atexit.register(self.stop)
+        self._running = True
+        try:
+            self._tool(
+                "pg_ctl",
+                "--pgdata",
+                str(self.data_dir),
+                "--log",
+                str(self.log_path),
+                "--wait",
+                "--timeout",
+                str(int(self.start_timeout)),
+                "start",
+            )
+        except LocalPostgresError:
+            self.stop(keep_data=True)
+            raise
+        self.version = (self.data_dir / "PG_VERSION").read_text().strip()
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _create_cluster(self) -> None:
         base = Path(tempfile.mkdtemp(prefix="hopchain-postgres-", dir=self._parent_dir()))
         self.base_dir = base
         (base / "socket").mkdir()
@@ -204,26 +231,6 @@ class LocalPostgres:
                 f"unix_socket_directories = '{base / 'socket'}'\n"
                 "max_connections = 200\n"
             )
-        atexit.register(self.stop)
-        self._running = True
-        try:
-            self._tool(
-                "pg_ctl",
-                "--pgdata",
-                str(self.data_dir),
-                "--log",
-                str(self.log_path),
-                "--wait",
-                "--timeout",
-                str(int(self.start_timeout)),
-                "start",
-            )
-        except LocalPostgresError:
-            self.stop(keep_data=True)
-            raise
-        self.version = (self.data_dir / "PG_VERSION").read_text().strip()
-        self.startup_seconds = time.monotonic() - started
-        return self
 
     def create_database(self, name: str) -> str:
         """Create an empty database; returns its connection string.
@@ -250,7 +257,10 @@ class LocalPostgres:
         return self.dsn(name)
 
     def stop(self, *, keep_data: bool = False) -> None:
-        """Stop the server (fast shutdown) and remove its directory unless ``keep_data``."""
+        """Stop the server (fast shutdown) and remove its directory unless ``keep_data``.
+
+        With ``keep_data``, :meth:`start` starts it again on the same data and port.
+        """
         atexit.unregister(self.stop)
         base = self.base_dir
         if base is None:

@@ -25,6 +25,7 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.dedupe_postgres import EffectTransaction, PostgresDedupeStore
 from hopchain.middleware.failures import Transient
 from hopchain.schemas import EffectKind
+from hopchain.testing import LocalPostgres
 
 pytestmark = pytest.mark.postgres
 
@@ -364,3 +365,27 @@ async def test_hop_once_claims_the_key_so_two_instances_never_run_an_external_ef
     assert effects[0] == effects[1]
     assert effects[0].identifier == "payment-1"
     assert await instances[1].get(hops[0].stage_key("file")) == "payment-1"
+
+
+@pytest.mark.slow
+async def test_a_database_outage_is_transient_and_the_store_recovers_after_the_restart() -> None:
+    with LocalPostgres() as server:
+        dsn = server.create_database("ledger")
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as db:
+            await db.execute(LEDGER)
+        calls: list[str] = []
+        async with PostgresDedupeStore(dsn, max_size=2, connect_timeout=2.0) as store:
+            before, _ = await store.commit_once("file:1", writer("before", calls))
+
+            await asyncio.to_thread(server.stop, keep_data=True)
+            with pytest.raises(Transient, match="dedupe database failed"):
+                await store.commit_once("file:2", writer("down", calls))
+
+            await asyncio.to_thread(server.start)
+            # The pool replaces its broken connections; the key committed before is kept.
+            assert await store.commit_once("file:1", writer("again", calls)) == (before, False)
+            after, ran = await store.commit_once("file:2", writer("after", calls))
+            assert await store.get("file:2") == after
+        assert ran
+        assert calls == ["before", "after"]
+        assert sorted(await rows(dsn, "SELECT writer FROM ledger")) == [("after",), ("before",)]
