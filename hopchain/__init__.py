@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
     from hopchain.middleware.context import HopContext, RetryFeedback, current_hop, origin
     from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore, SqliteDedupeStore
+    from hopchain.middleware.dedupe_postgres import EffectTransaction, PostgresDedupeStore
     from hopchain.middleware.engine import (
         AbortState,
         Hopchain,
@@ -93,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "DedupeStore": "hopchain.middleware.dedupe",
     "Degrade": "hopchain.middleware.policy",
     "EffectKind": "hopchain.schemas",
+    "EffectTransaction": "hopchain.middleware.dedupe_postgres",
     "Envelope": "hopchain.schemas",
     "EnvelopeConsumer": "hopchain.middleware.aiokafka",
     "EnvelopeError": "hopchain.exceptions",
@@ -115,6 +117,7 @@ _EXPORTS: dict[str, str] = {
     "MemoryDedupeStore": "hopchain.middleware.dedupe",
     "OutgoingRecord": "hopchain.middleware.engine",
     "Pipeline": "hopchain.middleware.stage",
+    "PostgresDedupeStore": "hopchain.middleware.dedupe_postgres",
     "ProducerWriter": "hopchain.middleware.producer",
     "ReasonCode": "hopchain.exceptions",
     "RecordWriter": "hopchain.middleware.engine",
@@ -182,8 +185,10 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     # handling a record
     "AbortState",
     "DedupeStore",
+    "EffectTransaction",
     "HopContext",
     "MemoryDedupeStore",
+    "PostgresDedupeStore",
     "RetryFeedback",
     "Settled",
     "SqliteDedupeStore",

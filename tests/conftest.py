@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,14 @@ import pytest
 
 from hopchain.exceptions import LocalKafkaError
 from hopchain.middleware.producer import KafkaWriter
-from hopchain.testing import LocalKafka, TopicFactory, probe_broker, unique_topic_name
+from hopchain.testing import (
+    LocalKafka,
+    LocalPostgres,
+    LocalPostgresError,
+    TopicFactory,
+    probe_broker,
+    unique_topic_name,
+)
 from hopchain.testing._provision import ENV_KAFKA_VERSION, find_kafka_home, pom_kafka_version
 
 if TYPE_CHECKING:
@@ -40,6 +48,7 @@ class BrokerReport:
 
 
 _BROKER_REPORT = pytest.StashKey[BrokerReport]()
+_POSTGRES_REPORT = pytest.StashKey[list[str]]()
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -74,6 +83,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    postgres = terminalreporter.config.stash.get(_POSTGRES_REPORT, None)
+    if postgres:
+        terminalreporter.section("postgres", sep="-")
+        for line in postgres:
+            terminalreporter.write_line(line)
     report = terminalreporter.config.stash.get(_BROKER_REPORT, None)
     if report is None:
         return
@@ -133,6 +147,41 @@ def kafka_bootstrap(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
         kafka.stop(keep_data=failed)
         if not failed:
             pytestconfig.stash[_BROKER_REPORT].log_path = None
+
+
+@pytest.fixture(scope="session")
+def postgres_server(
+    request: pytest.FixtureRequest, pytestconfig: pytest.Config
+) -> Iterator[LocalPostgres]:
+    """A real PostgreSQL server for this session, started on first use (as an unprivileged
+    user when the tests run as root). One that cannot start fails the tests; never a skip."""
+    started = time.monotonic()
+    try:
+        server = LocalPostgres().start()
+    except LocalPostgresError as exc:
+        pytest.fail(
+            f"the local PostgreSQL server did not start after {time.monotonic() - started:.1f} "
+            f"s: {exc}",
+            pytrace=False,
+        )
+    ready = (
+        f"PostgreSQL {server.version} at 127.0.0.1:{server.port}, run as {server.run_as.name}: "
+        f"ready in {server.startup_seconds:.1f} s"
+    )
+    report = pytestconfig.stash[_POSTGRES_REPORT] = [ready]
+    try:
+        yield server
+    finally:
+        failed = request.session.testsfailed > 0
+        if failed:
+            report.append(f"kept the server's data and log: {server.base_dir}")
+        server.stop(keep_data=failed)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: LocalPostgres) -> str:
+    """The connection string of a new, empty database on the session's server, for one test."""
+    return postgres_server.create_database(f"test_{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture(autouse=True)

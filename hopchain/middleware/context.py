@@ -109,10 +109,18 @@ class HopContext:
         should refuse a second use of it) and returns the effect's identifier. When the
         dedupe store already holds the key, because this record was redelivered after the
         effect was committed, the action is not run again and the stored identifier is
-        recorded instead.
+        recorded instead. With :class:`~hopchain.middleware.dedupe_postgres.PostgresDedupeStore`
+        the key is claimed before the action runs and committed right after it; to commit
+        an effect in the same transaction as its key, use the store's own ``once``.
         """
         key = self.stage_key(stage or self.stage)
         store = self.dedupe
+        claiming = getattr(store, "commit_once", None)
+        if claiming is not None:
+            # A shared store that claims the key first (PostgresDedupeStore): two instances
+            # never run the action at the same time, and the key commits right after it.
+            identifier, _ = await claiming(key, lambda tx: action(tx.key))
+            return self.record_effect(kind, target, str(identifier))
         identifier = await store.get(key) if store is not None else None
         if identifier is None:
             identifier = await action(key)

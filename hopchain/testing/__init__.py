@@ -3,7 +3,8 @@
 :class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
 :func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
 :func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them;
-:func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars.
+:func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars;
+:class:`LocalPostgres` starts a real PostgreSQL server for the shared dedupe store's tests.
 """
 
 from hopchain.testing.admin import (
@@ -35,6 +36,7 @@ from hopchain.testing.kafka import (
     probe_broker,
 )
 from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command
+from hopchain.testing.postgres import LocalPostgres, LocalPostgresError
 from hopchain.testing.records import partitions_of, read_to_end
 from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
@@ -44,6 +46,8 @@ __all__ = [
     "BrokerState",
     "BrokerStatus",
     "LocalKafka",
+    "LocalPostgres",
+    "LocalPostgresError",
     "SyntheticDeadLetter",
     "TopicFactory",
     "broker_metadata",

@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXTRAS_ONLY = ("typer", "rich", "starlette", "uvicorn", "jinja2", "opentelemetry.sdk", "click")
+EXTRAS_ONLY = (
+    "typer",
+    "rich",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "opentelemetry.sdk",
+    "click",
+    "psycopg",
+    "psycopg_pool",
+)
 
 CORE_USE = textwrap.dedent(
     """
@@ -120,6 +130,9 @@ def test_the_wheel_with_only_the_core_dependencies_runs_the_middleware(tmp_path:
     sdk = run(python, "-c", "import hopchain.telemetry", cwd=empty)
     assert sdk.returncode == 1
     assert "pip install 'hopchain[otel]'" in sdk.stderr
+    postgres = run(python, "-c", "import hopchain.middleware.dedupe_postgres", cwd=empty)
+    assert postgres.returncode == 1
+    assert "pip install 'hopchain[postgres]'" in postgres.stderr
 
     # With the `cli` extra the command runs; the dead-letter commands name the `dlq` extra.
     ok(
