@@ -176,6 +176,8 @@ def _send_attributes(
 def forward_span(
     topic: str,
     *,
+    trace_id: str,
+    parent_span_id: str,
     component: str,
     key: bytes | None = None,
     server_address: str | None = None,
@@ -183,9 +185,11 @@ def forward_span(
 ) -> Iterator[trace.Span]:
     """A PRODUCER span around one forward: child of the hop's span, current for the send.
 
-    The record's ``traceparent`` still names the hop's span (the envelope requires it); this
-    span times the send and carries the messaging attributes. Partition and offset are
-    added by :func:`note_sent` once the broker acknowledged the record.
+    The parent is named, not taken from the current span: another middleware (FastStream's
+    telemetry) may have made its own span current around the handler. The record's
+    ``traceparent`` still names the hop's span (the envelope requires it); this span times
+    the send and carries the messaging attributes. Partition and offset are added by
+    :func:`note_sent` once the broker acknowledged the record.
     """
     if _tracing_is_noop():
         yield trace.INVALID_SPAN
@@ -193,9 +197,23 @@ def forward_span(
     attributes = _send_attributes(topic, component, key, server_address)
     if client_id:
         attributes["messaging.client.id"] = client_id
+    current = trace.get_current_span().get_span_context()
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=int(trace_id, 16),
+            span_id=int(parent_span_id, 16),
+            is_remote=False,
+            trace_flags=current.trace_flags
+            if current.is_valid
+            else trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )
+    )
     tracer = trace.get_tracer(_TRACER_NAME)
     with tracer.start_as_current_span(
-        f"send {topic}", kind=SpanKind.PRODUCER, attributes=attributes
+        f"send {topic}",
+        context=trace.set_span_in_context(parent),
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
     ) as span:
         yield span
 

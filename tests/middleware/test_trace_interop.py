@@ -94,7 +94,7 @@ async def test_faststreams_telemetry_middleware_in_either_order_keeps_one_trace(
     def broker(component: str) -> KafkaBroker:
         hop = HopchainMiddleware(Hopchain(registry, component=component), group=component)
         telemetry = KafkaTelemetryMiddleware(tracer_provider=trace.get_tracer_provider())
-        order = [telemetry, hop] if telemetry_first else [hop, telemetry]
+        order: list[Any] = [telemetry, hop] if telemetry_first else [hop, telemetry]
         built = KafkaBroker(kafka_bootstrap, middlewares=order, ack_policy=AckPolicy.ACK)
         brokers[built] = hop
         return built

@@ -201,7 +201,14 @@ class Publisher:
             )
             record = _propagated(record, incoming.trace_id, incoming.span_id)
             with (
-                forward_span(topic, component=component, key=key, server_address=server_address),
+                forward_span(
+                    topic,
+                    trace_id=incoming.trace_id,
+                    parent_span_id=incoming.span_id,
+                    component=component,
+                    key=key,
+                    server_address=server_address,
+                ),
                 propagation.sending(),
             ):
                 yield record
