@@ -153,10 +153,12 @@ def inject_trace_context(
     context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
     _configured().inject(written, context=context, setter=_DICT_SETTER)
     fields = {name.lower(): value.encode() for name, value in written.items()}
+    # In place, so the headers keep their order; then what the propagator adds.
     kept = [
-        (name, raw)
+        (name, fields[name.lower()])
+        if name.lower() in TRACE_CONTEXT_HEADERS and name.lower() in fields
+        else (name, raw)
         for name, raw in headers
-        if name.lower() not in fields or name.lower() not in TRACE_CONTEXT_HEADERS
     ]
     names = {name.lower() for name, _ in kept}
     return (*kept, *((name, raw) for name, raw in fields.items() if name not in names))

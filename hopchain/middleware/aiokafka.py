@@ -133,7 +133,8 @@ class EnvelopeProducer:
         """
         incoming = hop if hop is not None else current_hop()
         extra = self._caller_headers(topic, headers)
-        hosts = ",".join(f"{host}:{port}" for host, port, *_ in self.producer.client.hosts)
+        client = getattr(self.producer, "client", None)  # for the span's server.address
+        hosts = ",".join(f"{host}:{port}" for host, port, *_ in getattr(client, "hosts", ()))
         with self.hopchain.sending(
             topic, payload, incoming=incoming, headers=extra, key=key, server_address=hosts
         ) as record:
