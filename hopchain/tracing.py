@@ -24,9 +24,13 @@ __all__ = [
     "HopSpan",
     "KafkaHeadersGetter",
     "consume_span",
+    "forward_span",
     "hop_span",
     "mark_error",
+    "note_sent",
+    "parking_span",
     "publish_span",
+    "rejection_span",
 ]
 
 _TRACER_NAME = "hopchain"
@@ -98,7 +102,9 @@ def _ids(span: trace.Span, fallback_trace_id: str | None) -> tuple[str, str]:
     return fallback_trace_id or new_trace_id(), new_span_id()
 
 
-def _attributes(topic: str, operation: str, extra: dict[str, str | int]) -> dict[str, str | int]:
+def _attributes(
+    topic: str, operation: str, extra: dict[str, str | int | bool]
+) -> dict[str, str | int | bool]:
     return {
         "messaging.system": "kafka",
         "messaging.operation.type": operation,
@@ -152,6 +158,144 @@ def consume_span(
     ) as span:
         trace_hex, span_hex = _ids(span, trace_id)
         yield HopSpan(trace_hex, span_hex, span)
+
+
+def _send_attributes(
+    topic: str, component: str, key: bytes | None, server_address: str | None
+) -> dict[str, str | int | bool]:
+    """What the aiokafka instrumentation records on its send spans, plus the component."""
+    extra: dict[str, str | int | bool] = {"hopchain.component": component}
+    if key is not None:
+        extra["messaging.kafka.message.key"] = key.decode(errors="replace")
+    if server_address:
+        extra["server.address"] = server_address
+    return _attributes(topic, "send", extra)
+
+
+@contextmanager
+def forward_span(
+    topic: str,
+    *,
+    trace_id: str,
+    parent_span_id: str,
+    component: str,
+    key: bytes | None = None,
+    server_address: str | None = None,
+    client_id: str | None = None,
+) -> Iterator[trace.Span]:
+    """A PRODUCER span around one forward: child of the hop's span, current for the send.
+
+    The parent is named, not taken from the current span: another middleware (FastStream's
+    telemetry) may have made its own span current around the handler. The record's
+    ``traceparent`` still names the hop's span (the envelope requires it); this span times
+    the send and carries the messaging attributes. Partition and offset are added by
+    :func:`note_sent` once the broker acknowledged the record.
+    """
+    if _tracing_is_noop():
+        yield trace.INVALID_SPAN
+        return
+    attributes = _send_attributes(topic, component, key, server_address)
+    if client_id:
+        attributes["messaging.client.id"] = client_id
+    current = trace.get_current_span().get_span_context()
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=int(trace_id, 16),
+            span_id=int(parent_span_id, 16),
+            is_remote=False,
+            trace_flags=current.trace_flags
+            if current.is_valid
+            else trace.TraceFlags(trace.TraceFlags.SAMPLED),
+        )
+    )
+    tracer = trace.get_tracer(_TRACER_NAME)
+    with tracer.start_as_current_span(
+        f"send {topic}",
+        context=trace.set_span_in_context(parent),
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+    ) as span:
+        yield span
+
+
+def note_sent(metadata: object, *, client_id: str | None = None) -> None:
+    """Record where the broker put a sent record on the current (send) span."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    partition = getattr(metadata, "partition", None)
+    offset = getattr(metadata, "offset", None)
+    if isinstance(partition, int):
+        span.set_attribute("messaging.destination.partition.id", str(partition))
+    if isinstance(offset, int):
+        span.set_attribute("messaging.kafka.offset", offset)
+    if client_id:
+        span.set_attribute("messaging.client.id", client_id)
+
+
+@contextmanager
+def rejection_span(
+    record: ConsumedRecord, *, code: str, path: str, component: str, parked: bool
+) -> Iterator[trace.Span]:
+    """A CONSUMER span for a record refused at the boundary, in the record's own trace.
+
+    The parent is read from the record's headers through the configured propagator (the
+    first ``traceparent``, which is the writer's when an instrumentation appended another);
+    a record without trace context starts a trace of its own. The span is marked failed
+    with the reason; ``parked`` says whether it was parked or only reported.
+    """
+    if _tracing_is_noop():
+        yield trace.INVALID_SPAN
+        return
+    parent = propagate.extract(record.headers, getter=_GETTER)
+    attributes = _attributes(
+        record.topic,
+        "process",
+        {
+            "messaging.destination.partition.id": str(record.partition),
+            "messaging.kafka.offset": record.offset,
+            "hopchain.component": component,
+            "hopchain.reason": code,
+            "hopchain.path": path,
+            "hopchain.parked": parked,
+        },
+    )
+    tracer = trace.get_tracer(_TRACER_NAME)
+    with tracer.start_as_current_span(
+        f"{'reject' if parked else 'report'} {record.topic}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+    ) as span:
+        mark_error(span, code)
+        yield span
+
+
+@contextmanager
+def parking_span(
+    dead_letter_topic: str,
+    *,
+    source: ConsumedRecord,
+    reason: str,
+    component: str,
+    server_address: str | None = None,
+) -> Iterator[trace.Span]:
+    """A PRODUCER span around a dead-letter write, child of the current span.
+
+    The current span is the record's own: its hop's span for a handler failure, its
+    :func:`rejection_span` for a refused record.
+    """
+    if _tracing_is_noop():
+        yield trace.INVALID_SPAN
+        return
+    attributes = _send_attributes(dead_letter_topic, component, source.key, server_address)
+    attributes["hopchain.reason"] = reason
+    attributes["hopchain.source"] = source.describe()
+    tracer = trace.get_tracer(_TRACER_NAME)
+    with tracer.start_as_current_span(
+        f"park {dead_letter_topic}", kind=SpanKind.PRODUCER, attributes=attributes
+    ) as span:
+        yield span
 
 
 @contextmanager

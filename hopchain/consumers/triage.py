@@ -28,6 +28,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import MessageSizeTooLargeError
 
+from hopchain import propagation
 from hopchain.consumers.claims import ClaimLog, started_reader
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
@@ -188,7 +189,11 @@ class Triage:
             claim = await self._claim(dead_letter_id, who, ResolutionKind.REDRIVEN, force=force)
             try:
                 record = await self.fetch(letter)
-                with redrive_span(record, self.settings.dlq_component) as span_id:
+                # propagation.sending(): an instrumentation adds no second traceparent.
+                with (
+                    redrive_span(record, self.settings.dlq_component) as span_id,
+                    propagation.sending(),
+                ):
                     redrive = build_redrive(
                         record,
                         who=who,

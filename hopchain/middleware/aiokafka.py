@@ -22,8 +22,10 @@ exactly one new hop::
         else:
             await records.commit(hop)  # committed only now, after the handling
 
-Report-only topics are a rollout aid of the FastStream middleware: this wrapper hands the
-caller validated records only, so it always enforces. The consumer must be created with
+On a report-only topic (``TopicContract(report_only=True)`` or ``HOPCHAIN_REPORT_ONLY``), a
+record that breaks its contract is counted (``hopchain_would_reject_total``), logged, traced
+and handed to the caller anyway, with ``hop.reported`` saying why and ``hop.payload`` as sent,
+not validated; nothing is parked for it. The consumer must be created with
 ``enable_auto_commit=False`` (aiokafka does not tell a
 wrapper how it was configured, so this cannot be checked): offsets are committed only after
 handling. A handler wrapped in a declared :class:`~hopchain.middleware.stage.Stage` works the same
@@ -64,6 +66,7 @@ from hopchain.middleware.context import (
     current_hop,
 )
 from hopchain.middleware.engine import Hopchain
+from hopchain.middleware.engine.report import passed_on
 from hopchain.middleware.failures import ExceptionMapper
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
@@ -71,10 +74,11 @@ from hopchain.schemas import (
     TRACESTATE_HEADER,
     EncodedRecord,
     ErrorType,
+    ValidationIssue,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import HopSpan, mark_error
+from hopchain.tracing import HopSpan, mark_error, note_sent
 
 __all__ = ["EnvelopeConsumer", "EnvelopeProducer"]
 
@@ -129,8 +133,14 @@ class EnvelopeProducer:
         """
         incoming = hop if hop is not None else current_hop()
         extra = self._caller_headers(topic, headers)
-        with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
-            return await self._send(topic, record, headers, key=key, partition=partition)
+        client = getattr(self.producer, "client", None)  # for the span's server.address
+        hosts = ",".join(f"{host}:{port}" for host, port, *_ in getattr(client, "hosts", ()))
+        with self.hopchain.sending(
+            topic, payload, incoming=incoming, headers=extra, key=key, server_address=hosts
+        ) as record:
+            metadata = await self._send(topic, record, headers, key=key, partition=partition)
+            note_sent(metadata)
+            return metadata
 
     def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
         """The caller's headers as text, refusing what a hopchain reader would reject."""
@@ -277,11 +287,15 @@ class EnvelopeConsumer:
         while True:
             message = await self.consumer.getone()
             record = ConsumedRecord.from_aiokafka(message)
+            reported = None
             try:
                 decoded = self.hopchain.accept(record)
             except DecodeError as error:
-                await self._park_rejected(record, error)
-                continue
+                if not self.hopchain.reporting(record.topic):
+                    await self._park_rejected(record, error)
+                    continue
+                self.hopchain.would_reject(record, error)
+                decoded, reported = passed_on(self.hopchain.parts, record, error), error
             except ConfigurationError:
                 self._rewind(record)
                 raise
@@ -289,6 +303,10 @@ class EnvelopeConsumer:
             hop, span = scope.enter_context(
                 self.hopchain.handling(record, decoded, group=self.group)
             )
+            if reported is not None:
+                hop.reported = ValidationIssue(
+                    code=reported.code, message=reported.detail[:1000], path=reported.path
+                )
             self._handling = _Handling(hop, span, scope, time.perf_counter())
             return hop
 

@@ -60,6 +60,9 @@ class HopContext:
     """For a contract retry: what was wrong with the previous output."""
     hops_appended: int = 0
     """Hops this component appended for the record (one per record it sent on)."""
+    reported: ValidationIssue | None = None
+    """Report-only: why enforcing would have parked this record; its payload is then
+    not validated (see :mod:`hopchain.middleware.engine.report`)."""
 
     @property
     def intent_key(self) -> str:

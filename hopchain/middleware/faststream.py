@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from contextlib import ExitStack
 from contextvars import ContextVar
@@ -61,6 +60,7 @@ from hopchain.middleware.context import (
 from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
+from hopchain.propagation import KeptTraceContext
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error
@@ -136,13 +136,12 @@ class HopchainMiddleware:
         """Refuse subscribers that could lose records; call it after declaring them.
 
         Every subscribed topic needs a contract, every subscriber must commit after
-        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time, and FastStream's
-        telemetry middleware, if any, must come before this one.
+        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time. FastStream's
+        telemetry middleware may come before or after this one.
 
         Raises:
             ConfigurationError: naming the subscriber's topics and the fix.
         """
-        self._check_order(broker)
         for subscriber in broker.subscribers:
             topics = [topic.name for topic in getattr(subscriber, "topics", ())]
             policy = getattr(subscriber, "ack_policy", None)
@@ -159,27 +158,6 @@ class HopchainMiddleware:
                 )
             self.hopchain.check_topics(topics)
             self.topics += [topic for topic in topics if topic not in self.topics]
-
-    def _check_order(self, broker: KafkaBroker | KafkaRouter) -> None:
-        """Refuse FastStream's telemetry middleware inside hopchain's (after it in the list).
-
-        There, it replaces the ``traceparent`` hopchain writes with its own send span's, so
-        the next hopchain reader refuses every record (``bad_traceparent``). Before hopchain
-        it writes its header first and hopchain's, written last, is the one that travels.
-        """
-        # Only loaded when someone uses it: it needs the OpenTelemetry semantic conventions,
-        # which the core install does not carry.
-        telemetry = sys.modules.get("faststream.opentelemetry.middleware")
-        stack = list(getattr(broker, "middlewares", ()))
-        if telemetry is None or self not in stack:
-            return
-        inner = stack[stack.index(self) + 1 :]
-        if any(isinstance(middleware, telemetry.TelemetryMiddleware) for middleware in inner):
-            raise ConfigurationError(
-                "FastStream's KafkaTelemetryMiddleware comes after HopchainMiddleware; it would "
-                "replace the traceparent hopchain writes and the next hop would park every "
-                "record: put it first, middlewares=[KafkaTelemetryMiddleware(...), hopchain]"
-            )
 
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.
@@ -399,10 +377,13 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         headers: tuple[tuple[str, bytes], ...],
     ) -> Any:
         cmd.body = value
-        cmd.headers = {
-            **cmd.headers,
-            **{name: raw.decode() for name, raw in headers},
-            # Headers mode keeps the value a JSON payload that plain consumers can read.
-            "content-type": "application/json",
-        }
+        # Kept: a telemetry middleware after this one may not replace hopchain's traceparent.
+        cmd.headers = KeptTraceContext(
+            {
+                **cmd.headers,
+                **{name: raw.decode() for name, raw in headers},
+                # Headers mode keeps the value a JSON payload that plain consumers can read.
+                "content-type": "application/json",
+            }
+        )
         return await call_next(cmd)

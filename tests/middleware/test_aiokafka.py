@@ -77,7 +77,7 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope
-from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing import create_topics, parent_span_id, span_id_of, unique_topic_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -734,7 +734,10 @@ async def test_the_hop_span_is_current_until_the_record_is_settled(
     failed = await records.next()
     await records.fail(failed, Transient("slow"))
     exported = span_index(spans)
-    assert set(exported) == {hop.span_id, failed.span_id}
+    # The two hops' spans, and the parking of the failed one under its span.
+    [park] = [span for span in exported.values() if span.name.startswith("park ")]
+    assert parent_span_id(park) == failed.span_id
+    assert set(exported) == {hop.span_id, failed.span_id, span_id_of(park)}
     assert exported[failed.span_id].status.description == "transient"
     assert exported[hop.span_id].status.is_ok
 

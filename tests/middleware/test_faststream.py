@@ -194,7 +194,10 @@ async def test_three_services_append_one_hop_each_in_one_trace(
     assert {trace_of(exported[s]) for s in hop_spans} == {envelope.trace_id}
     assert [parent_of(exported[s]) for s in hop_spans] == [None, hop_spans[0], hop_spans[1]]
     assert [exported[s].name for s in hop_spans] == [f"send {a}", f"process {a}", f"process {b}"]
-    assert header(final, "traceparent") == f"00-{envelope.trace_id}-{hop_spans[2]}-01"
+    # Written by the configured propagator: the hop's span, with the span's own flags.
+    version, trace_id, parent, flags = (header(final, "traceparent") or "").split("-")
+    assert (version, trace_id, parent) == ("00", envelope.trace_id, hop_spans[2])
+    assert int(flags, 16) & 1  # sampled
 
 
 # -- 2. a thousand mixed records ---------------------------------------------------------------

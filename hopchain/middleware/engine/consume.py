@@ -7,8 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from opentelemetry import trace
-
 from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
 from hopchain.middleware.engine.adopt import adopt, is_bare
@@ -16,7 +14,6 @@ from hopchain.middleware.engine.parts import EngineParts, dead_letter_info
 from hopchain.middleware.engine.writer import RecordWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
-    TRACESTATE_HEADER,
     Decoded,
     ErrorType,
     Failure,
@@ -24,7 +21,7 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import HopSpan, consume_span
+from hopchain.tracing import HopSpan, consume_span, rejection_span
 
 __all__ = ["Receiver"]
 
@@ -77,22 +74,26 @@ class Receiver:
                 "component": self.parts.component,
             },
         )
-        span = trace.get_current_span()
-        span.add_event(
-            "hopchain.would_reject",
-            {"hopchain.reason": error.code.value, "hopchain.path": error.path},
-        )
+        with rejection_span(
+            record,
+            code=error.code.value,
+            path=error.path,
+            component=self.parts.component,
+            parked=False,
+        ):
+            pass
 
     @contextmanager
     def handling(
         self, record: ConsumedRecord, decoded: Decoded, *, group: str
     ) -> Iterator[tuple[HopContext, HopSpan]]:
         """Handle a valid record: its hop's span, and ``current_hop()``, for the block."""
+        # The record's headers as the configured propagator reads them, with one traceparent:
+        # the one the codec accepted (an instrumentation may have appended its own).
         carrier: list[tuple[str, bytes | None]] = [
-            (TRACEPARENT_HEADER, decoded.traceparent.encode())
+            (TRACEPARENT_HEADER, decoded.traceparent.encode()),
+            *((name, raw) for name, raw in record.headers if name != TRACEPARENT_HEADER),
         ]
-        if decoded.tracestate is not None:
-            carrier.append((TRACESTATE_HEADER, decoded.tracestate.encode()))
         with consume_span(
             record,
             trace_id=decoded.envelope.trace_id,
@@ -166,5 +167,8 @@ class Receiver:
                 "dead_letter_id": info.dead_letter_id,
             },
         )
-        await parts.dead_letters.park(record, info, contract.dead_letter_topic, writer)
+        with rejection_span(
+            record, code=error.code.value, path=error.path, component=parts.component, parked=True
+        ):
+            await parts.dead_letters.park(record, info, contract.dead_letter_topic, writer)
         return info

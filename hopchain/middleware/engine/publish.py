@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from hopchain import propagation
 from hopchain.exceptions import EnvelopeRejected, ReasonCode
 from hopchain.middleware.context import HopContext, current_origin
 from hopchain.middleware.engine.parts import EngineParts
@@ -27,9 +29,15 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
-from hopchain.tracing import publish_span
+from hopchain.tracing import forward_span, publish_span
 
 __all__ = ["Publisher"]
+
+
+def _propagated(record: EncodedRecord, trace_id: str, span_id: str) -> EncodedRecord:
+    """The record with its trace context as the configured propagator writes it."""
+    headers = propagation.inject_trace_context(record.headers, trace_id=trace_id, span_id=span_id)
+    return replace(record, headers=headers)
 
 
 class Publisher:
@@ -166,12 +174,17 @@ class Publisher:
         *,
         incoming: HopContext | None,
         headers: Mapping[str, str] | None = None,
+        key: bytes | None = None,
+        server_address: str | None = None,
     ) -> Iterator[EncodedRecord]:
         """The record to send for ``body``; the block sends it and returns once it was sent.
 
-        With a record being handled, the new hop extends its chain inside the hop's span; an
-        origin gets a PRODUCER span of its own around the send. A send that completes is
-        counted as published; one that raises is not.
+        With a record being handled, the new hop extends its chain and the send gets a
+        PRODUCER span, child of the hop's; an origin gets a PRODUCER span of its own, which
+        is its hop's span. The trace context is written through the configured propagator,
+        and the block's send adds no second ``traceparent`` (see
+        :mod:`~hopchain.propagation`). ``key`` and ``server_address`` only label the span.
+        A send that completes is counted as published; one that raises is not.
 
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
@@ -186,7 +199,19 @@ class Publisher:
                 span_id=incoming.span_id,
                 headers=headers,
             )
-            yield record
+            record = _propagated(record, incoming.trace_id, incoming.span_id)
+            with (
+                forward_span(
+                    topic,
+                    trace_id=incoming.trace_id,
+                    parent_span_id=incoming.span_id,
+                    component=component,
+                    key=key,
+                    server_address=server_address,
+                ),
+                propagation.sending(),
+            ):
+                yield record
         else:
             with publish_span(topic, component=component) as span:
                 record, _ = self.outgoing(
@@ -197,7 +222,8 @@ class Publisher:
                     span_id=span.span_id,
                     headers=headers,
                 )
-                yield record
+                with propagation.sending():
+                    yield _propagated(record, span.trace_id, span.span_id)
         self.parts.metrics.published.labels(topic, component).inc()
 
     def _originate(self, topic: str, trace_id: str, span_id: str, observation: str) -> Envelope:

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from hopchain import propagation
 from hopchain.exceptions import DeadLetterWriteError, RecordTooLargeError
 from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record, reference_record
 from hopchain.schemas.record import ConsumedRecord
+from hopchain.tracing import parking_span
 
 __all__ = ["DeadLetterWriter", "OutgoingRecord", "RecordWriter"]
 
@@ -85,7 +87,16 @@ class DeadLetterWriter:
         while attempt < self.attempts:
             attempt += 1
             try:
-                await writer.write(parked)
+                with (
+                    parking_span(
+                        topic,
+                        source=record,
+                        reason=info.error_type.value,
+                        component=self.component,
+                    ),
+                    propagation.sending(),
+                ):
+                    await writer.write(parked)
             except RecordTooLargeError as exc:
                 self.metrics.dead_letter_write_failures.labels(record.topic).inc()
                 if referenced:
@@ -142,7 +153,8 @@ class DeadLetterWriter:
             DeadLetterWriteError: the alternate topic did not acknowledge the write.
         """
         try:
-            await writer.write(OutgoingRecord(topic, value, record.key, headers))
+            with propagation.sending():
+                await writer.write(OutgoingRecord(topic, value, record.key, headers))
         except Exception as exc:
             raise DeadLetterWriteError(
                 source_topic=record.topic,
