@@ -64,8 +64,9 @@ class Entry:
         """Handled, and every send it made was acknowledged."""
         if not self.sealed or self.blocked:
             return False
-        return all(wait.done() and not wait.cancelled() and wait.exception() is None
-                   for wait in self.waits)
+        return all(
+            wait.done() and not wait.cancelled() and wait.exception() is None for wait in self.waits
+        )
 
 
 @dataclass(eq=False)
@@ -153,8 +154,10 @@ class OffsetLedger:
     # -- failures ------------------------------------------------------------------------------
 
     def rewind(self, entry: Entry, cause: BaseException) -> None:
-        """A send of this record failed: read its partition again from the oldest unsettled
-        record, after a pause of that partition only."""
+        """A send of this record failed: read its partition again, after a pause.
+
+        The partition is rewound to its oldest unsettled record and paused alone.
+        """
         tp = TopicPartition(entry.record.topic, entry.record.partition)
         state = self.partitions.get(tp)
         if state is None or not entry.tracked or entry.generation != state.generation:
@@ -200,8 +203,11 @@ class OffsetLedger:
             self.consumer.resume(tp)
 
     def halt(self, entry: Entry) -> asyncio.Task[None]:
-        """The stage aborted on this record: read nothing more, commit up to (not including)
-        it once the sends before it are acknowledged; returns the task doing so."""
+        """The stage aborted on this record: read nothing more, commit up to it.
+
+        The commit excludes the record and waits for the sends before it to be acknowledged;
+        returns the task doing so.
+        """
         entry.blocked = True
         self._halted = True
         tp = TopicPartition(entry.record.topic, entry.record.partition)
@@ -222,8 +228,11 @@ class OffsetLedger:
         return count
 
     async def commit(self, partitions: Iterable[TopicPartition] | None = None) -> int:
-        """Commit the settled offsets of the assigned partitions; returns how many
-        partitions moved (0 when there was nothing new)."""
+        """Commit the settled offsets of the assigned partitions.
+
+        Returns:
+            How many partitions moved (0 when there was nothing new).
+        """
         async with self._lock:
             self._sealed_since_commit = 0
             assigned = self.consumer.assignment()

@@ -58,8 +58,8 @@ from hopchain.middleware.context import (
     current_hop,
 )
 from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
+from hopchain.middleware.faststream_batch import Batch, receive_batch
 from hopchain.middleware.faststream_batch import parseable as _parseable
-from hopchain.middleware.faststream_batch import receive_batch
 from hopchain.middleware.faststream_commits import (
     BatchedCommits,
     CommitOnRevoke,
@@ -141,8 +141,11 @@ class HopchainMiddleware:
 
     @property
     def ack_policy(self) -> AckPolicy:
-        """The subscribers' policy for ``HOPCHAIN_COMMITS``: ``ACK`` per record, ``MANUAL``
-        when hopchain commits in batches (``KafkaBroker(..., ack_policy=middleware.ack_policy)``)."""
+        """The subscribers' acknowledgement policy for ``HOPCHAIN_COMMITS``.
+
+        ``ACK`` per record, ``MANUAL`` when hopchain commits in batches:
+        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``.
+        """
         return AckPolicy.MANUAL if self.batched else AckPolicy.ACK
 
     def listener(self, inner: Any = None) -> CommitOnRevoke:
@@ -225,8 +228,9 @@ class HopchainMiddleware:
         )
 
     async def close(self) -> None:
-        """Commit what is settled (batched mode), then stop the dead-letter producer this
-        middleware owns (if it was started).
+        """Commit what is settled (batched mode), then stop the dead-letter producer.
+
+        The producer is the one this middleware owns, if it was started.
 
         In batched mode run it before the broker stops its consumers
         (``FastStream(broker, on_shutdown=[middleware.close])``): afterwards, records settled
@@ -258,7 +262,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         """Batched mode: the dead-letter write of an invalid record, not waited for."""
         self._pending: Pending | None = None
         self._token: Any = None
-        self._batch: Any = None
+        self._batch: Batch | None = None
 
     # -- consuming ---------------------------------------------------------------------------
 

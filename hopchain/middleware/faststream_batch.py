@@ -165,8 +165,9 @@ class Batch:
             return item_owned(exc_val)
         if exc_val is not None and not item_owned(exc_val):
             # An output not sent: FastStream would commit the batch anyway (ACK); rewind it.
-            logger.error("an output of a batch was not sent (%s); handling it again",
-                         type(exc_val).__name__)
+            logger.error(
+                "an output of a batch was not sent (%s); handling it again", type(exc_val).__name__
+            )
             await asyncio.sleep(_RETRY_PAUSE_SECONDS)
             raise NackMessage from exc_val
         return False
@@ -230,8 +231,9 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
                 try:
                     await parking
                 except DeadLetterWriteError as exc:
-                    logger.critical("%s is not committed and will be read again: %s",
-                                    record.describe(), exc)
+                    logger.critical(
+                        "%s is not committed and will be read again: %s", record.describe(), exc
+                    )
                     await asyncio.sleep(_RETRY_PAUSE_SECONDS)
                     raise NackMessage from exc
                 item.parking = True

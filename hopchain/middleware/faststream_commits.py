@@ -76,8 +76,10 @@ class BatchedCommits:
         self.halts: list[asyncio.Task[None]] = []
 
     def begin(self, consumer: Any, record: ConsumedRecord) -> Pending | None:
-        """Track a record read by ``consumer`` (None for a consumer that commits nothing,
-        such as the in-memory test broker's)."""
+        """Track a record read by ``consumer``.
+
+        Returns None for a consumer that commits nothing, such as the in-memory test broker's.
+        """
         if not callable(getattr(consumer, "assignment", None)):
             return None
         ledger = self.ledgers.get(id(consumer))
@@ -93,8 +95,11 @@ class BatchedCommits:
     def settle_in_background(
         self, work: Coroutine[Any, Any, Any], record: Pending | None, aborted: Callable[[Any], bool]
     ) -> asyncio.Task[Any]:
-        """Run a dead-letter write (or reroute) without waiting; the record settles when it
-        succeeds, halts the consumer when ``aborted(result)`` says the stage aborted."""
+        """Run a dead-letter write (or reroute) without waiting for it.
+
+        The record settles when it succeeds; the consumer halts when ``aborted(result)``
+        says the stage aborted.
+        """
 
         async def settle() -> Any:
             result = await work
@@ -193,7 +198,7 @@ def require_safe_producer(broker: KafkaBroker) -> None:
     checked.hopchain_checked = True  # type: ignore[attr-defined]
     # FastStream exposes the producer's settings nowhere else: they arrive here when the
     # broker connects, before the producer is built.
-    config.connect = checked
+    config.connect = checked  # type: ignore[method-assign]
 
 
 def consumer_of(message: Any) -> OffsetConsumer | None:

@@ -52,11 +52,11 @@ def stage(
     return broker, middleware
 
 
-async def feed(bootstrap: str, contracts: ContractRegistry, topic: str, count: int, **kw: int) -> None:
+async def feed(bootstrap: str, contracts: ContractRegistry, topic: str, count: int) -> None:
     async with raw_producer(bootstrap) as producer:
         sender = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
         for number in range(count):
-            await sender.send(topic, doc(number), key=str(number).encode(), **kw)
+            await sender.send(topic, doc(number), key=str(number).encode())
 
 
 async def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
@@ -261,7 +261,7 @@ def test_batched_mode_refuses_a_subscriber_that_commits_itself() -> None:
     @broker.subscriber("in", group_id="stage")
     async def handle(item: Doc) -> None: ...
 
-    with pytest.raises(ConfigurationError, match="AckPolicy.MANUAL") as refused:
+    with pytest.raises(ConfigurationError, match=r"AckPolicy\.MANUAL") as refused:
         middleware.check(broker)
     assert "\n" not in str(refused.value)
     assert middleware.ack_policy is AckPolicy.MANUAL
