@@ -137,7 +137,17 @@ class HopchainMiddleware:
         self.topics: list[str] = []
         """The topics the checked broker's subscribers read (see :meth:`check`)."""
         self.batched = hopchain.config.commits == "batched"
+        self._checked = False
         self.commits = BatchedCommits(hopchain.config, retry_pause=_RETRY_PAUSE_SECONDS)
+
+    @property
+    def owns_commits(self) -> bool:
+        """Batched mode, on subscribers :meth:`check` found to leave the commits to hopchain.
+
+        Unchecked, records are handled as in record mode: outputs are waited for, and a
+        subscriber that commits by itself never commits past an unacknowledged output.
+        """
+        return self.batched and self._checked
 
     @property
     def ack_policy(self) -> AckPolicy:
@@ -163,9 +173,11 @@ class HopchainMiddleware:
     def check(self, broker: KafkaBroker | KafkaRouter) -> None:
         """Refuse subscribers that could lose records; call it after declaring them.
 
-        Every subscribed topic needs a contract, every subscriber must commit after
-        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time, and FastStream's
-        telemetry middleware, if any, must come before this one.
+        Every subscribed topic needs a contract; every subscriber must commit after
+        processing (``AckPolicy.ACK``), or leave the commits to hopchain with
+        ``HOPCHAIN_COMMITS=batched`` (``AckPolicy.MANUAL``, which only then takes effect);
+        FastStream's telemetry middleware, if any, must come before this one. The broker's
+        producer is set to write with ``acks="all"`` and idempotence.
 
         Raises:
             ConfigurationError: naming the subscriber's topics and the fix.
@@ -191,6 +203,7 @@ class HopchainMiddleware:
                 )
             self.hopchain.check_topics(topics)
             self.topics += [topic for topic in topics if topic not in self.topics]
+        self._checked = True
 
     def _check_order(self, broker: KafkaBroker | KafkaRouter) -> None:
         """Refuse FastStream's telemetry middleware inside hopchain's (after it in the list).
@@ -285,7 +298,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 # Report-only: counted and logged, then handled as without hopchain.
                 self.hopchain.would_reject(record, error)
                 return
-            if self.owner.batched:
+            if self.owner.owns_commits:
                 # Parked without waiting; the record settles when the write is acknowledged.
                 self._parking = self.hopchain.reject(
                     record, error, group=self.owner.group, writer=self.owner.writer
@@ -323,7 +336,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
 
     def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
-        if not self.owner.batched or self._record is None:
+        if not self.owner.owns_commits or self._record is None:
             return
         self._pending = self.owner.commits.begin(consumer_of(msg), self._record)
         self._token = pending.set(self._pending)

@@ -85,7 +85,7 @@ class Batch:
     async def consume(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Track, open hops, hand the valid payloads to the handler; park all on failure."""
         owner = self.middleware.owner
-        if owner.batched:
+        if owner.owns_commits:
             consumer = consumer_of(msg)
             for item in self.items:
                 item.pending = owner.commits.begin(consumer, item.record)
@@ -161,7 +161,7 @@ class Batch:
                     item.pending.seal()
                 else:
                     item.pending.rewind(exc_val)
-        if self.middleware.owner.batched:
+        if self.middleware.owner.owns_commits:
             return item_owned(exc_val)
         if exc_val is not None and not item_owned(exc_val):
             # An output not sent: FastStream would commit the batch anyway (ACK); rewind it.
@@ -225,7 +225,7 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
                 hopchain.would_reject(record, error)
                 continue
             parking = hopchain.reject(record, error, group=owner.group, writer=owner.writer)
-            if owner.batched:
+            if owner.owns_commits:
                 item.parking = parking
             else:
                 try:

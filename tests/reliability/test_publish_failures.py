@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 from reliability_support import committed_offsets, wait_until
@@ -72,8 +71,9 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
     group = unique_topic_name("review")
     handled: list[int] = []
     runtime = Hopchain(registry, component="review")
+    middleware = HopchainMiddleware(runtime)
     broker = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+        kafka_bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
     )
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
@@ -139,8 +139,9 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
     group = unique_topic_name("review")
     calls: Counter[int] = Counter()
     runtime = Hopchain(registry, component="review")
+    middleware = HopchainMiddleware(runtime)
     broker = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+        kafka_bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
     )
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
