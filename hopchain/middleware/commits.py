@@ -131,12 +131,17 @@ class OffsetLedger:
         state.entries.append(entry)
         return entry
 
-    def wait_for(self, entry: Entry, future: asyncio.Future[Any]) -> None:
-        """The record is settled only once ``future`` (a send) succeeded."""
+    def wait_for(
+        self, entry: Entry, future: asyncio.Future[Any], *, event: str = "partition_rewound"
+    ) -> None:
+        """The record is settled only once ``future`` (a send) succeeded.
+
+        A failure is logged with ``hopchain_event=event``.
+        """
         if not entry.tracked:
             return
         entry.waits.append(future)
-        future.add_done_callback(lambda done: self._sent(entry, done))
+        future.add_done_callback(lambda done: self._sent(entry, done, event))
 
     def seal(self, entry: Entry) -> None:
         """The record's handling is over: it settles when its sends are acknowledged."""
@@ -145,15 +150,17 @@ class OffsetLedger:
         if self._sealed_since_commit >= self.max_records:
             self._wake.set()
 
-    def _sent(self, entry: Entry, future: asyncio.Future[Any]) -> None:
+    def _sent(self, entry: Entry, future: asyncio.Future[Any], event: str) -> None:
         if future.cancelled():
-            self.rewind(entry, asyncio.CancelledError())
+            self.rewind(entry, asyncio.CancelledError(), event=event)
         elif (error := future.exception()) is not None:
-            self.rewind(entry, error)
+            self.rewind(entry, error, event=event)
 
     # -- failures ------------------------------------------------------------------------------
 
-    def rewind(self, entry: Entry, cause: BaseException) -> None:
+    def rewind(
+        self, entry: Entry, cause: BaseException, *, event: str = "partition_rewound"
+    ) -> None:
         """A send of this record failed: read its partition again, after a pause.
 
         The partition is rewound to its oldest unsettled record and paused alone.
@@ -182,7 +189,7 @@ class OffsetLedger:
             type(cause).__name__,
             cause,
             extra={
-                "hopchain_event": "partition_rewound",
+                "hopchain_event": event,
                 "topic": tp.topic,
                 "partition": tp.partition,
                 "offset": oldest,

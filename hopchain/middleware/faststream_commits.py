@@ -43,9 +43,9 @@ class Pending:
         self.ledger = ledger
         self.entry = entry
 
-    def wait_for(self, future: asyncio.Future[Any]) -> None:
-        """The record settles only once ``future`` succeeded."""
-        self.ledger.wait_for(self.entry, future)
+    def wait_for(self, future: asyncio.Future[Any], *, event: str = "output_not_sent") -> None:
+        """The record settles only once ``future`` (an output, by default) succeeded."""
+        self.ledger.wait_for(self.entry, future, event=event)
 
     def seal(self) -> None:
         """The record's handling is over."""
@@ -110,7 +110,7 @@ class BatchedCommits:
 
         task = asyncio.get_running_loop().create_task(settle())
         if record is not None:
-            record.wait_for(task)
+            record.wait_for(task, event="record_retried")
             record.seal()
         else:
             task.add_done_callback(_log_failure)

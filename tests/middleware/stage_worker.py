@@ -149,11 +149,13 @@ async def serve(arguments: argparse.Namespace) -> int:
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    middleware.check(broker)
     await broker.start()
     print("ready", flush=True)  # noqa: T201
     try:
         await stop.wait()
     finally:
+        await middleware.close()  # with batched commits: commit before the consumer stops
         await broker.stop()
         dedupe.close()
         ledger.close()

@@ -82,6 +82,7 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
         handled.append(claim.number)
         return {"number": claim.number}  # no "approved": hopchain refuses to publish it
 
+    middleware.check(broker)
     await broker.start()
     try:
         await wait_until(
@@ -98,6 +99,7 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
             what="a committed offset",
         )
     finally:
+        await middleware.close()
         await broker.stop()
 
     dead = await read_to_end(kafka_bootstrap, [f"{source}.dlq"])
@@ -151,6 +153,7 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
         return Verdict(number=claim.number, approved=claim.number % 2 == 0)
 
     caplog.set_level(logging.ERROR, logger="hopchain")
+    middleware.check(broker)
     await broker.start()
     try:
         await wait_until(lambda: calls[0] >= 3, within=60, what="the first claim to be retried")
@@ -168,6 +171,7 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
             every=0.5,
         )
     finally:
+        await middleware.close()
         await broker.stop()
 
     verdicts = [
