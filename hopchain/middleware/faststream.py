@@ -17,6 +17,13 @@ tried again after a pause, so it is never dropped. When a stage aborts, the reco
 rewound and every partition of that consumer is paused: nothing later is read or committed,
 and a restart resumes at the record.
 
+With ``HOPCHAIN_COMMITS=batched`` hopchain commits instead (subscribers declared with
+``ack_policy=middleware.ack_policy``, i.e. ``AckPolicy.MANUAL``, and checked): outputs and
+dead letters are sent without waiting (a ``broker.publish`` in a handler returns the send's
+future), and per partition the offset below which every record is settled is committed in
+batches, on revocation (``listener=middleware.listener()``), on :meth:`close` and on abort
+(see :mod:`hopchain.middleware.commits`). A failed send pauses and rewinds its partition only.
+
 On a report-only topic (``TopicContract(report_only=True)`` or ``HOPCHAIN_REPORT_ONLY``), a
 record that breaks its contract is counted (``hopchain_would_reject_total``), logged and
 handed to the handler as if hopchain were not there; nothing is parked.
