@@ -423,6 +423,10 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self._token is not None:
             pending.reset(self._token)
             self._token = None
+        if self._parking is not None:
+            # FastStream never handed it on (no handler took it): park it anyway, untracked.
+            self.owner.commits.settle_in_background(self._parking, None, lambda _: False)
+            self._parking = None
         if self._batch is not None:
             return await self._batch.finish(exc_val)
         try:
