@@ -41,6 +41,7 @@ again (after a restart, or by the next read on this consumer), never dropped.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Collection, Sequence
@@ -127,6 +128,30 @@ class EnvelopeProducer:
             EnvelopeRejected: the payload, the envelope or a header breaks the contract;
                 nothing was sent.
         """
+        future = await self.send_soon(
+            topic, payload, key=key, hop=hop, headers=headers, partition=partition
+        )
+        return await future
+
+    async def send_soon(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        key: bytes | None = None,
+        hop: HopContext | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        partition: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """As :meth:`send`, but return once the record is queued.
+
+        Await the returned future for the broker's acknowledgement (a transaction's commit
+        waits for it too).
+
+        Raises:
+            EnvelopeRejected: the payload, the envelope or a header breaks the contract;
+                nothing was queued.
+        """
         incoming = hop if hop is not None else current_hop()
         extra = self._caller_headers(topic, headers)
         with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
@@ -168,15 +193,15 @@ class EnvelopeProducer:
         *,
         key: bytes | None,
         partition: int | None,
-    ) -> RecordMetadata:
+    ) -> asyncio.Future[RecordMetadata]:
         headers = [*caller_headers, *record.headers]
         if not any(name.lower() == _CONTENT_TYPE for name, _ in caller_headers):
             # The value is JSON in both wire modes; say so, as FastStream publishers do.
             headers.append((_CONTENT_TYPE, b"application/json"))
-        metadata: RecordMetadata = await self.producer.send_and_wait(
+        future: asyncio.Future[RecordMetadata] = await self.producer.send(
             topic, value=record.value, key=key, partition=partition, headers=headers
         )
-        return metadata
+        return future
 
 
 @dataclass
@@ -275,8 +300,7 @@ class EnvelopeConsumer:
                 "(a later commit would skip it)"
             )
         while True:
-            message = await self.consumer.getone()
-            record = ConsumedRecord.from_aiokafka(message)
+            record = ConsumedRecord.from_aiokafka(await self._read())
             try:
                 decoded = self.hopchain.accept(record)
             except DecodeError as error:
@@ -291,6 +315,10 @@ class EnvelopeConsumer:
             )
             self._handling = _Handling(hop, span, scope, time.perf_counter())
             return hop
+
+    async def _read(self) -> Any:
+        """The next record from the consumer (a hook for the transactional consumer)."""
+        return await self.consumer.getone()
 
     async def _park_rejected(self, record: ConsumedRecord, error: DecodeError) -> None:
         try:
