@@ -21,11 +21,10 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from txn_worker import Doc, registry
+from aiokafka import AIOKafkaProducer
+from txn_worker import Doc, read_all, registry
 
 from hopchain import EnvelopeProducer, Hopchain, origin
 from hopchain.testing import create_topics, unique_topic_name
@@ -137,29 +136,6 @@ async def feed(bootstrap: str, topic: str) -> tuple[set[int], set[int]]:
     finally:
         await producer.stop()
     return valid, invalid
-
-
-async def read_all(bootstrap: str, topics: list[str], isolation: str) -> list[Any]:
-    """Every record of the topics' partition 0 that a reader with ``isolation`` is shown."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation
-    )
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, 0) for topic in topics]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        # Under read_committed the end is the last stable offset: no open transaction past it.
-        ends = await consumer.end_offsets(partitions)
-        records: list[Any] = []
-        async with asyncio.timeout(WAIT):
-            for partition in partitions:
-                while await consumer.position(partition) < ends[partition]:
-                    batch = await consumer.getmany(partition, timeout_ms=500, max_records=5000)
-                    records.extend(batch.get(partition, []))
-        return records
-    finally:
-        await consumer.stop()
 
 
 async def committed_seqs(bootstrap: str, topic: str) -> Counter[int]:

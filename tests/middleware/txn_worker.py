@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel
@@ -22,11 +23,36 @@ from pydantic import BaseModel
 from hopchain import Hopchain, HopchainConfig, TransactionalConsumer
 from hopchain.schemas import ContractRegistry, TopicContract
 
+READ_SECONDS = 120.0
+
 
 class Doc(BaseModel):
     """One document: its sequence number in the feed."""
 
     seq: int
+
+
+async def read_all(bootstrap: str, topics: list[str], isolation: str) -> list[Any]:
+    """Every record of the topics' partition 0 that a reader with ``isolation`` is shown."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, 0) for topic in topics]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        # Under read_committed the end is the last stable offset: no open transaction past it.
+        ends = await consumer.end_offsets(partitions)
+        records: list[Any] = []
+        async with asyncio.timeout(READ_SECONDS):
+            for partition in partitions:
+                while await consumer.position(partition) < ends[partition]:
+                    batch = await consumer.getmany(partition, timeout_ms=500, max_records=5000)
+                    records.extend(batch.get(partition, []))
+        return records
+    finally:
+        await consumer.stop()
 
 
 def registry(*topics: str) -> ContractRegistry:
