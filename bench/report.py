@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.pipeline import PipelineRun
+from bench.report_modes import crash_section, mode_targets
 from bench.workload import PAYLOAD_BYTES, Variant
 
 if TYPE_CHECKING:
@@ -28,9 +29,12 @@ BUSY_CPU_SHARE = 0.9
 SHOWN_SHARE = 0.1
 ROLES = ("producer", "stage-a", "stage-b", "sink")
 LABELS = {
-    Variant.PLAIN: "a. FastStream, JSON, no middleware",
-    Variant.HEADERS: "b. FastStream + hopchain, headers mode",
-    Variant.BODY: "c. FastStream + hopchain, body mode",
+    Variant.PLAIN: "a. FastStream, JSON, no middleware, ACK",
+    Variant.ACK_FIRST: "a'. the same, ACK_FIRST (FastStream's default)",
+    Variant.HEADERS: "b. FastStream + hopchain, headers mode, per-record commits",
+    Variant.BODY: "c. FastStream + hopchain, body mode, per-record commits",
+    Variant.BATCHED: "d. FastStream + hopchain, headers mode, batched commits",
+    Variant.TXN: "e. hopchain transactional (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
 }
 
@@ -577,6 +581,10 @@ def render(results: Results) -> str:
         "",
         *_targets(results),
         "",
+        "## Commit modes: targets",
+        "",
+        *mode_targets(results),
+        "",
         "## 1. Codec: one hop",
         "",
         *_micro(results),
@@ -592,6 +600,10 @@ def render(results: Results) -> str:
         "## 4. `hopchain trace` look-up",
         "",
         *_lookup(results),
+        "",
+        "## 5. kill -9 of the stages: what is lost, what is repeated",
+        "",
+        *crash_section(results),
         "",
         "## Profiles",
         "",

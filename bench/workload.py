@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
+from hopchain.config import HopchainConfig
 from hopchain.schemas import ContractRegistry, TopicContract, WireMode
 
 PAYLOAD_BYTES = 1024
@@ -65,6 +66,11 @@ def make_item(seq: int, sent_ns: int | None = None) -> Item:
     stamp = time.time_ns() if sent_ns is None else sent_ns
     overhead = len(f'{{"seq":{seq},"sent_ns":{stamp},"blob":""}}')
     return Item(seq=seq, sent_ns=stamp, blob=_FILLER[: PAYLOAD_BYTES - overhead])
+
+
+def batched_commits_available() -> bool:
+    """Whether this hopchain has batched commits (the ``HOPCHAIN_COMMITS`` setting)."""
+    return "commits" in HopchainConfig.model_fields
 
 
 def registry_for(topics: list[str], mode: WireMode) -> ContractRegistry:
