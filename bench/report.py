@@ -65,8 +65,13 @@ forward(item: Item) -> Item: return item`); with hopchain the producer's publish
 origin, so the sink reads a chain of three hops. Every FastStream subscriber uses
 `AckPolicy.ACK` (the offset is committed after each record), the handler's output is
 published with confirmation, and the per-message access log is off (`logger=None`), so only
-the middleware differs between a, b and c. No tracing SDK is installed (hopchain's spans are
-non-recording). The ceiling runs the same four processes on plain aiokafka, batched
+the middleware differs between a, b and c. a' is a with `AckPolicy.ACK_FIRST` (FastStream's
+default: offsets auto-committed as records are taken, before handling). d is b with
+`HOPCHAIN_COMMITS=batched` (hopchain commits per partition what is settled, coalesced by count
+and time). e runs both stages and the sink on aiokafka with hopchain's `TransactionalConsumer`
+(outputs and offsets in one transaction per up to 500 records or 0.1 s, `read_committed`
+readers, producer `linger_ms=5`), fed by b's producer. No tracing SDK is installed (hopchain's
+spans are non-recording). The ceiling runs the same four processes on plain aiokafka, batched
 (`getmany` of up to 500, one commit per batch), validating and re-serialising each record
 with pydantic.
 """

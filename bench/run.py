@@ -25,7 +25,8 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
     BENCH_CRASH_RATE       records/s the producer sends during a crash run (150)
     BENCH_CRASH_KILLS      kill -9 of a stage per crash run, at least (8)
     BENCH_TXN_RECORDS      records per transaction in the txn variant (500)
-    BENCH_TXN_SECONDS      seconds a transaction stays open at most in the txn variant (0.1)
+    BENCH_TXN_SECONDS      seconds a transaction stays open at most in the txn variant (0.1;
+                           its producer lingers 5 ms)
     BENCH_OUTPUT           the report to write (BENCHMARKS.md)
 
 Raw figures go to .cache/bench/latest.json.

@@ -27,6 +27,8 @@ TXN_RECORDS = int(os.environ.get("BENCH_TXN_RECORDS", "500"))
 """Settled records per transaction (BENCH_TXN_RECORDS)."""
 TXN_SECONDS = float(os.environ.get("BENCH_TXN_SECONDS", "0.1"))
 """Seconds a transaction stays open at most (BENCH_TXN_SECONDS)."""
+TXN_LINGER_MS = 5
+"""The transactional producer's ``linger_ms``."""
 
 
 async def _transactional(args: argparse.Namespace, progress: Progress, *, sink: bool) -> None:
@@ -37,10 +39,13 @@ async def _transactional(args: argparse.Namespace, progress: Progress, *, sink: 
         config=HopchainConfig(kafka_bootstrap=args.bootstrap),
     )
     # The producer first: its start fences a killed copy and ends its open transaction.
+    # A few ms of linger: outputs go in batches, not a produce request each; the
+    # transaction's commit holds them back longer than that anyway.
     producer = AIOKafkaProducer(
         bootstrap_servers=args.bootstrap,
         transactional_id=f"bench-{group}",
         client_id=f"bench-{args.name}",
+        linger_ms=TXN_LINGER_MS,
     )
     await producer.start()
     consumer = AIOKafkaConsumer(

@@ -8,7 +8,9 @@ consumed offsets go into one transaction of a transactional ``AIOKafkaProducer``
 every ``max_records`` settled records or ``max_seconds`` after the transaction began,
 whichever comes first::
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="enrich-0")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, transactional_id="enrich-0", linger_ms=5
+    )
     consumer = AIOKafkaConsumer(
         "orders", bootstrap_servers=bootstrap, group_id="enrich",
         enable_auto_commit=False, isolation_level="read_committed",
@@ -26,6 +28,11 @@ whichever comes first::
                 await stage.commit(hop)
     finally:
         await stage.close()  # commits what is settled; aborts what is not
+
+Start the producer before the consumer: its start fences a previous copy with the same
+``transactional_id`` and waits until that copy's open transaction is ended, so the offsets
+the consumer fetches next are settled. A few milliseconds of ``linger_ms`` let the outputs go
+in batches instead of a produce request each (the commit holds them back longer anyway).
 
 Readers of the output topics (and of the dead-letter topics) must read with
 ``isolation_level="read_committed"``: they then see each output exactly once, however often
