@@ -6,7 +6,8 @@ whose settled records are not committed one by one: their outputs (sent with
 :meth:`TransactionalConsumer.send`), the dead letters of the records it parks, and their
 consumed offsets go into one transaction of a transactional ``AIOKafkaProducer``, committed
 every ``max_records`` settled records or ``max_seconds`` after the transaction began,
-whichever comes first::
+whichever comes first, and as soon as the stage has caught up with its input (no fetched
+record waiting), so a lightly loaded stage adds little latency::
 
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, transactional_id="enrich-0", linger_ms=5
@@ -94,6 +95,9 @@ class TransactionalConsumer(EnvelopeConsumer):
         max_records: settled records after which the transaction is committed.
         max_seconds: seconds after its first record at which the transaction is committed,
             even if fewer records were settled (also while no record arrives).
+        commit_when_idle: commit as soon as every record fetched so far is settled and none
+            is waiting (the stage caught up), rather than hold the outputs until a limit is
+            reached: low latency at low rates, full batches under load.
 
     Raises:
         ConfigurationError: as for :class:`EnvelopeConsumer`, or a limit is not positive.
@@ -108,6 +112,7 @@ class TransactionalConsumer(EnvelopeConsumer):
         group: str,
         max_records: int = DEFAULT_MAX_RECORDS,
         max_seconds: float = DEFAULT_MAX_SECONDS,
+        commit_when_idle: bool = True,
     ) -> None:
         if max_records < 1 or not max_seconds > 0:
             raise ConfigurationError(
@@ -118,6 +123,7 @@ class TransactionalConsumer(EnvelopeConsumer):
         self.sender = EnvelopeProducer(producer, hopchain)
         self.max_records = max_records
         self.max_seconds = max_seconds
+        self.commit_when_idle = commit_when_idle
         self.transactions = 0
         """Transactions committed so far."""
         self._open = False
@@ -167,24 +173,39 @@ class TransactionalConsumer(EnvelopeConsumer):
     async def _read(self) -> Any:
         if self._doomed:
             await self._abort()
-        while True:
-            wait = None
-            if self._open:
-                wait = self._began + self.max_seconds - time.monotonic()
-                if wait <= 0:
+        if self._open and time.monotonic() - self._began >= self.max_seconds:
+            await self.flush()
+        reading = asyncio.ensure_future(self.consumer.getone())
+        try:
+            # A record already fetched is returned within this one step of the loop.
+            await asyncio.sleep(0)
+            if not reading.done() and self._open:
+                if not self.commit_when_idle:
+                    await asyncio.wait(
+                        {reading}, timeout=self._began + self.max_seconds - time.monotonic()
+                    )
+                if not reading.done():
+                    # Caught up (or out of time): commit now rather than hold the outputs.
                     await self.flush()
-                    wait = None
-            try:
-                # getone is safe to cancel: a record is taken only when it returns.
-                async with asyncio.timeout(wait):
-                    message = await self.consumer.getone()
-            except TimeoutError:
-                continue
-            break
+            message = await reading
+        except BaseException:
+            self._unread(reading)
+            raise
         self._starts.setdefault(TopicPartition(message.topic, message.partition), message.offset)
         if not self._open:
             await self._begin()
         return message
+
+    def _unread(self, reading: asyncio.Future[Any]) -> None:
+        """Stop a read cut short; a record it already took is read again, not skipped."""
+        if not reading.done():
+            reading.cancel()
+            return
+        if reading.cancelled() or reading.exception() is not None:
+            return
+        message = reading.result()
+        with contextlib.suppress(IllegalStateError):
+            self.consumer.seek(TopicPartition(message.topic, message.partition), message.offset)
 
     async def _begin(self) -> None:
         try:

@@ -33,6 +33,8 @@ from hopchain.testing import TopicFactory, create_topics, unique_topic_name
 
 LONG = 60.0
 """A transaction time limit no test reaches: only count limits and flush() commit."""
+BATCHING = {"commit_when_idle": False}
+"""Commit only at the limits (and flush): fetches that happen to run dry change nothing."""
 
 
 async def ids_shown(bootstrap: str, topic: str) -> list[int]:
@@ -97,7 +99,7 @@ async def test_outputs_dead_letters_and_offsets_are_shown_together_at_the_commit
     source, output, group = await topics(kafka_bootstrap, new_topic)
     await feed(kafka_bootstrap, source, "vvvxvvvxvvvv")
     async with transactional(
-        kafka_bootstrap, source, output, group, max_records=100, max_seconds=LONG
+        kafka_bootstrap, source, output, group, max_records=100, max_seconds=LONG, **BATCHING
     ) as stage:
         for _ in range(10):
             hop = await stage.next()
@@ -122,7 +124,7 @@ async def test_every_max_records_records_make_one_transaction(
     source, output, group = await topics(kafka_bootstrap, new_topic)
     await feed(kafka_bootstrap, source, "v" * 7)
     async with transactional(
-        kafka_bootstrap, source, output, group, max_records=3, max_seconds=LONG
+        kafka_bootstrap, source, output, group, max_records=3, max_seconds=LONG, **BATCHING
     ) as stage:
         for _ in range(7):
             hop = await stage.next()
@@ -142,7 +144,7 @@ async def test_an_abort_shows_nothing_of_the_transaction_and_it_is_redone_once(
     source, output, group = await topics(kafka_bootstrap, new_topic)
     await feed(kafka_bootstrap, source, "v" * 5)
     async with transactional(
-        kafka_bootstrap, source, output, group, max_records=100, max_seconds=LONG
+        kafka_bootstrap, source, output, group, max_records=100, max_seconds=LONG, **BATCHING
     ) as stage:
         for number in range(3):
             hop = await stage.next()
@@ -167,13 +169,21 @@ async def test_an_abort_shows_nothing_of_the_transaction_and_it_is_redone_once(
 
 
 @pytest.mark.kafka
-async def test_an_idle_stage_commits_after_max_seconds(
-    kafka_bootstrap: str, new_topic: TopicFactory
+@pytest.mark.parametrize(
+    ("limits", "what"),
+    [
+        # Caught up with its input: it commits at once, not max_seconds later.
+        ({"max_seconds": LONG}, "caught up"),
+        ({"max_seconds": 0.2, **BATCHING}, "max_seconds"),
+    ],
+)
+async def test_an_idle_stage_commits_when_caught_up_or_after_max_seconds(
+    kafka_bootstrap: str, new_topic: TopicFactory, limits: dict[str, Any], what: str
 ) -> None:
     source, output, group = await topics(kafka_bootstrap, new_topic)
     await feed(kafka_bootstrap, source, "v")
     async with transactional(
-        kafka_bootstrap, source, output, group, max_records=100, max_seconds=0.2
+        kafka_bootstrap, source, output, group, max_records=100, **limits
     ) as stage:
         hop = await stage.next()
         await stage.send(output, hop.payload)
@@ -184,7 +194,7 @@ async def test_an_idle_stage_commits_after_max_seconds(
             return await ids_shown(kafka_bootstrap, output) == [0]
 
         try:
-            await wait_until(shown, within=20, what="the idle transaction's commit")
+            await wait_until(shown, within=20, what=f"the idle transaction's commit ({what})")
         finally:
             waiting.cancel()
             await asyncio.gather(waiting, return_exceptions=True)
