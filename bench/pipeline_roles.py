@@ -103,7 +103,10 @@ def _broker(args: argparse.Namespace, component: str) -> KafkaBroker:
     return KafkaBroker(
         args.bootstrap,
         middlewares=middlewares,
-        ack_policy=AckPolicy.ACK_FIRST if variant is Variant.ACK_FIRST else AckPolicy.ACK,
+        # MANUAL when hopchain commits in batches (HOPCHAIN_COMMITS=batched).
+        ack_policy=middlewares[0].ack_policy
+        if middlewares
+        else (AckPolicy.ACK_FIRST if variant is Variant.ACK_FIRST else AckPolicy.ACK),
         logger=None,
         client_id=f"bench-{component}",
     )
@@ -187,12 +190,17 @@ async def faststream_sink(args: argparse.Namespace, progress: Progress) -> None:
 
 
 async def _serve(broker: KafkaBroker, progress: Progress, *, until_done: bool) -> None:
+    hopchains = [m for m in broker.middlewares if isinstance(m, HopchainMiddleware)]
+    for middleware in hopchains:
+        middleware.check(broker)  # with HOPCHAIN_COMMITS=batched, hopchain commits
     await broker.start()
     try:
         [subscriber] = broker.subscribers
         await _until_assigned(subscriber.consumer)  # type: ignore[attr-defined]
         await _wait_for_signal(progress, until_done=until_done)
     finally:
+        for middleware in hopchains:
+            await middleware.close()
         await broker.stop()
 
 

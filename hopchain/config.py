@@ -181,6 +181,21 @@ class HopchainConfig(BaseSettings):
     handler as if hopchain were not there. For switching hopchain on in a live estate;
     ``TopicContract(report_only=True)`` does the same for one topic."""
 
+    commits: Literal["record", "batched"] = "record"
+    """Who commits the offsets of the FastStream subscribers hopchain wraps (HOPCHAIN_COMMITS).
+    ``record``: FastStream commits after each record (subscribers use ``AckPolicy.ACK``).
+    ``batched``: hopchain commits, per partition, every offset below which all records are
+    settled (outputs or dead letters acknowledged), without waiting per record
+    (subscribers use ``AckPolicy.MANUAL``; see ``HopchainMiddleware.ack_policy``)."""
+
+    commit_interval_seconds: float = Field(default=0.5, gt=0)
+    """In batched mode, the longest a settled record waits for its commit
+    (HOPCHAIN_COMMIT_INTERVAL_SECONDS)."""
+
+    commit_max_records: int = Field(default=1000, ge=1)
+    """In batched mode, settled records that trigger a commit before the interval ends
+    (HOPCHAIN_COMMIT_MAX_RECORDS)."""
+
     # -- dead-letter service -------------------------------------------------------------------
 
     dlq_topics: dict[str, str] = Field(default_factory=dict)

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
 from examples.claims.pipeline import (
@@ -133,17 +132,24 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
     broker = KafkaBroker(
         bootstrap,
         middlewares=[middleware],
-        ack_policy=AckPolicy.ACK,
+        # AckPolicy.ACK, or MANUAL when hopchain commits in batches (HOPCHAIN_COMMITS).
+        ack_policy=middleware.ack_policy,
         logger=logging.getLogger(f"claims.{stage}"),
     )
     if stage == "extract":
-        broker.subscriber(DOCUMENTS, group_id="claims-extract", auto_offset_reset="earliest")(
-            broker.publisher(EXTRACTED)(extract(run_extract))
-        )
+        broker.subscriber(
+            DOCUMENTS,
+            group_id="claims-extract",
+            auto_offset_reset="earliest",
+            listener=middleware.listener(),
+        )(broker.publisher(EXTRACTED)(extract(run_extract)))
     elif stage == "classify":
-        broker.subscriber(EXTRACTED, group_id="claims-classify", auto_offset_reset="earliest")(
-            broker.publisher(CLASSIFIED)(classify(run_classify))
-        )
+        broker.subscriber(
+            EXTRACTED,
+            group_id="claims-classify",
+            auto_offset_reset="earliest",
+            listener=middleware.listener(),
+        )(broker.publisher(CLASSIFIED)(classify(run_classify)))
     elif stage == "file":
         ledger = Ledger(run_dir / "ledger.sqlite")
 
@@ -165,9 +171,12 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
                 doc_id=claim.doc_id, ledger_entry=effect.identifier, category=claim.category
             )
 
-        broker.subscriber(CLASSIFIED, group_id="claims-file", auto_offset_reset="earliest")(
-            broker.publisher(FILED)(file_claim(run_file))
-        )
+        broker.subscriber(
+            CLASSIFIED,
+            group_id="claims-file",
+            auto_offset_reset="earliest",
+            listener=middleware.listener(),
+        )(broker.publisher(FILED)(file_claim(run_file)))
     else:
         msg = f"unknown stage {stage!r}; choose extract, classify or file"
         raise SystemExit(msg)
@@ -187,8 +196,8 @@ async def serve(stage: str, bootstrap: str, run_dir: Path) -> int:
     stopped = asyncio.create_task(stop.wait())
     aborted = asyncio.create_task(runtime.aborted.wait())
     await asyncio.wait({stopped, aborted}, return_when=asyncio.FIRST_COMPLETED)
+    await middleware.close()  # commits what is settled while the consumers still run
     await broker.stop()
-    await middleware.close()
     for task in (stopped, aborted):
         task.cancel()
     if runtime.aborted.is_set():

@@ -43,10 +43,9 @@ from contextvars import ContextVar
 from typing import Any, NoReturn
 
 from faststream import AckPolicy, BaseMiddleware, ContextRepo, StreamMessage
-from faststream.exceptions import AckMessage, HandlerException, NackMessage
+from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
 from faststream.kafka import KafkaBroker, KafkaRouter
 from faststream.kafka.response import KafkaPublishCommand
-from faststream.kafka.subscriber.usecase import BatchSubscriber
 
 from hopchain.exceptions import (
     ConfigurationError,
@@ -59,6 +58,16 @@ from hopchain.middleware.context import (
     current_hop,
 )
 from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
+from hopchain.middleware.faststream_batch import Batch, receive_batch
+from hopchain.middleware.faststream_batch import parseable as _parseable
+from hopchain.middleware.faststream_commits import (
+    BatchedCommits,
+    CommitOnRevoke,
+    Pending,
+    consumer_of,
+    pending,
+    require_safe_producer,
+)
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 from hopchain.schemas import WireMode
@@ -127,6 +136,35 @@ class HopchainMiddleware:
         self.group = group or hopchain.component
         self.topics: list[str] = []
         """The topics the checked broker's subscribers read (see :meth:`check`)."""
+        self.batched = hopchain.config.commits == "batched"
+        self._checked = False
+        self.commits = BatchedCommits(hopchain.config, retry_pause=_RETRY_PAUSE_SECONDS)
+
+    @property
+    def owns_commits(self) -> bool:
+        """Batched mode, on subscribers :meth:`check` found to leave the commits to hopchain.
+
+        Unchecked, records are handled as in record mode: outputs are waited for, and a
+        subscriber that commits by itself never commits past an unacknowledged output.
+        """
+        return self.batched and self._checked
+
+    @property
+    def ack_policy(self) -> AckPolicy:
+        """The subscribers' acknowledgement policy for ``HOPCHAIN_COMMITS``.
+
+        ``ACK`` per record, ``MANUAL`` when hopchain commits in batches:
+        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``.
+        """
+        return AckPolicy.MANUAL if self.batched else AckPolicy.ACK
+
+    def listener(self, inner: Any = None) -> CommitOnRevoke:
+        """A rebalance listener committing settled records before their partitions move.
+
+        Pass it to each subscriber in batched mode
+        (``broker.subscriber(..., listener=middleware.listener())``); ``inner`` is called too.
+        """
+        return CommitOnRevoke(self.commits, inner)
 
     def __call__(self, msg: Any | None, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
         """The per-message middleware FastStream enters for each record and publish."""
@@ -135,30 +173,37 @@ class HopchainMiddleware:
     def check(self, broker: KafkaBroker | KafkaRouter) -> None:
         """Refuse subscribers that could lose records; call it after declaring them.
 
-        Every subscribed topic needs a contract, every subscriber must commit after
-        processing (not ``ACK_FIRST`` or ``MANUAL``), one record at a time, and FastStream's
-        telemetry middleware, if any, must come before this one.
+        Every subscribed topic needs a contract; every subscriber must commit after
+        processing (``AckPolicy.ACK``), or leave the commits to hopchain with
+        ``HOPCHAIN_COMMITS=batched`` (``AckPolicy.MANUAL``, which only then takes effect);
+        FastStream's telemetry middleware, if any, must come before this one. The broker's
+        producer is set to write with ``acks="all"`` and idempotence.
 
         Raises:
             ConfigurationError: naming the subscriber's topics and the fix.
         """
         self._check_order(broker)
+        if isinstance(broker, KafkaBroker):
+            require_safe_producer(broker)
         for subscriber in broker.subscribers:
             topics = [topic.name for topic in getattr(subscriber, "topics", ())]
             policy = getattr(subscriber, "ack_policy", None)
-            if policy in _REFUSED_ACK_POLICIES:
+            if self.batched and policy is not AckPolicy.MANUAL:
+                raise ConfigurationError(
+                    f"subscriber of {topics or 'its topics'} uses ack_policy={policy}, but "
+                    "with HOPCHAIN_COMMITS=batched hopchain commits the offsets itself: use "
+                    "AckPolicy.MANUAL (KafkaBroker(..., ack_policy=middleware.ack_policy))"
+                )
+            if not self.batched and policy in _REFUSED_ACK_POLICIES:
                 raise ConfigurationError(
                     f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; "
                     "hopchain needs offsets committed after processing: use AckPolicy.ACK "
-                    "(e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK))"
-                )
-            if isinstance(subscriber, BatchSubscriber):
-                raise ConfigurationError(
-                    f"subscriber of {topics} reads batches (batch=True), which hopchain does "
-                    "not validate record by record yet; subscribe one record at a time"
+                    "(e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK)), or AckPolicy.MANUAL "
+                    "with HOPCHAIN_COMMITS=batched"
                 )
             self.hopchain.check_topics(topics)
             self.topics += [topic for topic in topics if topic not in self.topics]
+        self._checked = True
 
     def _check_order(self, broker: KafkaBroker | KafkaRouter) -> None:
         """Refuse FastStream's telemetry middleware inside hopchain's (after it in the list).
@@ -196,26 +241,19 @@ class HopchainMiddleware:
         )
 
     async def close(self) -> None:
-        """Stop the dead-letter producer this middleware owns (if it was started)."""
-        if self._owned is not None:
-            await self._owned.close()
+        """Commit what is settled (batched mode), then stop the dead-letter producer.
 
+        The producer is the one this middleware owns, if it was started.
 
-def _parseable(record: Any) -> None:
-    """Drop header values FastStream's parser cannot decode, after the record was parked.
-
-    FastStream parses a record (and its acknowledgement needs it parsed) by decoding every
-    header as UTF-8; the original bytes are already in the dead-letter topic.
-    """
-    kept = []
-    for name, raw in record.headers or ():
+        In batched mode run it before the broker stops its consumers
+        (``FastStream(broker, on_shutdown=[middleware.close])``): afterwards, records settled
+        since the last commit can only be read again.
+        """
         try:
-            (raw or b"").decode()
-        except UnicodeDecodeError:
-            continue
-        kept.append((name, raw))
-    if len(kept) != len(record.headers or ()):
-        record.headers = kept
+            await self.commits.close()
+        finally:
+            if self._owned is not None:
+                await self._owned.close()
 
 
 class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
@@ -232,6 +270,12 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         self._scope = ExitStack()
         self._started = 0.0
         self._unsent: BaseException | None = None
+        self._record: ConsumedRecord | None = None
+        self._parking: Any = None
+        """Batched mode: the dead-letter write of an invalid record, not waited for."""
+        self._pending: Pending | None = None
+        self._token: Any = None
+        self._batch: Batch | None = None
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -240,10 +284,10 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self.msg is None:
             return
         if isinstance(self.msg, tuple):
-            logger.critical("hopchain does not validate batches yet; not handling this batch")
-            await asyncio.sleep(_RETRY_PAUSE_SECONDS)
-            raise NackMessage
+            self._batch = await receive_batch(self, self.msg)
+            return
         record = ConsumedRecord.from_aiokafka(self.msg)
+        self._record = record
         if self.hopchain.registry.is_dead_letter_topic(record.topic):
             # Dead-letter topics are read as they are: re-parking their records would loop.
             return
@@ -253,6 +297,13 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             if self.hopchain.reporting(record.topic):
                 # Report-only: counted and logged, then handled as without hopchain.
                 self.hopchain.would_reject(record, error)
+                return
+            if self.owner.owns_commits:
+                # Parked without waiting; the record settles when the write is acknowledged.
+                self._parking = self.hopchain.reject(
+                    record, error, group=self.owner.group, writer=self.owner.writer
+                )
+                _parseable(self.msg)
                 return
             await self._reject(record, error)
         self._started = time.perf_counter()
@@ -283,8 +334,22 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         # FastStream's nack rewinds the consumer to this record: it is read again next.
         raise NackMessage from exc
 
+    def _begin(self, msg: StreamMessage[Any]) -> None:
+        """Batched mode: track the record with the ledger of the consumer that read it."""
+        if not self.owner.owns_commits or self._record is None:
+            return
+        self._pending = self.owner.commits.begin(consumer_of(msg), self._record)
+        self._token = pending.set(self._pending)
+        if self._parking is not None:
+            parking, self._parking = self._parking, None
+            self.owner.commits.settle_in_background(parking, self._pending, lambda _: False)
+            raise AckMessage
+
     async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Hand the typed payload to the handler; park the record if the handler fails."""
+        if self._batch is not None:
+            return await self._batch.consume(call_next, msg)
+        self._begin(msg)
         hop = self.hop
         if hop is None:
             return await call_next(msg)
@@ -316,6 +381,15 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
 
     async def _park_failure(self, hop: HopContext, exc: BaseException) -> NoReturn:
         """Take the exit the stage declared (or the default exit of the failure's type)."""
+        if self._pending is not None:
+            # Batched: written without waiting; the record settles once it is acknowledged,
+            # and an abort halts the consumer before anything past the record is committed.
+            self.owner.commits.settle_in_background(
+                self.hopchain.settle(hop, exc, writer=self.owner.writer),
+                self._pending,
+                lambda settled: bool(settled.aborted),
+            )
+            raise AckMessage from exc
         try:
             settled = await self.hopchain.settle(hop, exc, writer=self.owner.writer)
         except DeadLetterWriteError as write_error:
@@ -339,12 +413,19 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         exc_tb: Any = None,  # noqa: ARG002
     ) -> bool | None:
         """Close the hop's span; never commit a record with its output unsent."""
+        if self._token is not None:
+            pending.reset(self._token)
+            self._token = None
+        if self._batch is not None:
+            return await self._batch.finish(exc_val)
         try:
             if exc_val is not None and self.hop is not None:
                 from opentelemetry import trace  # noqa: PLC0415
 
                 span_error = getattr(exc_val, "code", None) or type(exc_val).__name__
                 mark_error(trace.get_current_span(), str(span_error))
+            if self._pending is not None:
+                return await self._settle_batched(exc_val)
             if self.hop is not None and exc_val is not None and exc_val is self._unsent:
                 await self._output_not_sent(self.hop, exc_val)
             if self.hop is not None and exc_val is None:
@@ -352,6 +433,27 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         finally:
             self._scope.close()
         return False
+
+    async def _settle_batched(self, exc_val: BaseException | None) -> bool:
+        """Batched mode: the record settles once its sends are acknowledged."""
+        record = self._pending
+        assert record is not None  # noqa: S101 - only called with one
+        if exc_val is None or isinstance(exc_val, AckMessage | RejectMessage):
+            if exc_val is None and self.hop is not None:
+                self.hopchain.handled(self.hop)
+            record.seal()
+            return exc_val is not None
+        if isinstance(exc_val, EnvelopeRejected) and self.hop is not None:
+            # An output hopchain refused: the stage broke its contract; park the record.
+            self.owner.commits.settle_in_background(
+                self.hopchain.settle(self.hop, exc_val, writer=self.owner.writer),
+                record,
+                lambda settled: bool(settled.aborted),
+            )
+            return True
+        # An output not sent, a nack or an unexpected error: read the partition again.
+        record.rewind(exc_val)
+        return isinstance(exc_val, HandlerException) or exc_val is self._unsent
 
     async def _output_not_sent(self, hop: HopContext, exc: BaseException) -> NoReturn:
         """The handler returned but its output was not published: park or redeliver."""
@@ -379,12 +481,31 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         topic = cmd.destination
         if _writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):
             return await call_next(cmd)
+        if self._batch is not None:
+            return await self._batch.publish(call_next, cmd)
         incoming = self.hop if self.hop is not None else current_hop()
+        return await self.publish_one(call_next, cmd, incoming, pending.get())
+
+    async def publish_one(
+        self,
+        call_next: Any,
+        cmd: KafkaPublishCommand,
+        incoming: HopContext | None,
+        waiting: Pending | None,
+    ) -> Any:
+        """Envelope one publish extending ``incoming``; in batched mode, do not wait for it."""
+        topic = cmd.destination
         try:
             with self.hopchain.sending(
                 topic, cmd.body, incoming=incoming, headers=cmd.headers
             ) as record:
-                return await self._send(call_next, cmd, record.value, record.headers)
+                if waiting is not None:
+                    # Batched: not waited for here; the commit waits for the acknowledgement.
+                    cmd.no_confirm = True
+                sent = await self._send(call_next, cmd, record.value, record.headers)
+                if waiting is not None and isinstance(sent, asyncio.Future):
+                    waiting.wait_for(sent)
+                return sent
         except Exception as exc:
             if incoming is not None:
                 # Seen again in after_processed: the record must not be committed unsent.

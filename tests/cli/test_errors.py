@@ -141,6 +141,9 @@ INVALID: dict[str, str | None] = {
     "transport_backoff_seconds": "-0.5",
     "capture_exceptions": "perhaps",
     "exception_limit_bytes": "10",
+    "commits": "sometimes",
+    "commit_interval_seconds": "0",
+    "commit_max_records": "0",
 }
 INVALID_VARIABLES = [field for field, value in INVALID.items() if value is not None]
 

@@ -25,7 +25,6 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 
@@ -119,8 +118,9 @@ async def serve(arguments: argparse.Namespace) -> int:
         side_effects_free=False,
         idempotent=True,
     )
+    middleware = HopchainMiddleware(runtime)
     broker = KafkaBroker(
-        arguments.bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+        arguments.bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
     )
 
     async def file_claim(claim: Claim) -> Filed:
@@ -149,11 +149,13 @@ async def serve(arguments: argparse.Namespace) -> int:
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    middleware.check(broker)
     await broker.start()
     print("ready", flush=True)  # noqa: T201
     try:
         await stop.wait()
     finally:
+        await middleware.close()  # with batched commits: commit before the consumer stops
         await broker.stop()
         dedupe.close()
         ledger.close()

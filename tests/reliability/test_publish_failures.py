@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
 from reliability_support import committed_offsets, wait_until
@@ -72,8 +71,9 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
     group = unique_topic_name("review")
     handled: list[int] = []
     runtime = Hopchain(registry, component="review")
+    middleware = HopchainMiddleware(runtime)
     broker = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+        kafka_bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
     )
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
@@ -82,6 +82,7 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
         handled.append(claim.number)
         return {"number": claim.number}  # no "approved": hopchain refuses to publish it
 
+    middleware.check(broker)
     await broker.start()
     try:
         await wait_until(
@@ -98,6 +99,7 @@ async def test_an_output_refused_at_publish_parks_the_record_instead_of_committi
             what="a committed offset",
         )
     finally:
+        await middleware.close()
         await broker.stop()
 
     dead = await read_to_end(kafka_bootstrap, [f"{source}.dlq"])
@@ -139,8 +141,9 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
     group = unique_topic_name("review")
     calls: Counter[int] = Counter()
     runtime = Hopchain(registry, component="review")
+    middleware = HopchainMiddleware(runtime)
     broker = KafkaBroker(
-        kafka_bootstrap, middlewares=[HopchainMiddleware(runtime)], ack_policy=AckPolicy.ACK
+        kafka_bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
     )
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
@@ -150,6 +153,7 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
         return Verdict(number=claim.number, approved=claim.number % 2 == 0)
 
     caplog.set_level(logging.ERROR, logger="hopchain")
+    middleware.check(broker)
     await broker.start()
     try:
         await wait_until(lambda: calls[0] >= 3, within=60, what="the first claim to be retried")
@@ -167,6 +171,7 @@ async def test_an_output_the_broker_refuses_is_handled_again_until_it_is_sent(
             every=0.5,
         )
     finally:
+        await middleware.close()
         await broker.stop()
 
     verdicts = [

@@ -1,0 +1,241 @@
+"""FastStream batch subscribers (``batch=True``): validated record by record.
+
+Each record of a batch is validated as a single record would be; invalid ones are parked,
+and the handler receives only the valid ones (as payloads, whatever the wire mode), each
+with a hop of its own. A handler that fails parks every valid record of the batch with that
+failure. Its outputs extend their records' hops when it returns one output per valid record
+(a publisher with ``batch=True``), or one output for a batch with one valid record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from faststream import StreamMessage
+from faststream.exceptions import AckMessage, HandlerException, NackMessage
+from faststream.kafka.response import KafkaPublishCommand
+
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
+from hopchain.middleware.context import HopContext
+from hopchain.middleware.faststream_commits import Pending, consumer_of
+from hopchain.schemas import WireMode
+from hopchain.schemas.record import ConsumedRecord
+
+__all__ = ["parseable", "receive_batch"]
+
+logger = logging.getLogger("hopchain")
+
+_RETRY_PAUSE_SECONDS = 1.0
+
+
+def parseable(record: Any) -> None:
+    """Drop header values FastStream's parser cannot decode, after the record was parked.
+
+    FastStream parses a record (and its acknowledgement needs it parsed) by decoding every
+    header as UTF-8; the original bytes are already in the dead-letter topic.
+    """
+    kept = []
+    for name, raw in record.headers or ():
+        try:
+            (raw or b"").decode()
+        except UnicodeDecodeError:
+            continue
+        kept.append((name, raw))
+    if len(kept) != len(record.headers or ()):
+        record.headers = kept
+
+
+@dataclass
+class _Item:
+    """One record of the batch: kept for the handler (with its hop, if validated) or parked."""
+
+    record: ConsumedRecord
+    raw: Any
+    decoded: Any = None
+    parking: Any = None
+    hop: HopContext | None = None
+    pending: Pending | None = None
+
+
+@dataclass
+class Batch:
+    """What the middleware does around one batch."""
+
+    middleware: Any
+    items: list[_Item]
+    scope: ExitStack = field(default_factory=ExitStack)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def kept(self) -> list[_Item]:
+        """The records the handler receives."""
+        return [item for item in self.items if item.parking is None]
+
+    @property
+    def hops(self) -> list[HopContext]:
+        """The hops of the valid records, in order."""
+        return [item.hop for item in self.kept if item.hop is not None]
+
+    async def consume(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
+        """Track, open hops, hand the valid payloads to the handler; park all on failure."""
+        owner = self.middleware.owner
+        if owner.owns_commits:
+            consumer = consumer_of(msg)
+            for item in self.items:
+                item.pending = owner.commits.begin(consumer, item.record)
+                if item.parking is not None:
+                    owner.commits.settle_in_background(item.parking, item.pending, lambda _: False)
+        kept = self.kept
+        if not kept:
+            raise AckMessage
+        hopchain = self.middleware.hopchain
+        for item in kept:
+            if item.decoded is not None:
+                item.hop, _ = self.scope.enter_context(
+                    hopchain.handling(item.record, item.decoded, group=owner.group)
+                )
+        raws = [dataclasses.replace(item.raw, value=self._value(item)) for item in kept]
+        msg.raw_message = tuple(raws)
+        msg.body = [raw.value for raw in raws]
+        msg.batch_headers = [{n: (v or b"").decode() for n, v in raw.headers} for raw in raws]
+        msg.clear_cache()
+        try:
+            return await call_next(msg)
+        except HandlerException:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
+            await self._park_all(exc)
+
+    def _value(self, item: _Item) -> bytes:
+        hop = item.hop
+        if hop is None:
+            return bytes(item.raw.value or b"")
+        contract = self.middleware.hopchain.registry.get(hop.record.topic)
+        if contract.mode is WireMode.BODY:
+            return bytes(hop.payload.__pydantic_serializer__.to_json(hop.payload))
+        return bytes(item.raw.value or b"")
+
+    async def _park_all(self, exc: BaseException) -> NoReturn:
+        owner = self.middleware.owner
+        hopchain = self.middleware.hopchain
+        for item in self.kept:
+            if item.hop is None:
+                continue
+            work = hopchain.settle(item.hop, exc, writer=owner.writer)
+            if item.pending is not None:
+                owner.commits.settle_in_background(
+                    work, item.pending, lambda settled: bool(settled.aborted)
+                )
+                continue
+            try:
+                settled = await work
+            except DeadLetterWriteError as write_error:
+                await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                raise NackMessage from write_error
+            if settled.aborted:
+                raise NackMessage from exc
+        raise AckMessage from exc
+
+    async def finish(self, exc_val: BaseException | None) -> bool:
+        """Close the hops; in batched mode the records settle once their sends are done."""
+        hopchain = self.middleware.hopchain
+        with self.scope:
+            if exc_val is None:
+                for hop in self.hops:
+                    hopchain.handled(hop)
+                    labels = (hop.record.topic, hopchain.component)
+                    hopchain.metrics.consumed.labels(*labels).inc()
+                    hopchain.metrics.processing.labels(*labels).observe(
+                        time.perf_counter() - self.started
+                    )
+            for item in self.items:
+                if item.pending is None:
+                    continue
+                if exc_val is None or isinstance(exc_val, AckMessage):
+                    item.pending.seal()
+                else:
+                    item.pending.rewind(exc_val)
+        if self.middleware.owner.owns_commits:
+            return item_owned(exc_val)
+        if exc_val is not None and not item_owned(exc_val):
+            # An output not sent: FastStream would commit the batch anyway (ACK); rewind it.
+            logger.error(
+                "an output of a batch was not sent (%s); handling it again", type(exc_val).__name__
+            )
+            await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+            raise NackMessage from exc_val
+        return False
+
+    async def publish(self, call_next: Any, cmd: KafkaPublishCommand) -> Any:
+        """Send one output per valid record, each extending its record's hop."""
+        items = [item for item in self.kept if item.hop is not None]
+        hops = [item.hop for item in items if item.hop is not None]
+        bodies = cmd.batch_bodies
+        if len(bodies) != len(hops):
+            raise ConfigurationError(
+                f"a batch handler published {len(bodies)} output(s) for {len(hops)} valid "
+                f"record(s) to {cmd.destination}; return one output per record, with a "
+                "publisher declared batch=True, so that each extends its record's hop"
+            )
+        sent = []
+        for index, (body, hop) in enumerate(zip(bodies, hops, strict=True)):
+            one = KafkaPublishCommand(
+                body,
+                topic=cmd.destination,
+                _publish_type=cmd.publish_type,
+                key=cmd.key_for(index),
+                partition=cmd.partition,
+                timestamp_ms=cmd.timestamp_ms,
+                headers=dict(cmd.headers),
+                correlation_id=cmd.correlation_id,
+                reply_to=cmd.reply_to,
+            )
+            sent.append(
+                await self.middleware.publish_one(call_next, one, hop, items[index].pending)
+            )
+        return sent[-1] if sent else None
+
+
+def item_owned(exc_val: BaseException | None) -> bool:
+    """Whether the exception is one hopchain raised to end the batch (and handled)."""
+    return isinstance(exc_val, HandlerException)
+
+
+async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
+    """Validate each record of a batch; park the invalid ones (waited for per record mode)."""
+    hopchain = middleware.hopchain
+    owner = middleware.owner
+    items: list[_Item] = []
+    for raw in records:
+        record = ConsumedRecord.from_aiokafka(raw)
+        item = _Item(record, raw)
+        items.append(item)
+        if hopchain.registry.is_dead_letter_topic(record.topic):
+            continue
+        try:
+            item.decoded = hopchain.accept(record)
+        except DecodeError as error:
+            if hopchain.reporting(record.topic):
+                hopchain.would_reject(record, error)
+                continue
+            parking = hopchain.reject(record, error, group=owner.group, writer=owner.writer)
+            if owner.owns_commits:
+                item.parking = parking
+            else:
+                try:
+                    await parking
+                except DeadLetterWriteError as exc:
+                    logger.critical(
+                        "%s is not committed and will be read again: %s", record.describe(), exc
+                    )
+                    await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                    raise NackMessage from exc
+                item.parking = True
+        parseable(raw)
+    return Batch(middleware, items)

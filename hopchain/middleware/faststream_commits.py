@@ -1,0 +1,207 @@
+"""What the FastStream middleware needs to own commits (``HOPCHAIN_COMMITS=batched``).
+
+Which records are pending per consumer (:class:`BatchedCommits`, one
+:class:`~hopchain.middleware.commits.OffsetLedger` per subscriber's consumer), the rebalance
+listener that commits before partitions move (:class:`CommitOnRevoke`), and the output
+producer's settings (:func:`require_safe_producer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from faststream.kafka import KafkaBroker
+
+from hopchain.config import HopchainConfig
+from hopchain.exceptions import ConfigurationError
+from hopchain.middleware.commits import Entry, OffsetConsumer, OffsetLedger
+from hopchain.schemas.record import ConsumedRecord
+
+__all__ = [
+    "BatchedCommits",
+    "CommitOnRevoke",
+    "Pending",
+    "pending",
+    "require_safe_producer",
+]
+
+logger = logging.getLogger("hopchain")
+
+_SAFE_ACKS = ("all", -1)
+_UNSAFE_ACKS = (0, 1, "0", "1")
+
+
+class Pending:
+    """The record being handled in this task, and the ledger that commits it."""
+
+    def __init__(self, ledger: OffsetLedger, entry: Entry) -> None:
+        self.ledger = ledger
+        self.entry = entry
+
+    def wait_for(self, future: asyncio.Future[Any], *, event: str = "output_not_sent") -> None:
+        """The record settles only once ``future`` (an output, by default) succeeded."""
+        self.ledger.wait_for(self.entry, future, event=event)
+
+    def seal(self) -> None:
+        """The record's handling is over."""
+        if not self.entry.sealed:
+            self.ledger.seal(self.entry)
+
+    def rewind(self, cause: BaseException) -> None:
+        """Read the record's partition again from its oldest unsettled record."""
+        self.ledger.rewind(self.entry, cause)
+
+
+pending: ContextVar[Pending | None] = ContextVar("hopchain_pending_commit", default=None)
+"""Set while a record is handled in batched mode: its publishes are waited for."""
+
+
+class BatchedCommits:
+    """The ledgers of every consumer whose records the middleware handled.
+
+    Args:
+        config: ``commit_interval_seconds`` and ``commit_max_records``.
+        retry_pause: seconds a partition stays paused after a failed send.
+    """
+
+    def __init__(self, config: HopchainConfig, *, retry_pause: float) -> None:
+        self.config = config
+        self.retry_pause = retry_pause
+        self.ledgers: dict[int, OffsetLedger] = {}
+        self.halts: list[asyncio.Task[None]] = []
+
+    def begin(self, consumer: Any, record: ConsumedRecord) -> Pending | None:
+        """Track a record read by ``consumer``.
+
+        Returns None for a consumer that commits nothing, such as the in-memory test broker's.
+        """
+        if not callable(getattr(consumer, "assignment", None)):
+            return None
+        ledger = self.ledgers.get(id(consumer))
+        if ledger is None or ledger.consumer is not consumer:
+            ledger = self.ledgers[id(consumer)] = OffsetLedger(
+                consumer,
+                interval=self.config.commit_interval_seconds,
+                max_records=self.config.commit_max_records,
+                retry_pause=self.retry_pause,
+            )
+        return Pending(ledger, ledger.begin(record))
+
+    def settle_in_background(
+        self, work: Coroutine[Any, Any, Any], record: Pending | None, aborted: Callable[[Any], bool]
+    ) -> asyncio.Task[Any]:
+        """Run a dead-letter write (or reroute) without waiting for it.
+
+        The record settles when it succeeds; the consumer halts when ``aborted(result)``
+        says the stage aborted.
+        """
+
+        async def settle() -> Any:
+            result = await work
+            if record is not None and aborted(result):
+                # Blocked before the task completes: no commit can pass the record.
+                self.halts.append(record.ledger.halt(record.entry))
+            return result
+
+        task = asyncio.get_running_loop().create_task(settle())
+        if record is not None:
+            record.wait_for(task, event="record_retried")
+            record.seal()
+        else:
+            task.add_done_callback(_log_failure)
+        return task
+
+    async def revoked(self, partitions: set[TopicPartition]) -> None:
+        """Commit what is settled on partitions about to move, then forget them."""
+        for ledger in list(self.ledgers.values()):
+            mine = [tp for tp in partitions if tp in ledger.partitions]
+            if mine:
+                await ledger.flush(mine)
+                ledger.forget(mine)
+
+    async def close(self) -> None:
+        """Commit everything settled, waiting for sends in flight; stop committing."""
+        if self.halts:
+            await asyncio.gather(*self.halts, return_exceptions=True)
+        for ledger in list(self.ledgers.values()):
+            await ledger.close()
+        self.ledgers.clear()
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logger.critical("a dead-letter write failed: %s: %s", type(error).__name__, error)
+
+
+class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Commits the settled records of partitions before a rebalance takes them away.
+
+    Pass it to each subscriber in batched mode:
+    ``broker.subscriber(topic, group_id=..., listener=middleware.listener())``.
+    Without it, records settled since the last commit are read again by the partition's
+    next owner (duplicates, never losses).
+    """
+
+    def __init__(
+        self, commits: BatchedCommits, inner: ConsumerRebalanceListener | None = None
+    ) -> None:
+        self.commits = commits
+        self.inner = inner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Commit before the partitions move."""
+        await self.commits.revoked(set(revoked))
+        if self.inner is not None:
+            await _maybe_await(self.inner.on_partitions_revoked(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Nothing to do but pass it on."""
+        if self.inner is not None:
+            await _maybe_await(self.inner.on_partitions_assigned(assigned))
+
+
+async def _maybe_await(result: Awaitable[None] | None) -> None:
+    if result is not None:
+        await result
+
+
+def require_safe_producer(broker: KafkaBroker) -> None:
+    """Have the broker's producer write with ``acks="all"`` and idempotence.
+
+    Left unset, both are set when the broker connects; an explicit ``acks=0`` or ``acks=1``
+    is refused there with one line: an output acknowledged by the leader alone is lost
+    with it, and its offset would already be committed.
+    """
+    config = broker.config.broker_config
+    connect = config.connect
+    if getattr(connect, "hopchain_checked", False):
+        return
+
+    async def checked(**options: Any) -> None:
+        acks = options.get("acks")
+        if acks in _UNSAFE_ACKS:
+            raise ConfigurationError(
+                f"KafkaBroker(acks={acks!r}): hopchain commits a record once its output is "
+                "acknowledged, which must mean on every in-sync replica; use "
+                'KafkaBroker(..., acks="all", enable_idempotence=True) or leave both unset'
+            )
+        if acks not in _SAFE_ACKS:
+            options["acks"] = "all"
+        options["enable_idempotence"] = True
+        await connect(**options)
+
+    checked.hopchain_checked = True  # type: ignore[attr-defined]
+    # FastStream exposes the producer's settings nowhere else: they arrive here when the
+    # broker connects, before the producer is built.
+    config.connect = checked  # type: ignore[method-assign]
+
+
+def consumer_of(message: Any) -> OffsetConsumer | None:
+    """The consumer that read a FastStream message (its public ``consumer`` attribute)."""
+    consumer = getattr(message, "consumer", None)
+    return consumer if callable(getattr(consumer, "assignment", None)) else None
