@@ -128,10 +128,10 @@ class EnvelopeProducer:
             EnvelopeRejected: the payload, the envelope or a header breaks the contract;
                 nothing was sent.
         """
-        future = await self.send_soon(
-            topic, payload, key=key, hop=hop, headers=headers, partition=partition
-        )
-        return await future
+        incoming = hop if hop is not None else current_hop()
+        extra = self._caller_headers(topic, headers)
+        with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
+            return await self._send(topic, record, headers, key=key, partition=partition)
 
     async def send_soon(
         self,
@@ -155,7 +155,14 @@ class EnvelopeProducer:
         incoming = hop if hop is not None else current_hop()
         extra = self._caller_headers(topic, headers)
         with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
-            return await self._send(topic, record, headers, key=key, partition=partition)
+            future: asyncio.Future[RecordMetadata] = await self.producer.send(
+                topic,
+                value=record.value,
+                key=key,
+                partition=partition,
+                headers=self._headers(record, headers),
+            )
+            return future
 
     def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
         """The caller's headers as text, refusing what a hopchain reader would reject."""
@@ -193,15 +200,22 @@ class EnvelopeProducer:
         *,
         key: bytes | None,
         partition: int | None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordMetadata:
+        headers = self._headers(record, caller_headers)
+        metadata: RecordMetadata = await self.producer.send_and_wait(
+            topic, value=record.value, key=key, partition=partition, headers=headers
+        )
+        return metadata
+
+    @staticmethod
+    def _headers(
+        record: EncodedRecord, caller_headers: Sequence[tuple[str, bytes]]
+    ) -> list[tuple[str, bytes]]:
         headers = [*caller_headers, *record.headers]
         if not any(name.lower() == _CONTENT_TYPE for name, _ in caller_headers):
             # The value is JSON in both wire modes; say so, as FastStream publishers do.
             headers.append((_CONTENT_TYPE, b"application/json"))
-        future: asyncio.Future[RecordMetadata] = await self.producer.send(
-            topic, value=record.value, key=key, partition=partition, headers=headers
-        )
-        return future
+        return headers
 
 
 @dataclass
@@ -300,7 +314,8 @@ class EnvelopeConsumer:
                 "(a later commit would skip it)"
             )
         while True:
-            record = ConsumedRecord.from_aiokafka(await self._read())
+            message = await self._read()
+            record = ConsumedRecord.from_aiokafka(message)
             try:
                 decoded = self.hopchain.accept(record)
             except DecodeError as error:
