@@ -51,6 +51,14 @@ class PipelineRun:
     """The 1-minute load average when the run ended."""
 
 
+def role_environment(variant: Variant) -> dict[str, str]:
+    """The role processes' environment: the variant's ``HOPCHAIN_COMMITS``, if it has one."""
+    env = {name: value for name, value in os.environ.items() if name != "HOPCHAIN_COMMITS"}
+    if variant.commits is not None:
+        env["HOPCHAIN_COMMITS"] = variant.commits
+    return env
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile of sorted ``values``."""
     if not values:
@@ -68,7 +76,7 @@ class _Process:
         self.log = log
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self, argv: list[str]) -> None:
+    async def start(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         with self.log.open("wb") as err:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -81,6 +89,7 @@ class _Process:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,
                 start_new_session=True,
+                env=env,
             )
 
     async def ready(self) -> None:
@@ -153,10 +162,11 @@ async def run_pipeline(
             for name in ("stage-a", "stage-b", "sink", "producer"):
                 if profile and name in profile:
                     wiring[name] += ["--profile", str(profile[name])]
+            env = role_environment(variant)
             for name in ("stage-a", "stage-b", "sink"):
-                await roles[name].start([*wiring[name], "--name", name, *common])
+                await roles[name].start([*wiring[name], "--name", name, *common], env)
             await asyncio.gather(*(roles[n].ready() for n in ("stage-a", "stage-b", "sink")))
-            await roles["producer"].start([*wiring["producer"], *common])
+            await roles["producer"].start([*wiring["producer"], *common], env)
             # Generous: the slowest variant on a busy two-core machine, plus start-up.
             budget = 120.0 + records / 50
             await roles["sink"].wait(budget)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
+import os
 import signal
 import sys
 import time
@@ -102,7 +104,9 @@ def _broker(args: argparse.Namespace, component: str) -> KafkaBroker:
         args.bootstrap,
         middlewares=middlewares,
         # MANUAL when hopchain commits in batches (HOPCHAIN_COMMITS=batched).
-        ack_policy=middlewares[0].ack_policy if middlewares else AckPolicy.ACK,
+        ack_policy=middlewares[0].ack_policy
+        if middlewares
+        else (AckPolicy.ACK_FIRST if variant is Variant.ACK_FIRST else AckPolicy.ACK),
         logger=None,
         client_id=f"bench-{component}",
     )
@@ -306,6 +310,15 @@ ROLES: dict[tuple[str, bool], Role] = {
 }
 
 
+def _role(role: str, variant: Variant) -> Role:
+    if variant is Variant.TXN and role != "producer":
+        # Imported here: the transactional roles build on this module's pieces.
+        from bench.txn_roles import TXN_ROLES  # noqa: PLC0415
+
+        return TXN_ROLES[role]
+    return ROLES[role, variant is Variant.AIOKAFKA]
+
+
 def _profiled(work: Coroutine[Any, Any, None], path: Path) -> None:
     # pyinstrument is a local profiling tool, not a dependency: installed by hand when needed.
     from pyinstrument import Profiler  # noqa: PLC0415
@@ -338,11 +351,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, help="save a pyinstrument session here")
     args = parser.parse_args(argv)
     progress = Progress(expected=args.count)
-    role = ROLES[args.role, args.variant == Variant.AIOKAFKA]
-    if args.profile is None:
-        asyncio.run(role(args, progress))
-    else:
+    role = _role(args.role, Variant(args.variant))
+    if args.profile is not None:
         _profiled(role(args, progress), args.profile)
+    elif os.environ.get("BENCH_CPROFILE"):
+        # A deterministic profile of one process (standard library): where its CPU goes.
+        with cProfile.Profile() as profiler:
+            asyncio.run(role(args, progress))
+        folder = Path(os.environ["BENCH_CPROFILE"])
+        profiler.dump_stats(folder / f"{args.variant}-{args.name}.prof")
+    else:
+        asyncio.run(role(args, progress))
     args.result.write_text(json.dumps(progress.summary()), encoding="utf-8")
     return 0 if progress.count == args.count else 1
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.pipeline import PipelineRun
+from bench.report_modes import crash_section, mode_targets
 from bench.workload import PAYLOAD_BYTES, Variant
 
 if TYPE_CHECKING:
@@ -28,9 +29,12 @@ BUSY_CPU_SHARE = 0.9
 SHOWN_SHARE = 0.1
 ROLES = ("producer", "stage-a", "stage-b", "sink")
 LABELS = {
-    Variant.PLAIN: "a. FastStream, JSON, no middleware",
-    Variant.HEADERS: "b. FastStream + hopchain, headers mode",
-    Variant.BODY: "c. FastStream + hopchain, body mode",
+    Variant.PLAIN: "a. FastStream, JSON, no middleware, ACK",
+    Variant.ACK_FIRST: "a'. the same, ACK_FIRST (FastStream's default)",
+    Variant.HEADERS: "b. FastStream + hopchain, headers mode, per-record commits",
+    Variant.BODY: "c. FastStream + hopchain, body mode, per-record commits",
+    Variant.BATCHED: "d. FastStream + hopchain, headers mode, batched commits",
+    Variant.TXN: "e. hopchain transactional (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
 }
 
@@ -61,8 +65,13 @@ forward(item: Item) -> Item: return item`); with hopchain the producer's publish
 origin, so the sink reads a chain of three hops. Every FastStream subscriber uses
 `AckPolicy.ACK` (the offset is committed after each record), the handler's output is
 published with confirmation, and the per-message access log is off (`logger=None`), so only
-the middleware differs between a, b and c. No tracing SDK is installed (hopchain's spans are
-non-recording). The ceiling runs the same four processes on plain aiokafka, batched
+the middleware differs between a, b and c. a' is a with `AckPolicy.ACK_FIRST` (FastStream's
+default: offsets auto-committed as records are taken, before handling). d is b with
+`HOPCHAIN_COMMITS=batched` (hopchain commits per partition what is settled, coalesced by count
+and time). e runs both stages and the sink on aiokafka with hopchain's `TransactionalConsumer`
+(outputs and offsets in one transaction per up to 500 records or 0.1 s, `read_committed`
+readers, producer `linger_ms=5`), fed by b's producer. No tracing SDK is installed (hopchain's
+spans are non-recording). The ceiling runs the same four processes on plain aiokafka, batched
 (`getmany` of up to 500, one commit per batch), validating and re-serialising each record
 with pydantic.
 """
@@ -577,6 +586,10 @@ def render(results: Results) -> str:
         "",
         *_targets(results),
         "",
+        "## Commit modes: targets",
+        "",
+        *mode_targets(results),
+        "",
         "## 1. Codec: one hop",
         "",
         *_micro(results),
@@ -592,6 +605,10 @@ def render(results: Results) -> str:
         "## 4. `hopchain trace` look-up",
         "",
         *_lookup(results),
+        "",
+        "## 5. kill -9 of the stages: what is lost, what is repeated",
+        "",
+        *crash_section(results),
         "",
         "## Profiles",
         "",

@@ -16,7 +16,17 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
     BENCH_MICRO_REPEATS    repeats per micro figure (15)
     BENCH_PROFILE          0: skip the pyinstrument profiles even when pyinstrument is there
     BENCH_PROFILE_RECORDS  records of each profiled pipeline run (2000)
-    BENCH_STEPS            which steps, by commas: micro,pipeline,latency,ceiling,lookup,profile
+    BENCH_STEPS            which steps, by commas: micro,pipeline,latency,ceiling,lookup,profile,
+                           crash
+    BENCH_VARIANTS         pipeline variants, by commas (default: plain,ackfirst,headers,batched,
+                           txn,aiokafka; body too on request; batched only when hopchain has
+                           batched commits, HOPCHAIN_COMMITS)
+    BENCH_CRASH_RECORDS    records per kill -9 crash run (3000)
+    BENCH_CRASH_RATE       records/s the producer sends during a crash run (150)
+    BENCH_CRASH_KILLS      kill -9 of a stage per crash run, at least (8)
+    BENCH_TXN_RECORDS      records per transaction in the txn variant (500)
+    BENCH_TXN_SECONDS      seconds a transaction stays open at most in the txn variant (0.1;
+                           its producer lingers 5 ms)
     BENCH_OUTPUT           the report to write (BENCHMARKS.md)
 
 Raw figures go to .cache/bench/latest.json.
@@ -39,17 +49,28 @@ from typing import Any
 
 from bench import profiles
 from bench.ceiling import PassResult, run_passes
+from bench.crash import CrashRun, run_crash
 from bench.lookup import LookupResult, run_lookup
 from bench.machine import Machine, describe
 from bench.micro_runner import MicroResult, run_micro
 from bench.pipeline import PipelineRun, run_pipeline, run_round
 from bench.report import write_report
-from bench.workload import Variant
+from bench.workload import Variant, batched_commits_available
 from hopchain.testing import LocalKafka, cached_kafka_version
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("micro", "pipeline", "latency", "ceiling", "lookup", "profile")
+STEPS = ("micro", "pipeline", "latency", "ceiling", "lookup", "profile", "crash")
 FASTSTREAM = (Variant.PLAIN, Variant.HEADERS, Variant.BODY)
+VARIANTS = (
+    Variant.PLAIN,
+    Variant.ACK_FIRST,
+    Variant.HEADERS,
+    Variant.BATCHED,
+    Variant.TXN,
+    Variant.AIOKAFKA,
+)
+CRASHED = (Variant.ACK_FIRST, Variant.HEADERS, Variant.BATCHED, Variant.TXN)
+"""The variants of the kill -9 crash runs: FastStream's default, and each hopchain mode."""
 PROFILED_ROLES = ("producer", "stage-b", "sink")
 
 
@@ -68,6 +89,10 @@ class Settings:
     profile_records: int = 2000
     steps: tuple[str, ...] = STEPS
     output: str = "BENCHMARKS.md"
+    variants: tuple[Variant, ...] = VARIANTS
+    crash_records: int = 3000
+    crash_rate: float = 150.0
+    crash_kills: int = 8
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -77,7 +102,16 @@ class Settings:
         unknown = set(steps) - set(STEPS)
         if unknown:
             raise SystemExit(f"BENCH_STEPS: unknown {sorted(unknown)}; choose from {STEPS}")
+        variants = tuple(
+            Variant(name.strip())
+            for name in env.get("BENCH_VARIANTS", ",".join(VARIANTS)).split(",")
+            if name.strip()
+        )
         return cls(
+            variants=variants,
+            crash_records=int(env.get("BENCH_CRASH_RECORDS", "3000")),
+            crash_rate=float(env.get("BENCH_CRASH_RATE", "150")),
+            crash_kills=int(env.get("BENCH_CRASH_KILLS", "8")),
             records=records,
             rounds=int(env.get("BENCH_ROUNDS", "2")),
             latency_rate=float(env.get("BENCH_LATENCY_RATE", "0")),
@@ -140,6 +174,9 @@ class Results:
     profiles: list[ProfileSummary] = field(default_factory=list)
     profile_note: str = ""
     errors: list[str] = field(default_factory=list)
+    crash_runs: list[CrashRun] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Variants not run, and why."""
 
 
 def log(message: str) -> None:
@@ -171,6 +208,44 @@ def _sample_load(results: Results) -> None:
     results.machine.load_samples.append(round(os.getloadavg()[0], 2))
 
 
+def _runnable(results: Results, variants: tuple[Variant, ...]) -> list[Variant]:
+    """The variants this checkout can run; the others are noted in the report."""
+    if Variant.BATCHED in variants and not batched_commits_available():
+        note = "batched: not run, this checkout of hopchain has no batched commits"
+        if note not in results.skipped:
+            results.skipped.append(note)
+        return [variant for variant in variants if variant is not Variant.BATCHED]
+    return list(variants)
+
+
+async def _crash_steps(results: Results, bootstrap: str) -> None:
+    settings = results.settings
+    if "crash" not in settings.steps:
+        return
+    variants = _runnable(results, tuple(v for v in CRASHED if v in settings.variants))
+    log(
+        f"crash: {settings.crash_records} records at {settings.crash_rate:g}/s, at least "
+        f"{settings.crash_kills} kill -9 of a stage, for {', '.join(v.value for v in variants)}"
+    )
+    for variant in variants:
+        run = await run_crash(
+            bootstrap,
+            variant,
+            settings.crash_records,
+            rate=settings.crash_rate,
+            kills=settings.crash_kills,
+        )
+        results.crash_runs.append(run)
+        outcome = (
+            f"kills {run.kills}, lost {run.lost}, duplicates {run.duplicates}, "
+            f"suppressed {run.suppressed}"
+            if run.ok
+            else f"FAILED: {run.error[:300]}"
+        )
+        log(f"  {variant.value:<8} {outcome} ({run.seconds:.0f} s, load {run.load1:.1f})")
+        _sample_load(results)
+
+
 def _latency_rate(results: Results) -> float:
     if results.settings.latency_rate:
         return results.settings.latency_rate
@@ -185,7 +260,7 @@ def _latency_rate(results: Results) -> float:
 
 async def _pipeline_steps(results: Results, bootstrap: str) -> None:
     settings = results.settings
-    variants = [*FASTSTREAM, Variant.AIOKAFKA]
+    variants = _runnable(results, settings.variants)
     if "ceiling" in settings.steps:
         log(f"ceiling: aiokafka produce and consume passes, {settings.records} records")
         for _ in range(settings.rounds):
@@ -259,6 +334,7 @@ async def _broker_steps(results: Results, bootstrap: str) -> None:
         )
         log(f"  median {results.lookup.median:.2f} s ({results.lookup.seconds})")
         _sample_load(results)
+    await _crash_steps(results, bootstrap)
     await _profile_steps(results, bootstrap, ROOT / ".cache" / "bench" / "profiles")
 
 
@@ -314,6 +390,7 @@ def main() -> int:
     write_report(results, output)
     log(f"wrote {output.name} and {raw.relative_to(ROOT)} in {results.seconds:.0f} s")
     failed = [r for r in results.runs + results.latency_runs if not r.ok]
+    failed += [r for r in results.crash_runs if not r.ok]
     return 1 if failed or results.errors else 0
 
 

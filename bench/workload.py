@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
+from hopchain.config import HopchainConfig
 from hopchain.schemas import ContractRegistry, TopicContract, WireMode
 
 PAYLOAD_BYTES = 1024
@@ -22,18 +23,34 @@ class Variant(StrEnum):
     """What the 3-hop pipeline runs on."""
 
     PLAIN = "plain"
-    """FastStream with its JSON codec and no middleware."""
+    """FastStream with its JSON codec and no middleware, ``AckPolicy.ACK``."""
+    ACK_FIRST = "ackfirst"
+    """The same with ``AckPolicy.ACK_FIRST`` (FastStream's default: commits before handling)."""
     HEADERS = "headers"
-    """FastStream with hopchain, envelope in Kafka headers."""
+    """FastStream with hopchain, envelope in Kafka headers, per-record commits."""
     BODY = "body"
     """FastStream with hopchain, envelope in the record value around the payload."""
+    BATCHED = "batched"
+    """FastStream with hopchain, headers mode, batched commits (``HOPCHAIN_COMMITS=batched``)."""
+    TXN = "txn"
+    """hopchain's transactional stages on aiokafka (``TransactionalConsumer``), headers mode."""
     AIOKAFKA = "aiokafka"
     """Plain aiokafka, batched: the ceiling."""
 
     @property
     def hopchain_mode(self) -> WireMode | None:
         """The wire mode when the variant runs hopchain."""
-        return {Variant.HEADERS: WireMode.HEADERS, Variant.BODY: WireMode.BODY}.get(self)
+        if self is Variant.BODY:
+            return WireMode.BODY
+        hopchain = (Variant.HEADERS, Variant.BATCHED, Variant.TXN)
+        return WireMode.HEADERS if self in hopchain else None
+
+    @property
+    def commits(self) -> str | None:
+        """``HOPCHAIN_COMMITS`` for the variant's FastStream processes, when it runs hopchain."""
+        if self is Variant.BATCHED:
+            return "batched"
+        return "record" if self.hopchain_mode is not None else None
 
 
 class Item(BaseModel):
@@ -49,6 +66,11 @@ def make_item(seq: int, sent_ns: int | None = None) -> Item:
     stamp = time.time_ns() if sent_ns is None else sent_ns
     overhead = len(f'{{"seq":{seq},"sent_ns":{stamp},"blob":""}}')
     return Item(seq=seq, sent_ns=stamp, blob=_FILLER[: PAYLOAD_BYTES - overhead])
+
+
+def batched_commits_available() -> bool:
+    """Whether this hopchain has batched commits (the ``HOPCHAIN_COMMITS`` setting)."""
+    return "commits" in HopchainConfig.model_fields
 
 
 def registry_for(topics: list[str], mode: WireMode) -> ContractRegistry:

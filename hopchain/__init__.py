@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     )
     from hopchain.middleware.producer import KafkaWriter, ProducerWriter
     from hopchain.middleware.stage import Pipeline, Stage
+    from hopchain.middleware.transactional import TransactionalConsumer
     from hopchain.schemas import (
         ConsumedRecord,
         ContractRegistry,
@@ -129,6 +130,7 @@ _EXPORTS: dict[str, str] = {
     "Stage": "hopchain.middleware.stage",
     "StageFailure": "hopchain.middleware.failures",
     "TopicContract": "hopchain.schemas",
+    "TransactionalConsumer": "hopchain.middleware.transactional",
     "Transient": "hopchain.middleware.failures",
     "TransportRetry": "hopchain.middleware.policy",
     "Unauthorized": "hopchain.middleware.failures",
@@ -154,6 +156,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     "OutgoingRecord",
     "ProducerWriter",
     "RecordWriter",
+    "TransactionalConsumer",
     # configuration
     "HopchainConfig",
     "faststream_security",

@@ -43,6 +43,7 @@ again (after a restart, or by the next read on this consumer), never dropped.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Collection, Sequence
@@ -142,6 +143,37 @@ class EnvelopeProducer:
             note_sent(metadata)
             return metadata
 
+    async def send_soon(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        key: bytes | None = None,
+        hop: HopContext | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        partition: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """As :meth:`send`, but return once the record is queued.
+
+        Await the returned future for the broker's acknowledgement (a transaction's commit
+        waits for it too).
+
+        Raises:
+            EnvelopeRejected: the payload, the envelope or a header breaks the contract;
+                nothing was queued.
+        """
+        incoming = hop if hop is not None else current_hop()
+        extra = self._caller_headers(topic, headers)
+        with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
+            future: asyncio.Future[RecordMetadata] = await self.producer.send(
+                topic,
+                value=record.value,
+                key=key,
+                partition=partition,
+                headers=self._headers(record, headers),
+            )
+            return future
+
     def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
         """The caller's headers as text, refusing what a hopchain reader would reject."""
         text: dict[str, str] = {}
@@ -179,14 +211,21 @@ class EnvelopeProducer:
         key: bytes | None,
         partition: int | None,
     ) -> RecordMetadata:
-        headers = [*caller_headers, *record.headers]
-        if not any(name.lower() == _CONTENT_TYPE for name, _ in caller_headers):
-            # The value is JSON in both wire modes; say so, as FastStream publishers do.
-            headers.append((_CONTENT_TYPE, b"application/json"))
+        headers = self._headers(record, caller_headers)
         metadata: RecordMetadata = await self.producer.send_and_wait(
             topic, value=record.value, key=key, partition=partition, headers=headers
         )
         return metadata
+
+    @staticmethod
+    def _headers(
+        record: EncodedRecord, caller_headers: Sequence[tuple[str, bytes]]
+    ) -> list[tuple[str, bytes]]:
+        headers = [*caller_headers, *record.headers]
+        if not any(name.lower() == _CONTENT_TYPE for name, _ in caller_headers):
+            # The value is JSON in both wire modes; say so, as FastStream publishers do.
+            headers.append((_CONTENT_TYPE, b"application/json"))
+        return headers
 
 
 @dataclass
@@ -285,7 +324,7 @@ class EnvelopeConsumer:
                 "(a later commit would skip it)"
             )
         while True:
-            message = await self.consumer.getone()
+            message = await self._read()
             record = ConsumedRecord.from_aiokafka(message)
             reported = None
             try:
@@ -309,6 +348,10 @@ class EnvelopeConsumer:
                 )
             self._handling = _Handling(hop, span, scope, time.perf_counter())
             return hop
+
+    async def _read(self) -> Any:
+        """The next record from the consumer (a hook for the transactional consumer)."""
+        return await self.consumer.getone()
 
     async def _park_rejected(self, record: ConsumedRecord, error: DecodeError) -> None:
         try:

@@ -1,0 +1,117 @@
+"""A transactional forwarding stage in a process of its own, for ``test_transactional_crash.py``.
+
+    python txn_worker.py --bootstrap HOST:PORT --input IN --output OUT --group G --txn-id T
+
+It reads ``--input`` (partition 0, assigned: one copy of the stage per partition, so a
+restart takes over at once) with ``read_committed``, forwards each valid document to
+``--output`` and parks invalid records in the input's dead-letter topic, all in transactions
+of a :class:`~hopchain.TransactionalConsumer`. It prints ``ready`` once it reads, and stops
+cleanly on SIGTERM; the test kills it with SIGKILL at random moments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from pydantic import BaseModel
+
+from hopchain import Hopchain, HopchainConfig, TransactionalConsumer
+from hopchain.schemas import ContractRegistry, TopicContract
+
+READ_SECONDS = 120.0
+
+
+class Doc(BaseModel):
+    """One document: its sequence number in the feed."""
+
+    seq: int
+
+
+async def read_all(bootstrap: str, topics: list[str], isolation: str) -> list[Any]:
+    """Every record of the topics' partition 0 that a reader with ``isolation`` is shown."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, 0) for topic in topics]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        # Under read_committed the end is the last stable offset: no open transaction past it.
+        ends = await consumer.end_offsets(partitions)
+        records: list[Any] = []
+        async with asyncio.timeout(READ_SECONDS):
+            for partition in partitions:
+                while await consumer.position(partition) < ends[partition]:
+                    batch = await consumer.getmany(partition, timeout_ms=500, max_records=5000)
+                    records.extend(batch.get(partition, []))
+        return records
+    finally:
+        await consumer.stop()
+
+
+def registry(*topics: str) -> ContractRegistry:
+    return ContractRegistry(TopicContract(topic=topic, model=Doc, owner="docs") for topic in topics)
+
+
+async def run(args: argparse.Namespace) -> None:
+    hopchain = Hopchain(
+        registry(args.input, args.output),
+        component=args.group,
+        config=HopchainConfig(kafka_bootstrap=args.bootstrap, dead_letter_attempts=1),
+    )
+    # The producer first: its start fences the killed copy and ends its open transaction,
+    # so the offsets the consumer then fetches are settled.
+    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, transactional_id=args.txn_id)
+    await producer.start()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    consumer.assign([TopicPartition(args.input, 0)])
+    stage = TransactionalConsumer(
+        consumer, producer, hopchain, group=args.group, max_records=args.max_records
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    async def forward() -> None:
+        async for hop in stage:
+            await stage.send(args.output, Doc.model_validate(hop.payload))
+            await stage.commit(hop)
+
+    print("ready", flush=True)  # noqa: T201 - the test waits for it
+    task = asyncio.create_task(forward())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    stopping.cancel()
+    await stage.close()
+    await consumer.stop()
+    await producer.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("--bootstrap", "--input", "--output", "--group", "--txn-id"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--max-records", type=int, default=100)
+    asyncio.run(run(parser.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
