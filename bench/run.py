@@ -389,8 +389,8 @@ def main() -> int:
     output = ROOT / settings.output
     write_report(results, output)
     log(f"wrote {output.name} and {raw.relative_to(ROOT)} in {results.seconds:.0f} s")
-    failed = [r for r in results.runs + results.latency_runs if not r.ok]
-    failed += [r for r in results.crash_runs if not r.ok]
+    failed = any(not r.ok for r in results.runs + results.latency_runs)
+    failed = failed or any(not r.ok for r in results.crash_runs)
     return 1 if failed or results.errors else 0
 
 
