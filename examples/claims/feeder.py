@@ -103,9 +103,12 @@ async def feed(
     rng = random.Random(seed)
     report = FeedReport(run_id=run_id)
     broker = KafkaBroker(
-        bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
+        bootstrap,
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))],
+        acks="all",
+        enable_idempotence=True,
     )
-    legacy = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    legacy = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     await broker.start()
     await legacy.start()
     try:

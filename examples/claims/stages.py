@@ -134,6 +134,9 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
         bootstrap,
         middlewares=[middleware],
         ack_policy=AckPolicy.ACK,
+        # Outputs survive the loss of a partition leader only if the replicas have them too.
+        acks="all",
+        enable_idempotence=True,
         logger=logging.getLogger(f"claims.{stage}"),
     )
     if stage == "extract":

@@ -1,6 +1,7 @@
 """Helpers for testing Kafka services with hopchain: a real local broker and topic utilities.
 
-:class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
+:class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker),
+:class:`LocalKafkaCluster` three of them as one replicated cluster;
 :func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
 :func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them;
 :func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars.
@@ -27,6 +28,7 @@ from hopchain.testing.deadletters import (
     produce_dead_letters,
     synthetic_dead_letter,
 )
+from hopchain.testing.cluster import ClusterNode, LocalKafkaCluster, describe_partitions
 from hopchain.testing.kafka import (
     SASL_MECHANISMS,
     LocalKafka,
@@ -43,7 +45,9 @@ __all__ = [
     "SASL_MECHANISMS",
     "BrokerState",
     "BrokerStatus",
+    "ClusterNode",
     "LocalKafka",
+    "LocalKafkaCluster",
     "SyntheticDeadLetter",
     "TopicFactory",
     "broker_metadata",
@@ -53,6 +57,7 @@ __all__ = [
     "create_topics",
     "default_run_dir",
     "delete_topics",
+    "describe_partitions",
     "envelope_for",
     "formatted_ports",
     "kafka_tool_command",
