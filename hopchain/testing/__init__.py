@@ -22,13 +22,13 @@ from hopchain.testing.broker_state import (
     formatted_ports,
     stop_broker,
 )
+from hopchain.testing.cluster import ClusterNode, LocalKafkaCluster, describe_partitions
 from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
     envelope_for,
     produce_dead_letters,
     synthetic_dead_letter,
 )
-from hopchain.testing.cluster import ClusterNode, LocalKafkaCluster, describe_partitions
 from hopchain.testing.kafka import (
     SASL_MECHANISMS,
     LocalKafka,
