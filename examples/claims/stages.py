@@ -131,7 +131,8 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
     )
     middleware = HopchainMiddleware(runtime, group=f"claims-{stage}")
     broker = KafkaBroker(
-        bootstrap,
+        # FastStream reads a string as one address; a cluster's "a:1,b:2" needs a list.
+        bootstrap.split(","),
         middlewares=[middleware],
         ack_policy=AckPolicy.ACK,
         # Outputs survive the loss of a partition leader only if the replicas have them too.
