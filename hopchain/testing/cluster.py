@@ -201,7 +201,7 @@ class LocalKafkaCluster:
     @property
     def bootstrap(self) -> str:
         """Every node's PLAINTEXT address, comma-separated: clients find the live ones."""
-        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return ",".join(node.bootstrap for node in self.nodes)
 
     @property
     def version(self) -> str:
