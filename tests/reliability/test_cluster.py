@@ -61,13 +61,13 @@ KILL_TARGETS = (
     ("dead-letter", f"{DOCUMENTS}.dlq"),
 )
 KILL_ROUNDS = 2 if SOAK else 1
-SECONDS_PER_KILL = 45.0
+SECONDS_PER_KILL = 45.0 if SOAK else 20.0
 """The feed is paced to last this long per kill (plus a warm-up), so every kill meets flow."""
 DOWN_SECONDS = 3.0
 """How long a killed broker stays down after its partitions have new leaders."""
 FILE_INSTANCES = (2, 3, 2, 1)
 """The ``file`` stage's process count after each scaling step; it starts with one."""
-SECONDS_PER_STEP = 15.0
+SECONDS_PER_STEP = 15.0 if SOAK else 10.0
 DRAIN_SECONDS = 900.0 if SOAK else 300.0
 REPLICATED = [*TOPICS, *DEAD_LETTER_TOPICS, "__consumer_offsets"]
 
