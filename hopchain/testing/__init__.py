@@ -1,7 +1,6 @@
 """Helpers for testing Kafka services with hopchain: a real local broker and topic utilities.
 
-:class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker),
-:class:`LocalKafkaCluster` three of them as one replicated cluster;
+:class:`LocalKafka` starts a real Apache Kafka broker from jars resolved with Maven (no Docker);
 :func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
 :func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them;
 :func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars.
@@ -22,7 +21,6 @@ from hopchain.testing.broker_state import (
     formatted_ports,
     stop_broker,
 )
-from hopchain.testing.cluster import ClusterNode, LocalKafkaCluster, describe_partitions
 from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
     envelope_for,
@@ -45,9 +43,7 @@ __all__ = [
     "SASL_MECHANISMS",
     "BrokerState",
     "BrokerStatus",
-    "ClusterNode",
     "LocalKafka",
-    "LocalKafkaCluster",
     "SyntheticDeadLetter",
     "TopicFactory",
     "broker_metadata",
@@ -57,7 +53,6 @@ __all__ = [
     "create_topics",
     "default_run_dir",
     "delete_topics",
-    "describe_partitions",
     "envelope_for",
     "formatted_ports",
     "kafka_tool_command",

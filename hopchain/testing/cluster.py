@@ -7,6 +7,8 @@ be killed and the cluster goes on: the two others elect a controller and partiti
 ``acks=all`` writes still succeed. Start a killed node again with :meth:`LocalKafkaCluster.revive`
 before killing the next::
 
+    from hopchain.testing.cluster import LocalKafkaCluster
+
     with LocalKafkaCluster() as cluster:
         leader = await cluster.leader_of("orders", 0)
         cluster.kill(leader)              # kill -9 of that broker's JVM

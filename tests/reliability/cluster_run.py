@@ -18,7 +18,8 @@ from dlq_service import DlqService
 from reliability_support import end_offsets, wait_until
 
 from examples.claims.pipeline import DEAD_LETTER_TOPICS, TOPICS, registry
-from hopchain.testing import create_topics, delete_topics, describe_partitions
+from hopchain.testing import create_topics, delete_topics
+from hopchain.testing.cluster import describe_partitions
 
 if TYPE_CHECKING:
     from pathlib import Path

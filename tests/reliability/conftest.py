@@ -10,7 +10,7 @@ import pytest
 from reliability_support import SOAK
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing import LocalKafkaCluster
+from hopchain.testing.cluster import LocalKafkaCluster
 
 _FIGURES = pytest.StashKey[list[str]]()
 

@@ -43,14 +43,15 @@ from reliability_support import SOAK, end_offsets, scale, wait_until
 
 from examples.claims.feeder import FeedReport, feed
 from examples.claims.pipeline import DEAD_LETTER_TOPICS, DOCUMENTS, EXTRACTED, TOPICS
-from hopchain.testing import create_topics, describe_partitions, unique_topic_name
+from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing.cluster import describe_partitions
 
 if TYPE_CHECKING:
     from collections import Counter
     from collections.abc import Callable
     from pathlib import Path
 
-    from hopchain.testing import LocalKafkaCluster
+    from hopchain.testing.cluster import LocalKafkaCluster
 
 KILL_RECORDS = scale(1_500, 20_000)
 SCALE_RECORDS = scale(1_500, 20_000)

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing import LocalKafkaCluster
-from hopchain.testing.cluster import CLUSTER_SETTINGS, set_properties
+from hopchain.testing.cluster import CLUSTER_SETTINGS, LocalKafkaCluster, set_properties
 
 if TYPE_CHECKING:
     from pathlib import Path
