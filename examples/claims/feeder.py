@@ -98,18 +98,23 @@ async def feed(
     rates: Mapping[str, float] = DEFAULT_RATES,
     seed: int = 7,
     on_sent: Callable[[], None] | None = None,
+    first: int = 0,
 ) -> FeedReport:
-    """Send ``count`` documents; return what was sent."""
+    """Send ``count`` documents, numbered from ``first``; return what was sent."""
     rng = random.Random(seed)
     report = FeedReport(run_id=run_id)
     broker = KafkaBroker(
-        bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
+        # FastStream reads a string as one address; a cluster's "a:1,b:2" needs a list.
+        bootstrap.split(","),
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))],
+        acks="all",
+        enable_idempotence=True,
     )
-    legacy = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    legacy = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     await broker.start()
     await legacy.start()
     try:
-        for number in range(count):
+        for number in range(first, first + count):
             doc_id = f"doc-{number:05d}"
             scenario = choose(rng, rates)
             if scenario == "legacy":

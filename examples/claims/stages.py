@@ -130,10 +130,15 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
     )
     middleware = HopchainMiddleware(runtime, group=f"claims-{stage}")
     broker = KafkaBroker(
-        bootstrap,
+        # FastStream reads a string as one address; a cluster's "a:1,b:2" needs a list.
+        bootstrap.split(","),
         middlewares=[middleware],
         # AckPolicy.ACK, or MANUAL when hopchain commits in batches (HOPCHAIN_COMMITS).
         ack_policy=middleware.ack_policy,
+        # Outputs survive the loss of a partition leader only if the replicas have them too
+        # (check() would set these; said here for the reader).
+        acks="all",
+        enable_idempotence=True,
         logger=logging.getLogger(f"claims.{stage}"),
     )
     if stage == "extract":

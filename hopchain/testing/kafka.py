@@ -24,7 +24,6 @@ SASL_PLAINTEXT listener with users that log in with PLAIN or SCRAM-SHA-256::
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import json
@@ -32,16 +31,14 @@ import os
 import re
 import shutil
 import signal
-import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from hopchain.exceptions import LocalKafkaError
+from hopchain.testing._jvm import probe_broker, run_tool, tcp_connects
 from hopchain.testing._provision import (
     LOG4J2_CONFIG,
     ResolvedJars,
@@ -56,7 +53,6 @@ from hopchain.testing._provision import (
     tail_file,
 )
 from hopchain.testing._sasl import SASL_MECHANISMS, SaslListener
-from hopchain.testing.admin import wait_for_broker
 from hopchain.testing.broker_state import (
     CONSOLE_LOG,
     FORMAT_FILE,
@@ -86,7 +82,6 @@ __all__ = [
 
 _POLL_SECONDS = 0.1
 _KILL_WAIT_SECONDS = 10.0
-_TOOL_TIMEOUT_SECONDS = 120.0
 _CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
@@ -435,13 +430,13 @@ class LocalKafka:
             return properties
         started = time.monotonic()
         tool = [*self._java_base(java, jars), "kafka.tools.StorageTool"]
-        cluster_id = _run_tool([*tool, "random-uuid"], data_dir).strip().splitlines()[-1:]
+        cluster_id = run_tool([*tool, "random-uuid"], data_dir).strip().splitlines()[-1:]
         if not cluster_id or not _CLUSTER_ID.match(cluster_id[0]):
             raise LocalKafkaError(
                 f"StorageTool random-uuid printed no cluster id; see {data_dir / FORMAT_LOG}"
             )
         scram = self._sasl.format_arguments() if self._sasl else []
-        _run_tool(
+        run_tool(
             [*tool, "format", "--standalone", "-t", cluster_id[0], "-c", str(properties), *scram],
             data_dir,
             secrets=[self._sasl.users[name] for name in self._sasl.users] if self._sasl else [],
@@ -515,7 +510,7 @@ class LocalKafka:
     def _wait_ready(self) -> None:
         started = time.monotonic()
         deadline = started + self.start_timeout
-        while not _tcp_connects(self.port):
+        while not tcp_connects(self.port):
             if not self._alive():
                 raise self._died_error("exited during start-up")
             if time.monotonic() > deadline:
@@ -552,56 +547,3 @@ class LocalKafka:
                 return False
             time.sleep(_POLL_SECONDS)
         return True
-
-
-def _tcp_connects(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def _run_tool(command: list[str], data_dir: Path, *, secrets: list[str] | None = None) -> str:
-    """Run a short-lived Kafka tool JVM; its output is appended to ``format.out``.
-
-    ``secrets`` (passwords on the command line) are masked in what is logged.
-    """
-    try:
-        result = subprocess.run(  # noqa: S603 - fixed argument list, no shell
-            command,
-            capture_output=True,
-            text=True,
-            timeout=_TOOL_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise LocalKafkaError(
-            f"{command[-1]} did not finish within {_TOOL_TIMEOUT_SECONDS:.0f} s"
-        ) from exc
-    log = data_dir / FORMAT_LOG
-    shown = " ".join(command)
-    for secret in secrets or ():
-        shown = shown.replace(secret, "***")
-    with log.open("a", encoding="utf-8") as handle:
-        handle.write(f"# {shown}\n{result.stdout}{result.stderr}")
-    if result.returncode != 0:
-        raise LocalKafkaError(
-            f"formatting the broker storage failed (exit {result.returncode}). "
-            f"Last lines of {log}:\n{tail_file(log)}"
-        )
-    return result.stdout
-
-
-def probe_broker(bootstrap: str, *, timeout: float = 30.0) -> None:
-    """Block until a metadata call to ``bootstrap`` succeeds (see :func:`wait_for_broker`).
-
-    Safe to call from synchronous code that runs inside an event loop, such as a fixture.
-
-    Raises:
-        LocalKafkaError: no broker answered within ``timeout`` seconds.
-    """
-    # A thread of its own: the caller may be inside a running event loop (an async fixture),
-    # and asyncio.run() in the caller's thread would also reset that thread's current loop.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopchain-kafka-probe") as pool:
-        pool.submit(lambda: asyncio.run(wait_for_broker(bootstrap, timeout=timeout))).result()

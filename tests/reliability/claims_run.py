@@ -114,10 +114,17 @@ class StageWorkers:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
         self.generation: Counter[str] = Counter()
         self.kills: Counter[str] = Counter()
+        self.stopped: dict[str, int] = {}
+        """Exit codes of the processes :meth:`stop` ended, by name."""
 
-    def start(self, stage: str) -> None:
-        self.generation[stage] += 1
-        log = (self.logs / f"{stage}-{self.generation[stage]:03d}.log").open("wb")
+    def start(self, stage: str, name: str | None = None) -> None:
+        """Start a process of ``stage``, known as ``name`` (default: the stage's name).
+
+        Several instances of one stage each get a name of their own (``file-2``).
+        """
+        name = name or stage
+        self.generation[name] += 1
+        log = (self.logs / f"{name}-{self.generation[name]:03d}.log").open("wb")
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
@@ -125,7 +132,7 @@ class StageWorkers:
             "PYTHONUNBUFFERED": "1",
         }
         try:
-            self.children[stage] = subprocess.Popen(  # noqa: S603 - our interpreter, our module
+            self.children[name] = subprocess.Popen(  # noqa: S603 - our interpreter, our module
                 [
                     sys.executable,
                     "-m",
@@ -158,6 +165,18 @@ class StageWorkers:
         child.send_signal(signal.SIGKILL)
         await asyncio.to_thread(child.wait)
         self.kills[stage] += 1
+
+    async def stop(self, name: str) -> int:
+        """SIGTERM one process (a clean leave of its group); return its exit code."""
+        child = self.children.pop(name)
+        child.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.to_thread(child.wait, _STOP_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = await asyncio.to_thread(child.wait)
+        self.stopped[name] = code
+        return code
 
     def exited(self) -> dict[str, int]:
         """Stages whose current process ended by itself (not killed by the test)."""

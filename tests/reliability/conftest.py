@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from reliability_support import SOAK
+
+from hopchain.exceptions import LocalKafkaError
+from hopchain.testing.cluster import LocalKafkaCluster
 
 _FIGURES = pytest.StashKey[list[str]]()
 
@@ -14,6 +18,36 @@ _FIGURES = pytest.StashKey[list[str]]()
 @pytest.fixture
 def kafka_home(pytestconfig: pytest.Config) -> Path:
     return pytestconfig.rootpath / "deploy" / "kafka"
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(
+    request: pytest.FixtureRequest, pytestconfig: pytest.Config
+) -> Iterator[LocalKafkaCluster]:
+    """A 3-node KRaft cluster (replication 3, ``min.insync.replicas=2``) for this session.
+
+    Started the first time a selected test asks for it, stopped at the end of the session
+    (its data and logs kept when a test failed). A cluster that cannot start fails the
+    tests that need it, under CI and anywhere else; it never skips them. Tests that kill a
+    node start it again before they end, so the next test finds all three running.
+    """
+    cluster = LocalKafkaCluster(kafka_home=pytestconfig.rootpath / "deploy" / "kafka")
+    started = time.monotonic()
+    try:
+        cluster.start()
+    except LocalKafkaError as exc:
+        pytest.fail(
+            f"the 3-node Kafka cluster did not start after {time.monotonic() - started:.1f} s: "
+            f"{exc}",
+            pytrace=False,
+        )
+    try:
+        yield cluster
+    finally:
+        failed = request.session.testsfailed > 0
+        cluster.stop(keep_data=failed)
+        if failed:
+            print(f"kept the cluster's data and logs: {cluster.data_dir}")  # noqa: T201
 
 
 @pytest.fixture

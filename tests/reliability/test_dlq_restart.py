@@ -10,33 +10,24 @@ dead letter exactly once. Its mutating endpoints refuse requests without the tok
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import secrets
-import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from prometheus_client.parser import text_string_to_metric_families
+from dlq_service import DlqService
 from pydantic import BaseModel
-from reliability_support import REPO, SOAK, scale, table, wait_until
+from reliability_support import SOAK, scale, table
 
 from hopchain import ConsumedRecord, Hopchain, ProducerWriter
 from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.schemas import ContractRegistry, TopicContract
 from hopchain.testing import unique_topic_name
-from hopchain.testing._provision import free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
 FIRST = scale(400, 4_000)
 SECOND = scale(600, 16_000)
@@ -54,117 +45,6 @@ REASONS = (ReasonCode.BAD_JSON, ReasonCode.MISSING_HEADER, ReasonCode.BAD_DIGEST
 
 class Order(BaseModel):
     number: int
-
-
-class _Service:
-    """``hopchain dlq serve`` as a child process, on a port of its own."""
-
-    def __init__(self, bootstrap: str, topics: dict[str, str], resolutions: str, log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = secrets.token_hex(16)
-        self.command = [
-            sys.executable,
-            "-m",
-            "hopchain.cli",
-            "dlq",
-            "serve",
-            "--bootstrap",
-            bootstrap,
-            "--resolutions-topic",
-            resolutions,
-            "--port",
-            str(self.port),
-            "--log-level",
-            "WARNING",
-        ]
-        for topic, owner in topics.items():
-            self.command += ["--dlq-topic", f"{topic}={owner}"]
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.kills = 0
-
-    def start(self) -> None:
-        env = {**os.environ, "HOPCHAIN_DLQ_TOKEN": self.token, "PYTHONPATH": str(REPO)}
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our CLI
-                self.command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    async def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(self.process.wait)
-        self.kills += 1
-
-    async def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.process.wait, 20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                await asyncio.to_thread(self.process.wait)
-
-    def call(
-        self, method: str, path: str, body: Any = None, token: str | None = None
-    ) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)  # noqa: S310 - our own local URL
-        request.add_header("Content-Type", "application/json")
-        if token is not None:
-            request.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
-                raw = response.read()
-                status = response.status
-        except urllib.error.HTTPError as error:
-            raw, status = error.read(), error.code
-        text = raw.decode()
-        return status, json.loads(text) if text.startswith(("{", "[")) else text
-
-    async def ready_with(self, count: int, within: float) -> float:
-        """Wait until /readyz says ready with ``count`` dead letters; return the seconds."""
-        started = time.monotonic()
-
-        def ready() -> bool:
-            assert self.process is not None
-            assert self.process.poll() is None, self.log.read_text(errors="replace")[-3000:]
-            try:
-                status, body = self.call("GET", "/readyz")
-            except OSError:
-                return False
-            return status == 200 and body.get("dead_letters") == count
-
-        await wait_until(ready, within=within, what=f"the service ready with {count}", every=0.2)
-        return time.monotonic() - started
-
-    def metrics(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-        status, text = self.call("GET", "/metrics")
-        assert status == 200
-        found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name.endswith("_created"):
-                    continue
-                found.setdefault(family.name, {})[tuple(sorted(sample.labels.items()))] = (
-                    sample.value
-                )
-        return found
-
-    def listed(self, query: str) -> list[dict[str, Any]]:
-        """Every dead letter the listing shows, a page of at most 1,000 at a time."""
-        found: list[dict[str, Any]] = []
-        while True:
-            path = f"/dead-letters?{query}&limit=1000&offset={len(found)}"
-            status, body = self.call("GET", path, token=self.token)
-            assert status == 200, body
-            found.extend(body)
-            if len(body) < 1000:  # the page size asked for
-                return found
-
-    def listed_ids(self) -> list[str]:
-        return [letter["id"] for letter in self.listed("all=1")]
 
 
 async def _park(
@@ -199,7 +79,7 @@ async def _park(
     return ids
 
 
-def _discard(service: _Service, ids: list[str]) -> list[int]:
+def _discard(service: DlqService, ids: list[str]) -> list[int]:
     """Try a discard without the token and with a wrong one (refused, nothing changes),
     then discard ``ids`` with it; return the statuses of the refused attempts."""
     body = {"who": "mallory", "reason": "clearing the queue"}
@@ -221,7 +101,7 @@ def _discard(service: _Service, ids: list[str]) -> list[int]:
     return refused
 
 
-async def _kill_while(service: _Service, arriving: asyncio.Task[list[str]]) -> list[str]:
+async def _kill_while(service: DlqService, arriving: asyncio.Task[list[str]]) -> list[str]:
     """kill -9 the service every second, and start it again, while dead letters arrive."""
     try:
         for _ in range(KILLS_WHILE_ARRIVING):
@@ -248,7 +128,7 @@ async def test_the_dead_letter_service_killed_with_sigkill_restarts_with_identic
         [TopicContract(topic=topic, model=Order, owner=owner) for topic, owner in owners.items()]
     )
     runtime = Hopchain(registry, component="orders-reader")
-    service = _Service(
+    service = DlqService(
         kafka_bootstrap,
         {f"{topic}.dlq": owner for topic, owner in owners.items()},
         unique_topic_name("resolutions"),
