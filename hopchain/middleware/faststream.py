@@ -12,8 +12,9 @@ subscribers commit after processing::
 Commit behaviour, on FastStream's public acknowledgement API: a record's offset is
 committed (``AckMessage``) after its handler returned and its outputs were acknowledged, or
 after it was parked and the dead-letter write was acknowledged. A record that could not be
-parked is not committed: FastStream's ``NackMessage`` rewinds the consumer to it and it is
-tried again after a pause, so it is never dropped. When a stage aborts, the record is
+parked is not committed: FastStream's ``NackMessage`` rewinds the consumer to it, and its
+partition alone is paused for a second before it is tried again (the subscriber's other
+partitions keep flowing), so it is never dropped. When a stage aborts, the record is
 rewound and every partition of that consumer is paused: nothing later is read or committed,
 and a restart resumes at the record.
 
@@ -31,7 +32,8 @@ handed to the handler as if hopchain were not there; nothing is parked.
 FastStream publishes a handler's return value after the consume scope has ended; if that
 publish fails, the record is not committed either. An output hopchain refuses to send
 (``EnvelopeRejected``) parks the record as a ``contract_violation``; any other failure
-rewinds the consumer to the record, which is handled again after a short pause.
+rewinds the consumer to the record, which is handled again after a short pause of its
+partition.
 
 Dead letters keep the original headers byte for byte, which FastStream's publish API cannot
 express, so they are written with a producer the middleware owns (:class:`KafkaWriter`,
@@ -74,6 +76,7 @@ from hopchain.middleware.faststream_commits import (
     pending,
     require_safe_producer,
 )
+from hopchain.middleware.partition_holds import PartitionHolds
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 from hopchain.propagation import KeptTraceContext
@@ -146,6 +149,7 @@ class HopchainMiddleware:
         self.batched = hopchain.config.commits == "batched"
         self._checked = False
         self.commits = BatchedCommits(hopchain.config, retry_pause=_RETRY_PAUSE_SECONDS)
+        self.holds = PartitionHolds(_RETRY_PAUSE_SECONDS)
 
     @property
     def owns_commits(self) -> bool:
@@ -234,6 +238,7 @@ class HopchainMiddleware:
         (``FastStream(broker, on_shutdown=[middleware.close])``): afterwards, records settled
         since the last commit can only be read again.
         """
+        self.holds.close()
         try:
             await self.commits.close()
         finally:
@@ -261,6 +266,8 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         self._pending: Pending | None = None
         self._token: Any = None
         self._batch: Batch | None = None
+        self._unwritten: DeadLetterWriteError | None = None
+        """Per-record mode: the rejection's dead letter failed; rewound in consume_scope."""
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -291,33 +298,42 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 _parseable(self.msg)
                 return
             await self._reject(record, error)
+            return
         self._started = time.perf_counter()
         self.hop, _ = self._scope.enter_context(
             self.hopchain.handling(record, decoded, group=self.owner.group)
         )
 
-    async def _reject(self, record: ConsumedRecord, error: DecodeError) -> NoReturn:
+    async def _reject(self, record: ConsumedRecord, error: DecodeError) -> None:
         try:
             await self.hopchain.reject(
                 record, error, group=self.owner.group, writer=self.owner.writer
             )
         except DeadLetterWriteError as exc:
-            await self._retry_later(record, exc)
+            # Rewound in consume_scope, where FastStream hands over the consumer to pause.
+            self._unwritten = exc
+            _parseable(self.msg)
+            return
         _parseable(self.msg)
         # Parked and acknowledged by the broker: now, and only now, move past it.
         raise AckMessage
 
-    @staticmethod
-    async def _retry_later(record: ConsumedRecord, exc: Exception) -> NoReturn:
+    async def _retry_later(self, record: ConsumedRecord, exc: Exception) -> NoReturn:
+        """Leave the record uncommitted and read it again after a pause of its partition."""
         logger.critical(
             "%s is not committed and will be read again: %s",
             record.describe(),
             exc,
             extra={"hopchain_event": "record_retried", "topic": record.topic},
         )
-        await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+        await self._pause_partition(record)
         # FastStream's nack rewinds the consumer to this record: it is read again next.
         raise NackMessage from exc
+
+    async def _pause_partition(self, record: ConsumedRecord) -> None:
+        """Pause the record's partition only (or, without a consumer, wait here)."""
+        if not self.owner.holds.hold(self.message, record.topic, record.partition):
+            await asyncio.sleep(_RETRY_PAUSE_SECONDS)
 
     def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
@@ -334,6 +350,9 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         """Hand the typed payload to the handler; park the record if the handler fails."""
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
+        if self._unwritten is not None and self._record is not None:
+            self.message = msg
+            await self._retry_later(self._record, self._unwritten)
         self._begin(msg)
         hop = self.hop
         if hop is None:
@@ -388,6 +407,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         """Read nothing more: pause every partition of the consumer that read the record."""
         consumer = getattr(self.message, "consumer", None)
         pause = getattr(consumer, "pause", None)
+        self.owner.holds.halt()
         if consumer is not None and pause is not None:
             pause(*consumer.assignment())
 
@@ -460,7 +480,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 "component": self.hopchain.component,
             },
         )
-        await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+        await self._pause_partition(hop.record)
         raise NackMessage from exc
 
     # -- publishing --------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from middleware_helpers import (
@@ -41,6 +43,12 @@ if TYPE_CHECKING:
 def batched(**values: float) -> HopchainConfig:
     return HopchainConfig(
         commits="batched", dead_letter_attempts=2, dead_letter_backoff_seconds=0.01, **values
+    )
+
+
+def per_record() -> HopchainConfig:
+    return HopchainConfig(
+        commits="record", dead_letter_attempts=2, dead_letter_backoff_seconds=0.01
     )
 
 
@@ -95,9 +103,12 @@ async def test_batched_commits_reach_the_end_with_every_output_sent_once(
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("failing", ["output", "dead_letter"])
+@pytest.mark.parametrize(
+    ("commits", "failing"),
+    [("batched", "output"), ("batched", "dead_letter"), ("record", "dead_letter")],
+)
 async def test_a_failing_send_pauses_only_its_partition(
-    kafka_bootstrap: str, new_topic: TopicFactory, failing: str
+    kafka_bootstrap: str, new_topic: TopicFactory, commits: str, failing: str
 ) -> None:
     source = await new_topic(partitions=2)
     output, strict, dlq = f"{source}.out", f"{source}.strict", f"{source}.dlq"
@@ -106,7 +117,8 @@ async def test_a_failing_send_pauses_only_its_partition(
     await create_topics(kafka_bootstrap, strict, dlq, configs={"max.message.bytes": "3000"})
     contracts = registry(contract(source), contract(output), contract(strict))
     group = unique_topic_name("pause")
-    broker, middleware = stage(kafka_bootstrap, contracts, batched(), group)
+    config = batched() if commits == "batched" else per_record()
+    broker, middleware = stage(kafka_bootstrap, contracts, config, group)
     released = asyncio.Event()
     seen: dict[int, list[float]] = {0: [], 1: []}
 
@@ -150,6 +162,61 @@ async def test_a_failing_send_pauses_only_its_partition(
     assert {Doc.model_validate_json(record.value).id for record in outputs} == {0, *range(1, 80, 2)}
     assert await record_count(kafka_bootstrap, strict) == 0
     assert await record_count(kafka_bootstrap, dlq) == 0
+
+
+@pytest.mark.kafka
+async def test_per_record_a_rejection_whose_dead_letter_fails_pauses_only_its_partition(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    source = await new_topic(partitions=2)
+    dlq = f"{source}.dlq"
+    # Too small for the dead letter, and for the reference dead letter that replaces it.
+    await create_topics(kafka_bootstrap, dlq, configs={"max.message.bytes": "200"})
+    contracts = registry(contract(source))
+    group = unique_topic_name("reject-pause")
+    broker, middleware = stage(kafka_bootstrap, contracts, per_record(), group)
+    seen: list[float] = []
+
+    @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
+    async def handle(item: Doc) -> None:
+        seen.append(time.monotonic())
+
+    middleware.check(broker)
+    await broker.start()
+    try:
+        async with raw_producer(kafka_bootstrap) as producer:
+            # No envelope: rejected, and its dead letter cannot be written.
+            await producer.send_and_wait(source, b"z" * 2900, partition=0)
+            await asyncio.sleep(1.5)
+            sender = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
+            for number in range(1, 80, 2):
+                await sender.send(source, doc(number), partition=1)
+                await asyncio.sleep(0.05)
+        await wait_until(lambda: len(seen) == 40, what="partition 1 handled")
+        await wait_until(
+            lambda: _committed(kafka_bootstrap, group, (source, 1), 40), what="p1 committed"
+        )
+        gaps = [later - earlier for earlier, later in itertools.pairwise(seen)]
+        assert max(gaps) < 0.5
+        assert (await committed_offsets(kafka_bootstrap, group)).get((source, 0)) in (None, 0)
+        assert await record_count(kafka_bootstrap, dlq) == 0
+        # The cause fixed: the dead-letter topic takes the record, and partition 0 moves on.
+        await alter_topic(kafka_bootstrap, dlq, {"max.message.bytes": "1048588"})
+        await wait_until(lambda: committed_to_end(kafka_bootstrap, group, source), what="p0 too")
+    finally:
+        await middleware.close()
+        await broker.stop()
+    [parked] = await read_topic(kafka_bootstrap, dlq)
+    assert parked.value == b"z" * 2900
+
+
+async def alter_topic(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs)])
+    finally:
+        await admin.close()
 
 
 async def _committed(bootstrap: str, group: str, tp: tuple[str, int], offset: int) -> bool:
