@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from contextvars import ContextVar
 from typing import Any, NoReturn
@@ -82,7 +83,7 @@ from hopchain.middleware.topics import ensure_dead_letter_topics
 from hopchain.propagation import KeptTraceContext
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import mark_error
+from hopchain.tracing import mark_error, note_sent
 
 __all__ = ["BrokerWriter", "HopchainMiddleware"]
 
@@ -150,6 +151,9 @@ class HopchainMiddleware:
         self._checked = False
         self.commits = BatchedCommits(hopchain.config, retry_pause=_RETRY_PAUSE_SECONDS)
         self.holds = PartitionHolds(_RETRY_PAUSE_SECONDS)
+        self.server_address: str | None = None
+        """The broker's bootstrap servers, seen when it connects (labels the send spans)."""
+        self.client_id: str | None = None
 
     @property
     def owns_commits(self) -> bool:
@@ -194,7 +198,7 @@ class HopchainMiddleware:
             ConfigurationError: naming the subscriber's topics and the fix.
         """
         if isinstance(broker, KafkaBroker):
-            require_safe_producer(broker)
+            require_safe_producer(broker, self._connecting)
         for subscriber in broker.subscribers:
             topics = [topic.name for topic in getattr(subscriber, "topics", ())]
             policy = getattr(subscriber, "ack_policy", None)
@@ -214,6 +218,14 @@ class HopchainMiddleware:
             self.hopchain.check_topics(topics)
             self.topics += [topic for topic in topics if topic not in self.topics]
         self._checked = True
+
+    def _connecting(self, options: Mapping[str, Any]) -> None:
+        servers = options.get("bootstrap_servers")
+        if isinstance(servers, (list, tuple)):
+            servers = ",".join(str(server) for server in servers)
+        self.server_address = servers if isinstance(servers, str) else None
+        client_id = options.get("client_id")
+        self.client_id = client_id if isinstance(client_id, str) else None
 
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.
@@ -244,6 +256,13 @@ class HopchainMiddleware:
         finally:
             if self._owned is not None:
                 await self._owned.close()
+
+
+def _key_bytes(key: Any) -> bytes | None:
+    """A publish's key as the span records it."""
+    if isinstance(key, bytes):
+        return key
+    return key.encode() if isinstance(key, str) else None
 
 
 class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
@@ -506,12 +525,22 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         topic = cmd.destination
         try:
             with self.hopchain.sending(
-                topic, cmd.body, incoming=incoming, headers=cmd.headers
+                topic,
+                cmd.body,
+                incoming=incoming,
+                headers=cmd.headers,
+                key=_key_bytes(cmd.key),
+                server_address=self.owner.server_address,
             ) as record:
                 if waiting is not None:
                     # Batched: not waited for here; the commit waits for the acknowledgement.
                     cmd.no_confirm = True
                 sent = await self._send(call_next, cmd, record.value, record.headers)
+                # The partition is known once the broker answered (not yet when batched).
+                note_sent(
+                    None if isinstance(sent, asyncio.Future) else sent,
+                    client_id=self.owner.client_id,
+                )
                 if waiting is not None and isinstance(sent, asyncio.Future):
                     waiting.wait_for(sent)
                 return sent

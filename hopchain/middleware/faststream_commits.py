@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -170,12 +170,15 @@ async def _maybe_await(result: Awaitable[None] | None) -> None:
         await result
 
 
-def require_safe_producer(broker: KafkaBroker) -> None:
+def require_safe_producer(
+    broker: KafkaBroker, seen: Callable[[Mapping[str, Any]], None] | None = None
+) -> None:
     """Have the broker's producer write with ``acks="all"`` and idempotence.
 
     Left unset, both are set when the broker connects; an explicit ``acks=0`` or ``acks=1``
     is refused there with one line: an output acknowledged by the leader alone is lost
-    with it, and its offset would already be committed.
+    with it, and its offset would already be committed. ``seen`` is given the connection
+    options (bootstrap servers and client id label the send spans).
     """
     config = broker.config.broker_config
     connect = config.connect
@@ -193,6 +196,8 @@ def require_safe_producer(broker: KafkaBroker) -> None:
         if acks not in _SAFE_ACKS:
             options["acks"] = "all"
         options["enable_idempotence"] = True
+        if seen is not None:
+            seen(options)
         await connect(**options)
 
     checked.hopchain_checked = True  # type: ignore[attr-defined]

@@ -145,3 +145,17 @@ async def test_faststreams_telemetry_middleware_in_either_order_keeps_one_trace(
     }
     for parent, child in itertools.pairwise(hops):
         assert parent_span_id(by_id[child]) == parent
+    # The relay's forward has a PRODUCER span under its hop's span, labelled as the
+    # OpenTelemetry messaging conventions label a send (partition once acknowledged).
+    [send] = [
+        span
+        for span in by_id.values()
+        if span.name == f"send {second}" and parent_span_id(span) == hops[1]
+    ]
+    assert send.kind is trace.SpanKind.PRODUCER
+    attributes = dict(send.attributes or {})
+    assert attributes["messaging.system"] == "kafka"
+    assert attributes["messaging.destination.name"] == second
+    assert attributes["messaging.destination.partition.id"] == "0"
+    assert attributes["server.address"] == kafka_bootstrap
+    assert str(attributes["messaging.client.id"]).strip()
