@@ -4,7 +4,10 @@ A dead-letter topic the broker auto-creates on the first park gets the broker's 
 retention (often 7 days): parked records would expire unseen. With auto-creation off, the
 first park fails. So a service creates its dead-letter topics at start-up, with unlimited
 retention and as many partitions as the source topic, and refuses to start, in one line,
-when the broker refuses.
+when the broker refuses. Dead-letter topics that already exist are checked instead: a
+retention that would delete parked records, or a size limit below what the source topic
+allows, is logged as an error at start-up (``hopchain_event=dead_letter_topic_unsafe``),
+with the setting to change.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError
 from hopchain.metadata import wait_for_leaders
 from hopchain.schemas import ContractRegistry
+from hopchain.topic_checks import retention_problems, size_problems
 
 __all__ = ["DEAD_LETTER_TOPIC_CONFIG", "ensure_dead_letter_topics"]
 
@@ -55,6 +59,7 @@ async def ensure_dead_letter_topics(
     try:
         existing = set(await admin.list_topics())
         missing = {dlq: source for dlq, source in wanted.items() if dlq not in existing}
+        await _report_unsafe(admin, sorted(set(wanted) & existing))
         if not missing:
             return []
         described = {
@@ -82,6 +87,27 @@ async def ensure_dead_letter_topics(
     for name in created:
         logger.info("created dead-letter topic %s (retention unlimited)", name)
     return created
+
+
+async def _report_unsafe(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[str]]:
+    """Log (and return) what in existing dead-letter topics could lose or refuse letters."""
+    if not topics:
+        return {}
+    found: dict[str, list[str]] = {}
+    for checked in (await retention_problems(admin, topics), await size_problems(admin, topics)):
+        for topic, problems in checked.items():
+            found.setdefault(topic, []).extend(problems)
+    for topic, problems in sorted(found.items()):
+        if problems:
+            logger.error(
+                "dead-letter topic %s can lose or refuse dead letters: %s; change it with "
+                "kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config ...",
+                topic,
+                "; ".join(problems),
+                topic,
+                extra={"hopchain_event": "dead_letter_topic_unsafe", "topic": topic},
+            )
+    return found
 
 
 def _created(results: list[dict[str, object]]) -> list[str]:

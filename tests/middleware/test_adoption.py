@@ -8,6 +8,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -400,6 +401,37 @@ async def test_dead_letter_topics_are_made_at_start_up_where_auto_creation_is_of
             await refusing.prepare()
         assert "\n" not in str(stopped.value)
         assert f"{clash}.dlq" in str(stopped.value)
+
+
+async def test_an_existing_dead_letter_topic_that_would_lose_letters_is_reported_at_start_up(
+    kafka_bootstrap: str, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = await new_topic()
+    dlq = f"{source}.dlq"
+    # As a broker's auto-creation leaves it: 7 days, and the broker's default size limit.
+    week = str(7 * 24 * 3600 * 1000)
+    await create_topics(
+        kafka_bootstrap, dlq, configs={"retention.ms": week, "max.message.bytes": "1048588"}
+    )
+    runtime = Hopchain(
+        registry(contract(source)),
+        component="estate",
+        config=HopchainConfig(kafka_bootstrap=kafka_bootstrap),
+    )
+    group = unique_topic_name("estate")
+    broker, middleware = service(kafka_bootstrap, runtime, group)
+    broker.subscriber(source, group_id=group)(ignore)
+    middleware.check(broker)
+    with caplog.at_level(logging.ERROR, logger="hopchain"):
+        assert await middleware.prepare() == []
+    [line] = [r for r in caplog.records if getattr(r, "hopchain_event", None)]
+    assert line.hopchain_event == "dead_letter_topic_unsafe"  # type: ignore[attr-defined]
+    text = line.getMessage()
+    assert "\n" not in text
+    assert f"{dlq} can lose or refuse dead letters" in text
+    assert f"retention.ms={week} (needs -1)" in text
+    # The source allows the broker's default record size; parking adds headers on top.
+    assert "max.message.bytes=1048588 (needs at least" in text
 
 
 # -- 5. exception text, opt-in -------------------------------------------------------------------
