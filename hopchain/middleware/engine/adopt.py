@@ -21,6 +21,7 @@ from hopchain.schemas import (
     ConsumedRecord,
     Decision,
     Decoded,
+    Envelope,
     TopicContract,
     WireMode,
     append_hop,
@@ -28,9 +29,9 @@ from hopchain.schemas import (
     new_envelope_id,
 )
 from hopchain.schemas.ids import new_span_id, new_trace_id
-from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
+from hopchain.schemas.traceparent import TraceParent, format_traceparent, parse_traceparent
 
-__all__ = ["adopt", "is_bare"]
+__all__ = ["adopt", "is_bare", "origin_for"]
 
 
 def _last_text(record: ConsumedRecord, name: str) -> str | None:
@@ -73,35 +74,53 @@ def adopt(parts: EngineParts, contract: TopicContract, record: ConsumedRecord) -
             partition=record.partition,
             offset=record.offset,
         ) from None
-    incoming = parse_traceparent(_last_text(record, TRACEPARENT_HEADER) or "")
+    envelope, traceparent = origin_for(
+        parts,
+        record,
+        contract,
+        incoming=parse_traceparent(_last_text(record, TRACEPARENT_HEADER) or ""),
+        run_id=f"adopted-{record.topic}",
+        observation=(
+            f"adopted a record without an envelope from {record.describe()}: its producer "
+            "has not adopted hopchain"
+        ),
+    )
+    parts.metrics.adopted.labels(record.topic, parts.component).inc()
+    return Decoded(envelope, payload, contract, traceparent, _last_text(record, TRACESTATE_HEADER))
+
+
+def origin_for(
+    parts: EngineParts,
+    record: ConsumedRecord,
+    contract: TopicContract,
+    *,
+    incoming: TraceParent | None,
+    run_id: str,
+    observation: str,
+) -> tuple[Envelope, str]:
+    """An envelope for ``record`` whose origin hop the reading component writes.
+
+    The hop continues ``incoming`` (the record's own trace) when there is one. Returns the
+    envelope and the ``traceparent`` naming its hop.
+    """
     trace_id = incoming.trace_id if incoming is not None else new_trace_id()
-    origin_span = incoming.span_id if incoming is not None else new_span_id()
+    span_id = incoming.span_id if incoming is not None else new_span_id()
     envelope = new_envelope(
         contract=contract.name,
         contract_version=contract.version,
-        run_id=f"adopted-{record.topic}",
+        run_id=run_id,
         work_item_id=new_envelope_id(),
         trace_id=trace_id,
-        origin_span_id=origin_span,
+        origin_span_id=span_id,
     )
     envelope = append_hop(
         envelope,
         component=parts.component,
         instance=parts.instance,
         decision=Decision.ORIGINATED,
-        span_id=origin_span,
-        observation=(
-            f"adopted a record without an envelope from {record.describe()}: its producer "
-            "has not adopted hopchain"
-        ),
+        span_id=span_id,
+        observation=observation,
         destination=record.topic,
         keyring=parts.keyring,
     )
-    parts.metrics.adopted.labels(record.topic, parts.component).inc()
-    return Decoded(
-        envelope,
-        payload,
-        contract,
-        format_traceparent(trace_id, origin_span),
-        _last_text(record, TRACESTATE_HEADER),
-    )
+    return envelope, format_traceparent(trace_id, span_id)

@@ -15,19 +15,15 @@ import json
 from pydantic import BaseModel
 
 from hopchain.exceptions import DecodeError
+from hopchain.middleware.engine.adopt import origin_for
 from hopchain.middleware.engine.parts import EngineParts
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
     ConsumedRecord,
-    Decision,
     Decoded,
     WireMode,
-    append_hop,
-    new_envelope,
-    new_envelope_id,
 )
-from hopchain.schemas.ids import new_span_id, new_trace_id
-from hopchain.schemas.traceparent import TraceParent, format_traceparent, parse_traceparent
+from hopchain.schemas.traceparent import TraceParent, parse_traceparent
 
 __all__ = ["passed_on"]
 
@@ -55,34 +51,21 @@ def _first_traceparent(record: ConsumedRecord) -> TraceParent | None:
 def passed_on(parts: EngineParts, record: ConsumedRecord, error: DecodeError) -> Decoded:
     """A refused record as the caller of a report-only topic receives it."""
     contract = parts.registry.get(record.topic)
-    incoming = _first_traceparent(record)
-    trace_id = incoming.trace_id if incoming is not None else new_trace_id()
-    span_id = incoming.span_id if incoming is not None else new_span_id()
-    envelope = new_envelope(
-        contract=contract.name,
-        contract_version=contract.version,
+    envelope, traceparent = origin_for(
+        parts,
+        record,
+        contract,
+        incoming=_first_traceparent(record),
         run_id=f"reported-{record.topic}",
-        work_item_id=new_envelope_id(),
-        trace_id=trace_id,
-        origin_span_id=span_id,
-    )
-    envelope = append_hop(
-        envelope,
-        component=parts.component,
-        instance=parts.instance,
-        decision=Decision.ORIGINATED,
-        span_id=span_id,
         observation=(
             f"report-only: {record.describe()} would be parked ({error.code.value} at "
             f"{error.path}); passed on unvalidated"
         ),
-        destination=record.topic,
-        keyring=parts.keyring,
     )
     return Decoded(
         envelope,
         _unvalidated(contract.model, record.value, body=contract.mode is WireMode.BODY),
         contract,
-        format_traceparent(trace_id, span_id),
+        traceparent,
         None,
     )
