@@ -109,6 +109,8 @@ class OffsetLedger:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._halted = False
+        self._holds: dict[TopicPartition, int] = {}
+        """Handler failures being settled per partition (paused until they are)."""
 
     # -- recording -----------------------------------------------------------------------------
 
@@ -208,6 +210,28 @@ class OffsetLedger:
         state.resume = None
         with contextlib.suppress(IllegalStateError):
             self.consumer.resume(tp)
+
+    def hold(self, entry: Entry) -> None:
+        """Pause the entry's partition until :meth:`release` (its failure is being settled)."""
+        tp = TopicPartition(entry.record.topic, entry.record.partition)
+        self._holds[tp] = self._holds.get(tp, 0) + 1
+        with contextlib.suppress(IllegalStateError):
+            self.consumer.pause(tp)
+
+    def release(self, entry: Entry) -> None:
+        """Resume what :meth:`hold` paused, once no hold, halt or rewind keeps it paused."""
+        tp = TopicPartition(entry.record.topic, entry.record.partition)
+        left = self._holds.get(tp, 1) - 1
+        if left > 0:
+            self._holds[tp] = left
+            return
+        self._holds.pop(tp, None)
+        state = self.partitions.get(tp)
+        if self._halted or (state is not None and state.resume is not None):
+            return
+        with contextlib.suppress(IllegalStateError):
+            if tp in self.consumer.assignment():
+                self.consumer.resume(tp)
 
     def halt(self, entry: Entry) -> asyncio.Task[None]:
         """The stage aborted on this record: read nothing more, commit up to it.

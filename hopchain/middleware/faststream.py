@@ -411,6 +411,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 self.hopchain.settle(hop, exc, writer=self.owner.writer),
                 self._pending,
                 lambda settled: bool(settled.aborted),
+                may_abort=True,
             )
             raise AckMessage from exc
         try:
@@ -477,6 +478,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 self.hopchain.settle(self.hop, exc_val, writer=self.owner.writer),
                 record,
                 lambda settled: bool(settled.aborted),
+                may_abort=True,
             )
             return True
         # An output not sent, a nack or an unexpected error: read the partition again.

@@ -130,7 +130,7 @@ class Batch:
             work = hopchain.settle(item.hop, exc, writer=owner.writer)
             if item.pending is not None:
                 owner.commits.settle_in_background(
-                    work, item.pending, lambda settled: bool(settled.aborted)
+                    work, item.pending, lambda settled: bool(settled.aborted), may_abort=True
                 )
                 continue
             try:

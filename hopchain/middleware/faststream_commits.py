@@ -93,19 +93,30 @@ class BatchedCommits:
         return Pending(ledger, ledger.begin(record))
 
     def settle_in_background(
-        self, work: Coroutine[Any, Any, Any], record: Pending | None, aborted: Callable[[Any], bool]
+        self,
+        work: Coroutine[Any, Any, Any],
+        record: Pending | None,
+        aborted: Callable[[Any], bool],
+        *,
+        may_abort: bool = False,
     ) -> asyncio.Task[Any]:
         """Run a dead-letter write (or reroute) without waiting for it.
 
         The record settles when it succeeds; the consumer halts when ``aborted(result)``
-        says the stage aborted.
+        says the stage aborted. With ``may_abort`` (a handler's failure, whose exit is not
+        known yet) the record's partition is paused meanwhile, so no later record of it
+        reaches the handler before the stage knows whether it aborts.
         """
+        if record is not None and may_abort:
+            record.ledger.hold(record.entry)
 
         async def settle() -> Any:
             result = await work
             if record is not None and aborted(result):
                 # Blocked before the task completes: no commit can pass the record.
                 self.halts.append(record.ledger.halt(record.entry))
+            elif record is not None and may_abort:
+                record.ledger.release(record.entry)
             return result
 
         task = asyncio.get_running_loop().create_task(settle())
