@@ -99,6 +99,12 @@ class ReasonCode(StrEnum):
     """Schema 2: the payload is not the one whose digest the last hop sealed."""
     UNEXPECTED_WRITER = "unexpected_writer"
     """Schema 2: the last hop's component is not one of the writers the topic's contract names."""
+    CONTRACT_ERROR = "contract_error"
+    """The topic's contract model raised while validating the payload (not a validation error:
+    a bug in a validator); the record is parked rather than acknowledged."""
+    READER_ERROR = "reader_error"
+    """hopchain itself, or one of its collaborators (dedupe store, span exporter, exception
+    mapper), raised while reading or settling the record; it is parked, never acknowledged."""
 
 
 class HopchainError(Exception):
