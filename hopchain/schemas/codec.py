@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn, TypeVar
@@ -276,7 +277,7 @@ class EnvelopeCodec:
         keyring: Keyring | None = None,
         limits: Limits | None = None,
         schema: int = WIRE_MAJOR,
-        full_check: bool = False,
+        full_check: bool | None = None,
     ) -> None:
         """Build a codec for the registry's topics.
 
@@ -286,14 +287,21 @@ class EnvelopeCodec:
             limits: bounds on records.
             schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
                 for readers that know no other. Both are read.
-            full_check: schema 2: parse and check every hop of every record read, not only
-                the last (earlier hops are otherwise authenticated by the digest chain).
+            full_check: deprecated, and ignored: every hop of every record read is parsed
+                and checked (there is one reading). Accepted so that callers written for
+                hopchain 2.x before it keep working; passing it warns.
         """
+        if full_check is not None:
+            warnings.warn(
+                "EnvelopeCodec(full_check=...) is deprecated and has no effect: every hop is "
+                "checked",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.registry = registry
         self.keyring = keyring
         self.limits = limits or Limits()
         self.schema = schema
-        self.full_check = full_check
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -359,9 +367,7 @@ class EnvelopeCodec:
         headers: RawHeaders,
     ) -> tuple[Envelope, BaseModel]:
         if contract.mode is WireMode.BODY and is_v2(value):
-            envelope, payload_bytes = read_v2(
-                contract, value, keyring=self.keyring, full=self.full_check
-            )
+            envelope, payload_bytes = self._read_v2(contract, value)
             # Only the payload is searched: the envelope's objects are parsed strictly.
             _refuse_non_finite(payload_bytes or b"", "$.payload")
             return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
@@ -378,9 +384,7 @@ class EnvelopeCodec:
             # The bytes as received (their text was checked to be UTF-8 when read).
             envelope_bytes = next(raw for name, raw in headers if name == ENVELOPE_HEADER) or b""
             if is_v2(envelope_bytes):
-                envelope, _ = read_v2(
-                    contract, envelope_bytes, keyring=self.keyring, full=self.full_check
-                )
+                envelope, _ = self._read_v2(contract, envelope_bytes)
                 return envelope, self._payload_v2(contract, envelope, value)
             _refuse_non_finite(envelope_bytes, f"$.headers.{ENVELOPE_HEADER}")
             envelope = self._validate(Envelope, envelope_bytes)
@@ -400,6 +404,19 @@ class EnvelopeCodec:
             )
 
         return envelope, payload
+
+    def _read_v2(self, contract: TopicContract, text: bytes) -> tuple[Envelope, bytes | None]:
+        try:
+            return read_v2(contract, text, keyring=self.keyring)
+        except EnvelopeError:
+            raise
+        except Exception as exc:
+            # A last line: the reader raises EnvelopeError only, for every input known.
+            raise EnvelopeError(
+                ReasonCode.READER_ERROR,
+                f"the schema-2 reader failed: {type(exc).__name__}: {exc}"[:500],
+                "$",
+            ) from exc
 
     def _checked(self, contract: TopicContract, envelope: Envelope) -> Envelope:
         if wire_of(envelope) is not None and envelope.schema_version.startswith("2."):

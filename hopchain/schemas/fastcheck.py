@@ -21,13 +21,27 @@ import msgspec.inspect as mi
 
 from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TOPIC_PATTERN
 
-__all__ = ["fast_twin"]
+__all__ = ["chain_twin", "fast_twin"]
 
 Check = Callable[[Any], bool]
 
 
+def _without_pattern(meta: msgspec.Meta) -> msgspec.Meta:
+    """The bounds msgspec checks in C (lengths, ranges); patterns are left to the checker."""
+    kept = {
+        name: getattr(meta, name)
+        for name in ("ge", "le", "gt", "lt", "min_length", "max_length")
+        if getattr(meta, name) is not None
+    }
+    return msgspec.Meta(**kept)
+
+
 def _twin_type(hint: Any) -> Any:
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        metas = [_without_pattern(m) for m in extras if isinstance(m, msgspec.Meta)]
+        return typing.Annotated[(_twin_type(base), *metas)] if metas else _twin_type(base)
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
         return fast_twin(hint)[0]
     if origin is list:
@@ -100,12 +114,12 @@ class _Compiler:
         return []
 
     def scalar(self, info: mi.StrType | mi.IntType, var: str) -> list[str]:
-        """Conditions under which a string or integer breaks its constraints."""
-        if isinstance(info, mi.IntType):
-            return [
-                *([f"{var} < {info.ge}"] if info.ge is not None else []),
-                *([f"{var} > {info.le}"] if info.le is not None else []),
-            ]
+        """Conditions under which a string or integer breaks its constraints.
+
+        Bounds are the twin's (msgspec checks them while decoding): only patterns are left.
+        """
+        if isinstance(info, mi.IntType) or not info.pattern:
+            return []
         if info.pattern in _RECURRING:
             # Names (components, topics, contracts) recur from record to record: a string
             # that passed once is remembered, and found again by a set lookup.
@@ -113,14 +127,7 @@ class _Compiler:
             return [
                 f"{var} not in {self.constant(passed)} and not {self.constant(passed.check)}({var})"
             ]
-        tests = []
-        if info.min_length is not None:
-            tests.append(f"len({var}) < {info.min_length}")
-        if info.max_length is not None:
-            tests.append(f"len({var}) > {info.max_length}")
-        if info.pattern:
-            tests.append(f"{self.constant(re.compile(info.pattern).search)}({var}) is None")
-        return tests
+        return [f"{self.constant(re.compile(info.pattern).search)}({var}) is None"]
 
     def struct(self, info: mi.StructType) -> str:
         if info.cls in self.done:
@@ -146,7 +153,7 @@ class _Compiler:
 @cache
 def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
     """The unconstrained twin of a wire struct, and the check of its constraints."""
-    hints = typing.get_type_hints(kind)
+    hints = typing.get_type_hints(kind, include_extras=True)
     fields = [(name, _twin_type(hints[name])) for name in kind.__struct_fields__]
     twin = msgspec.defstruct(
         f"Fast{kind.__name__}",
@@ -156,3 +163,11 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
         module=kind.__module__,
     )
     return twin, _Compiler().build(typing.cast("mi.StructType", mi.type_info(kind)))
+
+
+
+@cache
+def chain_twin(kind: type[msgspec.Struct]) -> tuple[msgspec.json.Decoder[list[Any]], Check]:
+    """A decoder of a list of ``kind``'s twins (a whole chain at once), and the check."""
+    twin, check = fast_twin(kind)
+    return msgspec.json.Decoder(list[twin]), check  # type: ignore[valid-type]

@@ -28,16 +28,14 @@ from hopchain.schemas.sealed import (
     CHAIN_START,
     SIGNATURES,
     Wire,
-    component_of,
     genesis_of,
-    has_marker,
     sealed_envelope,
     settle_pending,
     verify_wire_fields,
     wire_of,
     write_envelope_text,
 )
-from hopchain.schemas.strict import check_timestamps, decode_strict, jcs
+from hopchain.schemas.strict import MAX_DEPTH, decode_hops, decode_strict, jcs, nesting
 from hopchain.schemas.wire import SIGNATURE_PATTERN, HopWire, IdentityWire
 
 if TYPE_CHECKING:
@@ -109,14 +107,18 @@ def has_legacy(ident: IdentityWire) -> bool:
     return bytes(ident.legacy) != b"null"
 
 
-def _legacy(ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
+def _legacy(identity: bytes, ident: IdentityWire, keyring: Keyring | None) -> tuple[Hop, ...]:
+    if nesting(identity) > MAX_DEPTH:
+        raise EnvelopeError(
+            ReasonCode.TOO_DEEP, f"JSON nested more than {MAX_DEPTH} levels deep", "$"
+        )
     raw = bytes(ident.legacy)
     try:
         legacy = Envelope.model_validate_json(raw)
-    except ValueError as exc:
+        canonical = jcs(orjson.loads(raw))
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc)[:300], "$.legacy") from None
-    decode_canonical = orjson.loads(raw)
-    if jcs(decode_canonical) != raw or not legacy.schema_version.startswith("1."):
+    if canonical != raw or not legacy.schema_version.startswith("1."):
         raise EnvelopeError(ReasonCode.NOT_CANONICAL, "legacy chain not canonical", "$.legacy")
     if any(getattr(legacy, name) != getattr(ident, name) for name in _IDENTITY_FIELDS):
         raise EnvelopeError(
@@ -144,17 +146,18 @@ def _check_links(
 
 
 def read_envelope_text(
-    raw: bytes, *, keyring: Keyring | None, full: bool = False, check: bool = True
+    raw: bytes, *, keyring: Keyring | None, check: bool = True
 ) -> tuple[Envelope, bytes]:
     """Read a schema-2 envelope text; return the envelope and what follows the signatures.
 
-    Every hop's digest and, where the keyring holds its component's key, its signature are
-    checked from the bytes; only the last hop is parsed, unless ``full``. Without ``check``,
-    digests and signatures are taken as written, for a tool that shows where a chain breaks
-    (:func:`hopchain.schemas.verify_chain` then tells).
+    Every hop is parsed and checked (SPEC.md section 5, step 6, oldest first), then every
+    hop's digest and, where the keyring holds its component's key, its signature are checked
+    from the bytes. Without ``check``, digests and signatures are taken as written, for a tool
+    that shows where a chain breaks (:func:`hopchain.schemas.verify_chain` then tells).
 
     Raises:
-        EnvelopeError: the text breaks schema 2 (the reason code says how).
+        EnvelopeError: the text breaks schema 2 (the reason code and path say how and where);
+            no other exception, whatever the bytes.
     """
     start = raw.find(CHAIN_START)
     end = raw.find(CHAIN_END, start) if start > 0 else -1
@@ -169,41 +172,33 @@ def read_envelope_text(
         )
     identity = raw[:start] + b"}"
     ident = decode_strict(identity, IdentityWire, "$")
-    legacy = _legacy(ident, keyring) if has_legacy(ident) else ()
-    hops = tuple(raw[start + len(CHAIN_START) : end].split(b",\n"))
+    legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
+    chain = raw[start + len(CHAIN_START) : end]
+    hops = tuple(chain.split(b",\n"))
     if hops == (b"",):
         raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
-    last = decode_strict(hops[-1], HopWire, f"$.chain[{len(hops) - 1}]")
-    check_timestamps(last, f"$.chain[{len(hops) - 1}]")
+    parsed = decode_hops(chain, hops)
+    last = parsed[-1]
     stored = _digests(raw[end + len(CHAIN_END) : middle + 1], len(hops))
     signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
     genesis = genesis_of(identity)
     markers: dict[int, str] = {}
-    # Components are read (from each hop's first member) only to check signatures, and
-    # markers looked for only when the chain holds one at all.
-    keyed = bool(keyring) or full
-    marked = full or _MARKED in raw
-    if check and not keyed and not marked:
+    if _MARKED in chain:
+        markers = {
+            index: hop.degradation.stage
+            for index, hop in enumerate(parsed)
+            if hop.degradation is not None
+        }
+    if check and not keyring:
         _check_links(genesis, hops, stored)
-    else:
+    elif check:
         previous = genesis
         for index, hop in enumerate(hops):
-            path = f"$.chain[{index}]"
             digest = stored[index]
-            if check:
-                _check_links(previous, (hop,), (digest,), offset=index)
-            if keyed and check:
-                component = component_of(hop)
-                if component is None:
-                    # The hop is refused with the reason its full reading gives.
-                    decode_strict(hop, HopWire, path)
-                    raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
-                _check_signature(keyring, component, digest, signatures[index], path)
-            if marked and (full or has_marker(hop)):
-                parsed = decode_strict(hop, HopWire, path)
-                check_timestamps(parsed, path)
-                if parsed.degradation is not None:
-                    markers[index] = parsed.degradation.stage
+            _check_links(previous, (hop,), (digest,), offset=index)
+            _check_signature(
+                keyring, parsed[index].component, digest, signatures[index], f"$.chain[{index}]"
+            )
             previous = digest
     wire = Wire(
         identity,
@@ -256,8 +251,7 @@ def load_envelope(
 ) -> Envelope:
     """Read an envelope's JSON text of either schema (a dead letter's, a record's).
 
-    Schema 2 is read in full: every hop is parsed and checked, and digests and signatures
-    are verified (unless not ``check``: see :func:`read_envelope_text`). A body-mode record
+    Every hop is parsed and checked, and digests and signatures are verified (unless not ``check``: see :func:`read_envelope_text`). A body-mode record
     value may be given: its payload is left aside.
 
     Raises:
@@ -266,7 +260,7 @@ def load_envelope(
     """
     raw = text.encode() if isinstance(text, str) else text
     if CHAIN_START in raw:
-        envelope, rest = read_envelope_text(raw, keyring=keyring, full=True, check=check)
+        envelope, rest = read_envelope_text(raw, keyring=keyring, check=check)
         if rest != b"}" and not rest.startswith(b',"payload":'):
             raise EnvelopeError(ReasonCode.NOT_CANONICAL, "text after the signatures", "$")
         return envelope
