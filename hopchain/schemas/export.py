@@ -26,13 +26,28 @@ def _v2_document(payload: dict[str, Any] | None) -> dict[str, Any]:
     definitions: dict[str, Any] = schema["$defs"]
     document = definitions.pop("EnvelopeDocument")
     # A schema-1 envelope this chain continues, checked by the reader with schema 1's rules.
-    document["properties"]["legacy"] = {"type": ["null", "object"]}
+    definitions.update(_legacy_definitions())
+    document["properties"]["legacy"] = {
+        "anyOf": [{"type": "null"}, {"$ref": "#/$defs/LegacyEnvelope"}]
+    }
     if payload is not None:
         inner = payload.pop("$defs", {})
         definitions.update(inner)
         document["properties"]["payload"] = payload
         document["required"].append("payload")
     return {"$defs": definitions, **document}
+
+
+def _legacy_definitions() -> dict[str, Any]:
+    """Schema 1's envelope (``legacy``), its definitions named ``Legacy...`` to stay apart."""
+    schema = Envelope.model_json_schema(mode="serialization")
+    inner = schema.pop("$defs", {})
+    renamed: dict[str, Any] = json.loads(
+        json.dumps({"Envelope": schema, **inner}).replace('"#/$defs/', '"#/$defs/Legacy')
+    )
+    envelope = renamed["Envelope"]
+    envelope["properties"]["schema_version"] = {"type": "string", "pattern": r"^1\.[0-9]{1,4}$"}
+    return {f"Legacy{name}": value for name, value in renamed.items()}
 
 
 def envelope_schema(schema: int = 2) -> dict[str, Any]:
