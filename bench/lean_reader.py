@@ -126,8 +126,7 @@ def lean_cycle(text: bytes, payload: bytes, model: type[BaseModel], new: LeanHop
         msg = "layout"
         raise ValueError(msg)
     model.model_validate_json(payload)
-    hop = msgspec.structs.replace(new, payload_digest=sha256(payload).hexdigest())
-    sealed = _ENCODE(hop)
+    sealed = _ENCODE(msgspec.structs.replace(new, payload_digest=sha256(payload).hexdigest()))
     digest = sha256(b"%s\n%s" % (previous.encode(), sealed)).hexdigest()
     return b"%s,\n%s%s%s%s%s}" % (
         text[:end],

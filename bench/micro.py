@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from bench.lean_reader import LeanHop, lean_cycle
 from hopchain.schemas import (
     Attempt,
     AttemptKind,
@@ -46,7 +47,6 @@ from hopchain.schemas import (
     new_envelope,
     verify_chain,
 )
-from bench.lean_reader import LeanHop, lean_cycle
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, link
 from hopchain.schemas.strict import decode_strict

@@ -165,7 +165,6 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
     return twin, _Compiler().build(typing.cast("mi.StructType", mi.type_info(kind)))
 
 
-
 @cache
 def chain_twin(kind: type[msgspec.Struct]) -> tuple[msgspec.json.Decoder[list[Any]], Check]:
     """A decoder of a list of ``kind``'s twins (a whole chain at once), and the check."""

@@ -175,11 +175,7 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
     if fast is not None and msgspec.json.encode(fast) == raw and check(fast):
         # The twin has the same members: callers read it as the wire struct.
         return typing.cast("StructT", fast)
-    _refuse(raw, kind, path)
-
-
-def _refuse(raw: bytes, kind: type[StructT], path: str) -> typing.NoReturn:
-    """Why an object the fast path did not accept is refused."""
+    # Refused: find out why.
     document = _parse(raw, path)
     if isinstance(document, dict) and "legacy" in document:
         # Kept as raw text by the struct, and checked on its own.

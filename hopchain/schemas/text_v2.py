@@ -36,7 +36,7 @@ from hopchain.schemas.sealed import (
     write_envelope_text,
 )
 from hopchain.schemas.strict import MAX_DEPTH, decode_hops, decode_strict, jcs, nesting
-from hopchain.schemas.wire import SIGNATURE_PATTERN, HopWire, IdentityWire
+from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
 
 if TYPE_CHECKING:
     from hopchain.schemas.hop import Hop
@@ -251,8 +251,9 @@ def load_envelope(
 ) -> Envelope:
     """Read an envelope's JSON text of either schema (a dead letter's, a record's).
 
-    Every hop is parsed and checked, and digests and signatures are verified (unless not ``check``: see :func:`read_envelope_text`). A body-mode record
-    value may be given: its payload is left aside.
+    Every hop is parsed and checked, and digests and signatures are verified (unless not
+    ``check``: see :func:`read_envelope_text`). A body-mode record value may be given: its
+    payload is left aside.
 
     Raises:
         EnvelopeError: schema 2 text that breaks the schema.

@@ -267,8 +267,8 @@ _MUTATIONS = st.lists(
 
 
 def _mutate(text: bytes, mutations: list[tuple[int, str, bytes]]) -> bytes:
-    for at, how, piece in mutations:
-        at %= max(len(text), 1)
+    for position, how, piece in mutations:
+        at = position % max(len(text), 1)
         if how == "replace":
             text = text[:at] + piece + text[at + len(piece) :]
         elif how == "insert":
@@ -283,9 +283,7 @@ def _resealed(text: bytes) -> bytes:
     try:
         start, end = text.index(b',"chain":[\n'), text.index(b'\n],"digests":')
         hops = text[start + len(b',"chain":[\n') : end].split(b",\n")
-        resealed = reseal(
-            Parts({}, hops, [None] * len(hops), None), identity=text[:start] + b"}"
-        )
+        resealed = reseal(Parts({}, hops, [None] * len(hops), None), identity=text[:start] + b"}")
     except ValueError:
         return text
     return resealed
@@ -303,9 +301,9 @@ def test_any_mutation_of_an_envelope_text_is_read_or_refused_with_a_reason(
     try:
         read_envelope_text(text, keyring=None)
     except EnvelopeError as error:
-        assert error.path.startswith("$")
+        assert error.path.startswith("$")  # noqa: PT017
     value, headers = with_text(RECORD, text)
     try:
         v2_codec().decode(HEADERS_TOPIC, value, headers)
     except DecodeError as error:
-        assert error.code is not ReasonCode.READER_ERROR, error.detail
+        assert error.code is not ReasonCode.READER_ERROR, error.detail  # noqa: PT017
