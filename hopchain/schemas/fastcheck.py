@@ -13,13 +13,14 @@ import re
 import types
 import typing
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
 
-from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TOPIC_PATTERN
+from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TIMESTAMP_PATTERN, TOPIC_PATTERN
 
 __all__ = ["chain_twin", "fast_twin"]
 
@@ -36,20 +37,30 @@ def _without_pattern(meta: msgspec.Meta) -> msgspec.Meta:
     return msgspec.Meta(**kept)
 
 
-def _twin_type(hint: Any) -> Any:
+def _twin_type(hint: Any, *, timestamps: bool) -> Any:
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
         base, *extras = typing.get_args(hint)
-        metas = [_without_pattern(m) for m in extras if isinstance(m, msgspec.Meta)]
-        return typing.Annotated[(_twin_type(base), *metas)] if metas else _twin_type(base)
+        metas = [m for m in extras if isinstance(m, msgspec.Meta)]
+        if timestamps and any(m.pattern == TIMESTAMP_PATTERN for m in metas):
+            return _AWARE
+        metas = [_without_pattern(m) for m in metas]
+        twin = _twin_type(base, timestamps=timestamps)
+        return typing.Annotated[(twin, *metas)] if metas else twin
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
-        return fast_twin(hint)[0]
+        return chain_twin(hint)[2] if timestamps else fast_twin(hint)[0]
     if origin is list:
-        return list[_twin_type(typing.get_args(hint)[0])]  # type: ignore[misc]
+        return list[_twin_type(typing.get_args(hint)[0], timestamps=timestamps)]  # type: ignore[misc]
     if origin in {types.UnionType, typing.Union}:
-        twins = tuple(_twin_type(arg) for arg in typing.get_args(hint))
+        twins = tuple(_twin_type(arg, timestamps=timestamps) for arg in typing.get_args(hint))
         return typing.Union[twins]  # noqa: UP007 - built from a tuple of types
     return hint
+
+
+_AWARE = typing.Annotated[datetime, msgspec.Meta(tz=True)]
+"""A timestamp read by msgspec (in C, calendar included); encoded again, it is spelled
+``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` exactly when its offset is UTC and the text had that
+spelling, so the canonical comparison and an offset check stand for the pattern."""
 
 
 _RECURRING = frozenset({NAME_PATTERN, COMPONENT_PATTERN, TOPIC_PATTERN})
@@ -83,13 +94,13 @@ class _Compiler:
     """Writes one Python function per struct that checks its constraints, inline.
 
     Generated code, not closures: a chain of closures costs a call per field, which on a hop
-    with a failure and retries is most of the time spent reading it.
+    with a failure and retries is most of the time spent reading it. Nested structs are
+    checked inline, in the same function, for the same reason.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, timestamps: bool = False) -> None:
+        self.timestamps = timestamps
         self.names: dict[str, Any] = {}
-        self.lines: list[str] = []
-        self.done: dict[type, str] = {}
 
     def constant(self, value: Any) -> str:
         name = f"_c{len(self.names)}"
@@ -102,7 +113,7 @@ class _Compiler:
             tests = self.scalar(info, var)
             return [f"if {' or '.join(tests)}: return False"] if tests else []
         if isinstance(info, mi.StructType):
-            return [f"if not {self.struct(info)}({var}): return False"]
+            return self.fields(info, var, depth)
         if isinstance(info, mi.ListType):
             item = f"_i{depth}"
             body = self.value(info.item_type, item, depth + 1)
@@ -120,6 +131,8 @@ class _Compiler:
         """
         if isinstance(info, mi.IntType) or not info.pattern:
             return []
+        if self.timestamps and info.pattern == TIMESTAMP_PATTERN:
+            return [f"{var}.tzinfo is not {self.constant(UTC)}"]
         if info.pattern in _RECURRING:
             # Names (components, topics, contracts) recur from record to record: a string
             # that passed once is remembered, and found again by a set lookup.
@@ -129,23 +142,22 @@ class _Compiler:
             ]
         return [f"{self.constant(re.compile(info.pattern).search)}({var}) is None"]
 
-    def struct(self, info: mi.StructType) -> str:
-        if info.cls in self.done:
-            return self.done[info.cls]
-        name = f"_check_{info.cls.__name__}"
-        self.done[info.cls] = name
+    def fields(self, info: mi.StructType, var: str, depth: int) -> list[str]:
+        """Statements that check each member of the struct ``var`` (its own names per depth)."""
+        member = f"_v{depth}"
         body: list[str] = []
         for field in info.fields:
-            statements = self.value(field.type, "_v", 0)
+            statements = self.value(field.type, member, depth + 1)
             if statements:
-                body += [f"_v = value.{field.name}", *statements]
-        self.lines += [f"def {name}(value):", *(f"    {line}" for line in body), "    return True"]
-        return name
+                body += [f"{member} = {var}.{field.name}", *statements]
+        return body
 
     def build(self, info: mi.StructType) -> Check:
-        name = self.struct(info)
+        name = f"_check_{info.cls.__name__}"
+        body = self.fields(info, "value", 0)
+        lines = [f"def {name}(value):", *(f"    {line}" for line in body), "    return True"]
         namespace = dict(self.names)
-        exec("\n".join(self.lines), namespace)  # noqa: S102 - code written above, no input
+        exec("\n".join(lines), namespace)  # noqa: S102 - code written above, no input
         check: Check = namespace[name]
         return check
 
@@ -154,7 +166,7 @@ class _Compiler:
 def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
     """The unconstrained twin of a wire struct, and the check of its constraints."""
     hints = typing.get_type_hints(kind, include_extras=True)
-    fields = [(name, _twin_type(hints[name])) for name in kind.__struct_fields__]
+    fields = [(name, _twin_type(hints[name], timestamps=False)) for name in kind.__struct_fields__]
     twin = msgspec.defstruct(
         f"Fast{kind.__name__}",
         fields,
@@ -166,7 +178,23 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
 
 
 @cache
-def chain_twin(kind: type[msgspec.Struct]) -> tuple[msgspec.json.Decoder[list[Any]], Check]:
-    """A decoder of a list of ``kind``'s twins (a whole chain at once), and the check."""
-    twin, check = fast_twin(kind)
-    return msgspec.json.Decoder(list[twin]), check  # type: ignore[valid-type]
+def chain_twin(
+    kind: type[msgspec.Struct],
+) -> tuple[msgspec.json.Decoder[list[Any]], Check, type[msgspec.Struct]]:
+    """For a whole chain read at once: a decoder of a list of twins, their check, the twin.
+
+    These twins read timestamps as :class:`~datetime.datetime` (see ``_AWARE``): only for
+    checking a chain whose text is then compared with their encoding; their values are not
+    handed out.
+    """
+    hints = typing.get_type_hints(kind, include_extras=True)
+    fields = [(name, _twin_type(hints[name], timestamps=True)) for name in kind.__struct_fields__]
+    twin = msgspec.defstruct(
+        f"Chain{kind.__name__}",
+        fields,
+        forbid_unknown_fields=True,
+        frozen=True,
+        module=kind.__module__,
+    )
+    check = _Compiler(timestamps=True).build(typing.cast("mi.StructType", mi.type_info(kind)))
+    return msgspec.json.Decoder(list[twin]), check, twin  # type: ignore[valid-type]

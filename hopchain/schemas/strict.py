@@ -11,7 +11,9 @@ import json
 import re
 import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar
 
 import msgspec
@@ -21,7 +23,15 @@ from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.fastcheck import chain_twin, fast_twin
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
-__all__ = ["MAX_DEPTH", "check_timestamps", "convert_strict", "decode_hops", "decode_strict", "jcs"]
+__all__ = [
+    "MAX_DEPTH",
+    "ChainRead",
+    "check_timestamps",
+    "convert_strict",
+    "decode_hops",
+    "decode_strict",
+    "jcs",
+]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
 
@@ -203,7 +213,32 @@ _HOP_START = b'{"component":"'
 _ENCODE = msgspec.json.Encoder().encode
 
 
-def decode_hops(chain: bytes, hops: Sequence[bytes]) -> list[HopWire]:
+@dataclass(frozen=True, slots=True)
+class ChainRead:
+    """What a reader keeps of a chain it checked: the last hop, and what it needs of the rest.
+
+    Attributes:
+        last: the last hop.
+        hops: every hop as read (read-only; their timestamps may be datetimes).
+        markers: the degradation marker's stage of each hop that has one, by index.
+    """
+
+    last: HopWire
+    hops: Sequence[Any]
+    markers: dict[int, str]
+
+    def component(self, index: int) -> str:
+        """The component of hop ``index``."""
+        component: str = self.hops[index].component
+        return component
+
+
+@cache
+def _hop_decoder() -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(fast_twin(HopWire)[0])
+
+
+def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
     """Decode and check every hop of a chain, oldest first: step 6 of SPEC.md, for each hop.
 
     ``chain`` is the text between ``[`` LF and LF ``]``, ``hops`` its pieces between ``,`` LF.
@@ -214,7 +249,7 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> list[HopWire]:
         EnvelopeError: the first hop that breaks schema 2, with the reason and its path
             (``$.chain[i]...``).
     """
-    decoder, check = chain_twin(HopWire)
+    decoder, check, _ = chain_twin(HopWire)
     try:
         fast = decoder.decode(b"[%s]" % chain)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
@@ -228,14 +263,19 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> list[HopWire]:
         and _ENCODE(fast) == b"[%s]" % b",".join(hops)
         and all(map(check, fast))
     ):
-        return typing.cast("list[HopWire]", fast)
-    parsed = []
-    for index, hop in enumerate(hops):
-        path = f"$.chain[{index}]"
-        wire = decode_strict(hop, HopWire, path)
-        check_timestamps(wire, path)
-        parsed.append(wire)
-    return parsed
+        parsed: Sequence[Any] = fast
+        # Checked above; read again with timestamps as text, as the wire struct has them.
+        last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
+    else:
+        parsed = []
+        for index, hop in enumerate(hops):
+            path = f"$.chain[{index}]"
+            wire = decode_strict(hop, HopWire, path)
+            check_timestamps(wire, path)
+            parsed.append(wire)
+        last = parsed[-1]
+    markers = {index: hop.degradation.stage for index, hop in enumerate(parsed) if hop.degradation}
+    return ChainRead(last, parsed, markers)
 
 
 def _attempt_times(attempts: list[AttemptWire], path: str) -> list[tuple[str, str]]:
