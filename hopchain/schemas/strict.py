@@ -274,7 +274,11 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
             check_timestamps(wire, path)
             parsed.append(wire)
         last = parsed[-1]
-    markers = {index: hop.degradation.stage for index, hop in enumerate(parsed) if hop.degradation}
+    markers = {
+        index: hop.degradation.stage
+        for index, hop in enumerate(parsed)
+        if hop.degradation is not None
+    }
     return ChainRead(last, parsed, markers)
 
 
