@@ -46,7 +46,10 @@ def _legacy_definitions() -> dict[str, Any]:
         json.dumps({"Envelope": schema, **inner}).replace('"#/$defs/', '"#/$defs/Legacy')
     )
     envelope = renamed["Envelope"]
-    envelope["properties"]["schema_version"] = {"type": "string", "pattern": r"^1\.[0-9]{1,4}$"}
+    envelope["properties"]["schema_version"] = {
+        "type": "string",
+        "pattern": r"^1\.[0-9]{1,4}(?!\n)$",
+    }
     return {f"Legacy{name}": value for name, value in renamed.items()}
 
 

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import BODY_TOPIC, HEADERS_TOPIC
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
+from strategies import BODY_TOPIC, HEADERS_TOPIC, sample_payload
 from wire_support import Parts, canonical, parts_of, reseal, v2_codec, v2_record, with_text
 
 from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
+from hopchain.schemas import Decision, append_hop, envelope_schema, new_envelope
 from hopchain.schemas import codec as codec_module
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.text_v2 import read_envelope_text
@@ -307,3 +309,35 @@ def test_any_mutation_of_an_envelope_text_is_read_or_refused_with_a_reason(
         v2_codec().decode(HEADERS_TOPIC, value, headers)
     except DecodeError as error:
         assert error.code is not ReasonCode.READER_ERROR, error.detail  # noqa: PT017
+
+
+def test_the_exported_schema_accepts_a_carried_schema_1_chain_and_refuses_legacy_objects() -> None:
+    old, new = v2_codec(schema=1), v2_codec()
+    origin = append_hop(
+        new_envelope(
+            contract="samples", contract_version=1, run_id="r", work_item_id="w", schema=1
+        ),
+        component="orders-api",
+        instance="o",
+        decision=Decision.ORIGINATED,
+        span_id="a000000000000001",
+        destination=HEADERS_TOPIC,
+    )
+    v1 = old.encode(HEADERS_TOPIC, origin, sample_payload())
+    received = new.decode(HEADERS_TOPIC, v1.value, list(v1.headers))
+    outgoing = append_hop(
+        received.envelope,
+        component="stage-1",
+        instance="s",
+        decision=Decision.FORWARDED,
+        span_id="b000000000000001",
+        destination=HEADERS_TOPIC,
+    )
+    v2 = new.encode(HEADERS_TOPIC, outgoing, received.payload, verified_hops=1)
+    document = json.loads(dict(v2.headers)[ENVELOPE_HEADER])
+    validator = Draft202012Validator(envelope_schema())
+
+    assert document["legacy"]["schema_version"].startswith("1.")
+    assert list(validator.iter_errors(document)) == []
+    for legacy in ({}, [], {**document["legacy"], "schema_version": "2.0"}):
+        assert list(validator.iter_errors({**document, "legacy": legacy})), legacy
