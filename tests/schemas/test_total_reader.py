@@ -339,5 +339,6 @@ def test_the_exported_schema_accepts_a_carried_schema_1_chain_and_refuses_legacy
 
     assert document["legacy"]["schema_version"].startswith("1.")
     assert list(validator.iter_errors(document)) == []
-    for legacy in ({}, [], {**document["legacy"], "schema_version": "2.0"}):
+    others: list[Any] = [{}, [], {**document["legacy"], "schema_version": "2.0"}]
+    for legacy in others:
         assert list(validator.iter_errors({**document, "legacy": legacy})), legacy
