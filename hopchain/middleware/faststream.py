@@ -59,15 +59,15 @@ from faststream.kafka.response import KafkaPublishCommand
 from hopchain.exceptions import (
     ConfigurationError,
     DeadLetterWriteError,
-    DecodeError,
     EnvelopeRejected,
 )
 from hopchain.middleware.context import (
     HopContext,
     current_hop,
 )
-from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
-from hopchain.middleware.faststream_batch import Batch, receive_batch
+from hopchain.middleware.control import register_control_flow
+from hopchain.middleware.engine import Hopchain, OutgoingRecord, Received, RecordWriter, Verdict
+from hopchain.middleware.faststream_batch import Batch, close_quietly, receive_batch
 from hopchain.middleware.faststream_batch import parseable as _parseable
 from hopchain.middleware.faststream_commits import (
     BatchedCommits,
@@ -88,6 +88,9 @@ from hopchain.tracing import mark_error, note_sent
 __all__ = ["BrokerWriter", "HopchainMiddleware"]
 
 logger = logging.getLogger("hopchain")
+
+# A handler's AckMessage, NackMessage or RejectMessage steers FastStream: never a failure.
+register_control_flow(HandlerException)
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
 _RETRY_PAUSE_SECONDS = 1.0
@@ -299,35 +302,24 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             return
         record = ConsumedRecord.from_aiokafka(self.msg)
         self._record = record
-        if self.hopchain.registry.is_dead_letter_topic(record.topic):
-            # Dead-letter topics are read as they are: re-parking their records would loop.
-            return
-        try:
-            decoded = self.hopchain.accept(record)
-        except DecodeError as error:
-            if self.hopchain.reporting(record.topic):
-                # Report-only: counted and logged, then handled as without hopchain.
-                self.hopchain.would_reject(record, error)
-                return
+        received = self.hopchain.receive(record, group=self.owner.group, scope=self._scope)
+        if received.verdict is Verdict.HANDLE:
+            self._started = time.perf_counter()
+            self.hop = received.hop
+        elif received.verdict is Verdict.PARK:
             if self.owner.owns_commits:
                 # Parked without waiting; the record settles when the write is acknowledged.
-                self._parking = self.hopchain.reject(
-                    record, error, group=self.owner.group, writer=self.owner.writer
+                self._parking = self.hopchain.park(
+                    received, group=self.owner.group, writer=self.owner.writer
                 )
                 _parseable(self.msg)
                 return
-            await self._reject(record, error)
-            return
-        self._started = time.perf_counter()
-        self.hop, _ = self._scope.enter_context(
-            self.hopchain.handling(record, decoded, group=self.owner.group)
-        )
+            await self._reject(received)
+        # SKIP and REPORT: handed on as without hopchain.
 
-    async def _reject(self, record: ConsumedRecord, error: DecodeError) -> None:
+    async def _reject(self, received: Received) -> None:
         try:
-            await self.hopchain.reject(
-                record, error, group=self.owner.group, writer=self.owner.writer
-            )
+            await self.hopchain.park(received, group=self.owner.group, writer=self.owner.writer)
         except DeadLetterWriteError as exc:
             # Rewound in consume_scope, where FastStream hands over the consumer to pause.
             self._unwritten = exc
@@ -460,7 +452,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             if self.hop is not None and exc_val is None:
                 self.hopchain.handled(self.hop)
         finally:
-            self._scope.close()
+            close_quietly(self._scope, self._record)
         return False
 
     async def _settle_batched(self, exc_val: BaseException | None) -> bool:
