@@ -12,7 +12,7 @@ import logging
 import time
 from contextlib import ExitStack
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from faststream import BaseMiddleware, ContextRepo, StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
@@ -28,23 +28,22 @@ from hopchain.middleware.context import (
     current_hop,
 )
 from hopchain.middleware.control import register_control_flow
-from hopchain.middleware.engine import Received, Verdict
+from hopchain.middleware.engine import Hopchain, Received, RecordWriter, Verdict
 from hopchain.middleware.faststream_batch import Batch, close_quietly, receive_batch
 from hopchain.middleware.faststream_batch import parseable as _parseable
 from hopchain.middleware.faststream_commits import (
+    BatchedCommits,
     Pending,
     consumer_of,
     pending,
 )
+from hopchain.middleware.partition_holds import PartitionHolds
 from hopchain.propagation import KeptTraceContext
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error, note_sent
 
-if TYPE_CHECKING:
-    from hopchain.middleware.faststream.factory import HopchainMiddleware
-
-__all__ = ["RETRY_PAUSE_SECONDS", "RecordMiddleware", "writing_raw"]
+__all__ = ["RETRY_PAUSE_SECONDS", "MiddlewareOwner", "RecordMiddleware", "writing_raw"]
 
 logger = logging.getLogger("hopchain")
 
@@ -59,6 +58,23 @@ writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False
 letter: it passes through unchanged."""
 
 
+class MiddlewareOwner(Protocol):
+    """What a record's middleware needs of the factory that made it (``HopchainMiddleware``)."""
+
+    hopchain: Hopchain
+    writer: RecordWriter
+    group: str
+    commits: BatchedCommits
+    holds: PartitionHolds
+    server_address: str | None
+    client_id: str | None
+
+    @property
+    def owns_commits(self) -> bool:
+        """Whether hopchain commits the offsets (batched mode, checked subscribers)."""
+        ...
+
+
 def _key_bytes(key: Any) -> bytes | None:
     """A publish's key as the span records it."""
     if isinstance(key, bytes):
@@ -69,9 +85,7 @@ def _key_bytes(key: Any) -> bytes | None:
 class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
     """What FastStream runs around one record (or one publish)."""
 
-    def __init__(
-        self, msg: Any | None, /, *, context: ContextRepo, owner: HopchainMiddleware
-    ) -> None:
+    def __init__(self, msg: Any | None, /, *, context: ContextRepo, owner: MiddlewareOwner) -> None:
         super().__init__(msg, context=context)
         self.owner = owner
         self.hopchain = owner.hopchain
