@@ -135,6 +135,11 @@ class HopchainMiddleware:
         Raises:
             ConfigurationError: naming the subscriber's topics and the fix.
         """
+        if not isinstance(broker, KafkaBroker | KafkaRouter):
+            raise ConfigurationError(
+                f"HopchainMiddleware reads the records of faststream.kafka (aiokafka) brokers "
+                f"and routers, not of a {type(broker).__module__}.{type(broker).__name__}"
+            )
         if isinstance(broker, KafkaBroker):
             require_safe_producer(broker, self._connecting)
         for subscriber in broker.subscribers:

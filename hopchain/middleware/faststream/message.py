@@ -112,7 +112,20 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if isinstance(self.msg, tuple):
             self._batch = await receive_batch(self, self.msg)
             return
-        record = ConsumedRecord.from_aiokafka(self.msg)
+        try:
+            record = ConsumedRecord.from_aiokafka(self.msg)
+        except Exception as exc:
+            # Not a record of the client this adapter knows: nothing to park it with. It
+            # is read again rather than acknowledged unread, loudly.
+            logger.critical(
+                "hopchain cannot read a %s (%s); it is not committed and is read again: "
+                "the FastStream middleware reads faststream.kafka (aiokafka) records",
+                type(self.msg).__name__,
+                exc,
+                extra={"hopchain_event": "unreadable_record"},
+            )
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+            raise NackMessage from exc
         self._record = record
         received = self.hopchain.receive(record, group=self.owner.group, scope=self._scope)
         if received.verdict is Verdict.HANDLE:
