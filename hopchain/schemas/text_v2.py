@@ -21,7 +21,8 @@ import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.chain import _verify_chain
-from hopchain.schemas.chain_v2 import _check_signature, payload_digest, reseal_last
+from hopchain.schemas.chain_v2 import check_signature as _check_signature
+from hopchain.schemas.chain_v2 import payload_digest, reseal_last
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.sealed import (
     CHAIN_END,
