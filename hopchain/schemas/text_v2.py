@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.chain import _verify_chain
 from hopchain.schemas.chain_v2 import check_signature as _check_signature
 from hopchain.schemas.chain_v2 import payload_digest, reseal_last
 from hopchain.schemas.envelope import Envelope
@@ -39,6 +38,7 @@ from hopchain.schemas.sealed import (
     write_envelope_text,
 )
 from hopchain.schemas.strict import check_timestamps, decode_strict, jcs
+from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, HopWire, IdentityWire
 
 if TYPE_CHECKING:
