@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError, ReasonCode
-from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
+from hopchain.middleware.context import HopContext, reset_current_hop, set_current_hop
 from hopchain.middleware.engine.adopt import adopt, is_bare
 from hopchain.middleware.engine.parts import EngineParts, dead_letter_info
 from hopchain.middleware.engine.report import passed_on
@@ -211,11 +211,11 @@ class Receiver:
             carrier=carrier,
         ) as span:
             hop = self.open(record, decoded, group=group, span_id=span.span_id)
-            token = _set_current_hop(hop)
+            token = set_current_hop(hop)
             try:
                 yield hop, span
             finally:
-                _reset_current_hop(token)
+                reset_current_hop(token)
 
     def open(
         self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
