@@ -10,9 +10,9 @@ edits (a member left out, replaced, added; a hop dropped, repeated or moved; a p
 member changed) to a random base record. Every mutation is written back resealed (see
 :mod:`mutation_records`), so the reader judges its structure, not a broken digest.
 
-Run as a script to print the campaign's figures::
+The campaign's figures, and every disagreement, are printed by::
 
-    PYTHONPATH=. python tests/schemas/mutations.py
+    PYTHONPATH=. python tests/schemas/mutation_judges.py
 """
 
 from __future__ import annotations
