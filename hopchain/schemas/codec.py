@@ -268,7 +268,7 @@ class EnvelopeCodec:
 
     def _payload_v2(self, contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
         try:
-            model = contract.model.model_validate_json(payload)
+            model = contract.validate_payload(payload)
         except ValidationError as exc:
             raise from_validation(exc, prefix=("payload",)) from None
         check_last_hop(envelope, contract, payload)
@@ -422,9 +422,10 @@ def _payload_json(contract: TopicContract, payload: BaseModel) -> bytes:
     # No serializer warnings: a wrong value is reported, typed, by the re-read below.
     payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
     try:
-        # Re-read what would be sent: a model built with model_construct() or changed
-        # after validation must not reach the wire unchecked.
-        contract.model.model_validate_json(payload_json)
+        # Re-read what would be sent, as its readers will (strict unless lax_payloads): a
+        # model built with model_construct() or changed after validation must not reach the
+        # wire unchecked.
+        contract.validate_payload(payload_json)
     except ValidationError as exc:
         raise from_validation(exc, prefix=("payload",)) from None
     return payload_json

@@ -58,7 +58,7 @@ def read_record(
         refuse_non_finite(envelope_text, f"$.headers.{ENVELOPE_HEADER}")
         envelope = _validate(Envelope, envelope_text)
         try:
-            payload = contract.model.model_validate_json(value)
+            payload = contract.validate_payload(value)
         except ValidationError as exc:
             raise from_validation(exc, prefix=("payload",)) from None
     else:
