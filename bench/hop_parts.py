@@ -22,10 +22,10 @@ from hopchain.schemas import (
     append_hop,
     verify_chain,
 )
-from hopchain.schemas.codec import _check_fields, _revalidate
 from hopchain.schemas.fields import _canonical_timestamp
-from hopchain.schemas.integrity import has_unknown_fields, hop_digest
 from hopchain.schemas.text_v2 import load_envelope
+from hopchain.schemas.v1.codec import check_fields, revalidate
+from hopchain.schemas.v1.digest import has_unknown_fields, hop_digest
 
 HOPS = 10
 REPEATS = 7
@@ -95,7 +95,7 @@ def measure() -> list[Part]:
             f"re-serialises and hashes {HOPS} hops",
         ),
         Part(
-            "  unknown-field check, every received hop", cpu_micros(lambda: _check_fields(envelope))
+            "  unknown-field check, every received hop", cpu_micros(lambda: check_fields(envelope))
         ),
         Part("  payload validation", cpu_micros(lambda: model.model_validate_json(value))),
         Part("append_hop", cpu_micros(lambda: _append(envelope))),
@@ -110,7 +110,7 @@ def measure() -> list[Part]:
         ),
         Part(
             "  re-validation of envelope and new hop",
-            cpu_micros(lambda: _revalidate(outgoing, HOPS)),
+            cpu_micros(lambda: revalidate(outgoing, HOPS)),
             "repeats much of append_hop's own validation",
         ),
         Part("  verify_chain, new hop", cpu_micros(lambda: verify_chain(outgoing, start=HOPS))),

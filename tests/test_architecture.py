@@ -119,3 +119,71 @@ def test_no_private_attribute_of_faststream_or_aiokafka_is_used() -> None:
         if _PRIVATE.search(line)
     ]
     assert offenders == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_imports(tree: ast.Module, modules: set[str]) -> tuple[list[str], set[str]]:
+    """Underscore names imported from hopchain modules, and the local names of those modules."""
+    found: list[str] = []
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (
+            node.level or f"{node.module}".startswith("hopchain")
+        ):
+            for alias in node.names:
+                if _private(alias.name):
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+                elif f"{node.module}.{alias.name}" in modules:
+                    bound.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            bound.update(
+                alias.asname or alias.name.split(".")[0]
+                for alias in node.names
+                if alias.name.startswith("hopchain")
+            )
+    return found, bound
+
+
+def _private_names_taken(path: Path, modules: set[str]) -> list[str]:
+    """Underscore names ``path`` takes from another hopchain module.
+
+    Both ``from hopchain.x import _name`` and ``module._name`` on a hopchain module bound by
+    an import count; dunder names (``__version__``) do not.
+    """
+    tree = ast.parse(path.read_text())
+    found, bound = _private_imports(tree, modules)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_takes_a_private_name_from_another() -> None:
+    # A name two modules need is public inside the package (STYLE.md).
+    modules = {_module_name(path) for path in PACKAGE.rglob("*.py")}
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line in _private_names_taken(path, modules)
+    ]
+    assert offenders == []
+
+
+MAX_LINES = 450
+
+
+def test_no_schemas_or_middleware_module_exceeds_the_line_limit() -> None:
+    lengths = {
+        str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
+        for folder in ("schemas", "middleware")
+        for path in sorted((PACKAGE / folder).rglob("*.py"))
+    }
+    assert lengths
+    assert {name: lines for name, lines in lengths.items() if lines > MAX_LINES} == {}

@@ -57,6 +57,16 @@ def export(
     ],
     *,
     contracts: ContractsOption = None,
+    max_hops: Annotated[
+        int,
+        typer.Option(
+            "--max-hops",
+            metavar="N",
+            min=1,
+            help="The hop limit of the readers the schemas describe (Limits.max_hops): chain, "
+            "digests and signatures hold at most N items.",
+        ),
+    ] = 64,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
     ] = False,
@@ -74,7 +84,7 @@ def export(
     except LoadError as exc:
         fail(f"--contracts: {exc}", ExitCode.USAGE)
     try:
-        written = export_schemas(registry, directory)
+        written = export_schemas(registry, directory, max_hops=max_hops)
         files = [_describe(registry, path) for path in written]
     except OSError as exc:
         fail(f"cannot write the schemas to {directory}: {exc.strerror or exc}")

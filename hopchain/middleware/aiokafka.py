@@ -56,21 +56,18 @@ from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 from hopchain.exceptions import (
     ConfigurationError,
     DeadLetterWriteError,
-    DecodeError,
 )
 from hopchain.middleware.aiokafka_producer import EnvelopeProducer
 from hopchain.middleware.context import (
     HopContext,
 )
-from hopchain.middleware.engine import Hopchain
-from hopchain.middleware.engine.report import passed_on
+from hopchain.middleware.engine import Hopchain, Received, Verdict
 from hopchain.middleware.failures import ExceptionMapper
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
     TRACESTATE_HEADER,
     ErrorType,
-    ValidationIssue,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
@@ -182,36 +179,34 @@ class EnvelopeConsumer:
         while True:
             message = await self._read()
             record = ConsumedRecord.from_aiokafka(message)
-            reported = None
+            scope = ExitStack()
             try:
-                decoded = self.hopchain.accept(record)
-            except DecodeError as error:
-                if not self.hopchain.reporting(record.topic):
-                    await self._park_rejected(record, error)
-                    continue
-                self.hopchain.would_reject(record, error)
-                decoded, reported = passed_on(self.hopchain.parts, record, error), error
+                received = self.hopchain.receive(record, group=self.group, scope=scope)
             except ConfigurationError:
                 self._rewind(record)
                 raise
-            scope = ExitStack()
-            hop, span = scope.enter_context(
-                self.hopchain.handling(record, decoded, group=self.group)
-            )
-            if reported is not None:
-                hop.reported = ValidationIssue(
-                    code=reported.code, message=reported.detail[:1000], path=reported.path
-                )
-            self._handling = _Handling(hop, span, scope, time.perf_counter())
-            return hop
+            if received.verdict is Verdict.PARK:
+                await self._park_rejected(received)
+                continue
+            if received.verdict is Verdict.REPORT:
+                # This client hands its caller a hop: the refused record becomes one.
+                received = self.hopchain.pass_on(received, group=self.group, scope=scope)
+                if received.verdict is Verdict.PARK:
+                    await self._park_rejected(received)
+                    continue
+            assert received.hop is not None  # noqa: S101 - HANDLE with a scope opens the hop
+            assert received.span is not None  # noqa: S101
+            self._handling = _Handling(received.hop, received.span, scope, time.perf_counter())
+            return received.hop
 
     async def _read(self) -> Any:
         """The next record from the consumer (a hook for the transactional consumer)."""
         return await self.consumer.getone()
 
-    async def _park_rejected(self, record: ConsumedRecord, error: DecodeError) -> None:
+    async def _park_rejected(self, received: Received) -> None:
+        record = received.record
         try:
-            await self.hopchain.reject(record, error, group=self.group, writer=self.writer)
+            await self.hopchain.park(received, group=self.group, writer=self.writer)
         except DeadLetterWriteError as exc:
             self._rewind(record, exc)
             raise

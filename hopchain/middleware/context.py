@@ -181,11 +181,13 @@ def current_hop() -> HopContext | None:
     return _current_hop.get()
 
 
-def _set_current_hop(hop: HopContext | None) -> object:
+def set_current_hop(hop: HopContext | None) -> object:
+    """Make ``hop`` this task's record being handled; returns the token to reset it with."""
     return _current_hop.set(hop)
 
 
-def _reset_current_hop(token: object) -> None:
+def reset_current_hop(token: object) -> None:
+    """Undo :func:`set_current_hop` (from any task: elsewhere it just clears the record)."""
     try:
         _current_hop.reset(token)  # type: ignore[arg-type]
     except ValueError:

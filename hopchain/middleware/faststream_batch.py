@@ -21,8 +21,9 @@ from faststream import StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage
 from faststream.kafka.response import KafkaPublishCommand
 
-from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
+from hopchain.middleware.engine import Verdict
 from hopchain.middleware.faststream_commits import Pending, consumer_of
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
@@ -94,12 +95,6 @@ class Batch:
         kept = self.kept
         if not kept:
             raise AckMessage
-        hopchain = self.middleware.hopchain
-        for item in kept:
-            if item.decoded is not None:
-                item.hop, _ = self.scope.enter_context(
-                    hopchain.handling(item.record, item.decoded, group=owner.group)
-                )
         raws = [dataclasses.replace(item.raw, value=self._value(item)) for item in kept]
         msg.raw_message = tuple(raws)
         msg.body = [raw.value for raw in raws]
@@ -208,23 +203,21 @@ def item_owned(exc_val: BaseException | None) -> bool:
 
 
 async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
-    """Validate each record of a batch; park the invalid ones (waited for per record mode)."""
+    """Decide on each record of a batch; park the refused ones (waited for per record mode)."""
     hopchain = middleware.hopchain
     owner = middleware.owner
     items: list[_Item] = []
+    scope = ExitStack()
     for raw in records:
         record = ConsumedRecord.from_aiokafka(raw)
         item = _Item(record, raw)
         items.append(item)
-        if hopchain.registry.is_dead_letter_topic(record.topic):
-            continue
-        try:
-            item.decoded = hopchain.accept(record)
-        except DecodeError as error:
-            if hopchain.reporting(record.topic):
-                hopchain.would_reject(record, error)
-                continue
-            parking = hopchain.reject(record, error, group=owner.group, writer=owner.writer)
+        # Each valid record's hop is opened now: one that cannot be opened is parked too.
+        received = hopchain.receive(record, group=owner.group, scope=scope)
+        if received.verdict is Verdict.HANDLE:
+            item.decoded, item.hop = received.decoded, received.hop
+        elif received.verdict is Verdict.PARK:
+            parking = hopchain.park(received, group=owner.group, writer=owner.writer)
             if owner.owns_commits:
                 item.parking = parking
             else:
@@ -234,8 +227,19 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
                     logger.critical(
                         "%s is not committed and will be read again: %s", record.describe(), exc
                     )
+                    close_quietly(scope, record)
                     await asyncio.sleep(_RETRY_PAUSE_SECONDS)
                     raise NackMessage from exc
                 item.parking = True
         parseable(raw)
-    return Batch(middleware, items)
+    return Batch(middleware, items, scope)
+
+
+def close_quietly(scope: ExitStack, record: ConsumedRecord | None) -> None:
+    """Close the hops' spans and contexts; a failure here is logged, the record is settled."""
+    try:
+        scope.close()
+    except Exception:
+        logger.exception(
+            "closing the hop of %s failed", record.describe() if record else "a record"
+        )

@@ -30,11 +30,11 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
-from faststream.exceptions import HandlerException
 from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, ReasonCode
 from hopchain.middleware.context import HopContext, RetryFeedback, current_hop
+from hopchain.middleware.control import is_control_flow
 from hopchain.middleware.failures import (
     ExceptionMapper,
     StageFailure,
@@ -214,9 +214,9 @@ class _Attempts:
                 if inspect.isawaitable(result):
                     result = await result
                 output = self._checked(result)
-            except HandlerException:
-                raise
-            except Exception as exc:  # noqa: BLE001 - every failure is typed and decided
+            except Exception as exc:
+                if is_control_flow(exc):
+                    raise
                 error_type, issues = self._classify(exc)
                 self._record(kind, AttemptOutcome.FAILED, started_at, started, error_type, exc)
                 next_kind = await self._retry_kind(error_type, issues)

@@ -6,71 +6,24 @@ appending returns a new envelope whose earlier hops are the very same objects.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from weakref import ReferenceType, ref
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
 from hopchain.schemas.chain_v2 import append_v2, mint_v2, verify_wire
 from hopchain.schemas.envelope import Envelope
-from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
-from hopchain.schemas.hop import SIGNATURE_PATTERN, Hop, Position
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, new_span_id, new_trace_id
-from hopchain.schemas.integrity import Keyring, genesis_digest, has_unknown_fields, hop_digest
 from hopchain.schemas.sealed import wire_of
-from hopchain.schemas.vocabulary import Decision
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
+    from hopchain.schemas.hop import Position
+    from hopchain.schemas.integrity import Keyring
+    from hopchain.schemas.vocabulary import Decision
 
 __all__ = ["append_hop", "envelope_genesis", "new_envelope", "verify_chain"]
-
-_PLACEHOLDER_DIGEST = "0" * 64
-_SIGNATURE = re.compile(SIGNATURE_PATTERN)
-
-_SEALED: dict[int, ReferenceType[Hop]] = {}
-"""Hops sealed by :func:`append_hop` in this process whose every value it validated itself.
-
-Keyed by identity (a plain dict, so a miss costs no exception; the entry goes when the hop
-does): a copy (``model_copy``) or a hop built with ``model_construct`` is a new object and
-is never found here. Such a hop holds only immutable values (no nested model other than a
-validated position), so its digest stays right and it stays valid; the codec need not
-serialise it once more to check either before sending it.
-"""
-
-
-def _validated_when_built(draft: Hop) -> bool:
-    """Whether building the hop validated every value in it.
-
-    Validating a model does not validate a model instance passed to it (it may have been
-    built with ``model_construct``); only a position is cheap enough to check again here.
-    """
-    if draft.attempts or draft.effects or draft.failure is not None:
-        return False
-    if draft.degradation is not None or draft.__pydantic_extra__:
-        return False
-    position = draft.received_from
-    if position is None:
-        return True
-    if type(position) is not Position or position.__pydantic_extra__:
-        return False
-    try:
-        Position(offset=position.offset, partition=position.partition, topic=position.topic)
-    except ValidationError:
-        return False
-    return True
-
-
-def _seal(hop: Hop) -> None:
-    key = id(hop)
-    # The callback runs as the hop is freed, before its id can be given to another object.
-    _SEALED[key] = ref(hop, lambda _: _SEALED.pop(key, None))
-
-
-def _sealed_here(hop: Hop) -> bool:
-    """Whether :func:`append_hop` sealed this very hop object (see ``_SEALED``)."""
-    sealed = _SEALED.get(id(hop))
-    return sealed is not None and sealed() is hop
 
 
 def envelope_genesis(envelope: Envelope) -> str:
@@ -78,7 +31,8 @@ def envelope_genesis(envelope: Envelope) -> str:
     wire = wire_of(envelope)
     if wire is not None:
         return wire.genesis
-    return genesis_digest(
+    # Schema 1: the genesis over the identity fields.
+    return v1.genesis_digest(
         envelope.id, envelope.intent_key, envelope.trace_id, envelope.run_id, envelope.work_item_id
     )
 
@@ -113,7 +67,8 @@ def new_envelope(
         work_item_id=work_item_id,
         contract=contract,
         contract_version=contract_version,
-        head=genesis_digest(envelope_id, intent, trace, run_id, work_item_id),
+        # Schema 1's genesis; mint_v2 gives a schema-2 envelope its own.
+        head=v1.genesis_digest(envelope_id, intent, trace, run_id, work_item_id),
     )
     return mint_v2(envelope) if schema == 2 else envelope  # noqa: PLR2004
 
@@ -165,38 +120,24 @@ def append_hop(
             degradation=degradation,
             keyring=keyring,
         )
-    draft = Hop(
-        attempts=tuple(attempts),
+    # Schema 1: a hop holding its own digest.
+    return v1.append_hop(
+        envelope,
         component=component,
-        decided_at=decided_at if decided_at is not None else datetime.now(UTC),
-        decision=decision,
-        degradation=degradation,
-        destination=destination,
-        digest=_PLACEHOLDER_DIGEST,
-        effects=tuple(effects),
-        failure=failure,
         instance=instance,
-        observation=observation,
-        prev_digest=envelope.head,
-        received_at=received_at,
-        received_from=received_from,
-        seq=len(envelope.chain),
+        decision=decision,
         span_id=span_id,
+        observation=observation,
+        received_from=received_from,
+        received_at=received_at,
+        decided_at=decided_at,
+        destination=destination,
+        attempts=attempts,
+        effects=effects,
+        failure=failure,
+        degradation=degradation,
+        keyring=keyring,
     )
-    # Models passed in (a failure, attempts) may carry fields of a newer minor version;
-    # the fast encoding writes those unsorted, so it is only used when there are none.
-    validated = _validated_when_built(draft)
-    known = validated or not has_unknown_fields(draft)
-    digest = hop_digest(draft, known_fields_only=known)
-    signature = keyring.sign(component, digest) if keyring is not None else None
-    hop = draft.model_copy(update={"digest": digest, "signature": signature})
-    if validated and (signature is None or _SIGNATURE.fullmatch(signature) is not None):
-        _seal(hop)
-    return envelope.model_copy(update={"chain": (*envelope.chain, hop), "head": digest})
-
-
-def _fast(hop: Hop, known_fields_only: bool | None) -> bool:  # noqa: FBT001
-    return known_fields_only if known_fields_only is not None else not has_unknown_fields(hop)
 
 
 def verify_chain(
@@ -222,69 +163,5 @@ def verify_chain(
     if wire is not None:
         verify_wire(envelope, wire, keyring)
         return
-    _verify_chain(envelope, keyring, start=start, known_fields_only=known_fields_only)
-
-
-def _verify_chain(
-    envelope: Envelope,
-    keyring: Keyring | None,
-    *,
-    start: int,
-    known_fields_only: bool | None,
-    trust_sealed: bool = False,
-) -> None:
-    """:func:`verify_chain`; with ``trust_sealed``, hops sealed here are not hashed again."""
-    chain = envelope.chain
-    start = min(start, len(chain))
-    expected_prev = chain[start - 1].digest if start else envelope_genesis(envelope)
-    for index in range(start, len(chain)):
-        hop = chain[index]
-        path = f"$.chain[{index}]"
-        if hop.seq != index:
-            raise EnvelopeError(
-                ReasonCode.BAD_DIGEST,
-                f"hop at position {index} says seq {hop.seq}: a hop was removed, inserted or moved",
-                f"{path}.seq",
-            )
-        if hop.prev_digest != expected_prev:
-            raise EnvelopeError(
-                ReasonCode.BAD_DIGEST,
-                f"hop {index} does not link to the hop before it: the chain was edited before "
-                "this hop",
-                f"{path}.prev_digest",
-            )
-        # A hop append_hop sealed in this process: its digest was computed over this very
-        # (frozen) object, so the codec does not serialise and hash it again.
-        if (
-            not (trust_sealed and _sealed_here(hop))
-            and hop_digest(hop, known_fields_only=_fast(hop, known_fields_only)) != hop.digest
-        ):
-            raise EnvelopeError(
-                ReasonCode.BAD_DIGEST,
-                f"hop {index} ({hop.component}) does not match its digest: it was altered "
-                "after it was sealed",
-                f"{path}.digest",
-            )
-        if keyring is not None and keyring.has_key(hop.component):
-            if hop.signature is None:
-                raise EnvelopeError(
-                    ReasonCode.UNSIGNED_HOP,
-                    f"hop {index} claims component {hop.component!r}, whose hops must be "
-                    "signed, but carries no signature",
-                    f"{path}.signature",
-                )
-            if not keyring.verify(hop.component, hop.digest, hop.signature):
-                raise EnvelopeError(
-                    ReasonCode.BAD_SIGNATURE,
-                    f"hop {index} claims component {hop.component!r} but its signature does "
-                    "not verify with that component's key: forged or altered",
-                    f"{path}.signature",
-                )
-        expected_prev = hop.digest
-    if envelope.head != expected_prev:
-        raise EnvelopeError(
-            ReasonCode.BAD_DIGEST,
-            "the envelope's head is not the last hop's digest: a hop was removed from or "
-            "added to the end",
-            "$.head",
-        )
+    # Schema 1: every hop hashed again.
+    v1.verify_chain(envelope, keyring, start=start, known_fields_only=known_fields_only)

@@ -18,11 +18,11 @@ from pydantic import BaseModel
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.sealed import (
-    _REAL_DICT,
     Pending,
     Wire,
     carried_chain,
     component_of,
+    field_values,
     genesis_of,
     link,
     sealed_envelope,
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "append_v2",
+    "check_signature",
     "mint_v2",
     "payload_digest",
     "reseal_last",
@@ -270,16 +271,21 @@ def reseal_last(envelope: Envelope, wire: Wire, digest: str, keyring: Keyring | 
     if wire.built is not None:
         fields = {
             name: value
-            for name, value in _REAL_DICT.__get__(wire.built[-1]).items()
+            for name, value in field_values(wire.built[-1]).items()
             if name not in {"digest", "prev_digest", "seq", "signature"}
         }
     hop_wire = msgspec.structs.replace(wire.last, payload_digest=digest)
     return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=True)
 
 
-def _check_signature(
+def check_signature(
     keyring: Keyring | None, component: str, digest: str, signature: str | None, path: str
 ) -> None:
+    """Check a hop's signature when the keyring holds its component's key.
+
+    Raises:
+        EnvelopeError: ``unsigned_hop`` or ``bad_signature``, at ``path``.
+    """
     if keyring is None or not keyring.has_key(component):
         return
     if signature is None:
@@ -326,7 +332,7 @@ def verify_wire(envelope: Envelope, wire: Wire, keyring: Keyring | None) -> None
         component = component_of(hop)
         if component is None:
             raise EnvelopeError(ReasonCode.INVALID_VALUE, "malformed component", path)
-        _check_signature(keyring, component, digest, wire.signatures[index], path)
+        check_signature(keyring, component, digest, wire.signatures[index], path)
         previous = digest
     if envelope.head != previous:
         raise EnvelopeError(

@@ -3,23 +3,20 @@
 Headers mode: the value is the payload's JSON, untouched; the envelope (without payload) is
 the ``hopchain-envelope`` header. Body mode: the value is the envelope's JSON with the payload
 inside. Both carry a W3C ``traceparent`` header whose trace id is the envelope's. Every header
-value is UTF-8 text.
+value is UTF-8 text. Schema 2 is read and written by :mod:`hopchain.schemas.codec_v2`; schema 1
+by :mod:`hopchain.schemas.v1`, reached from the places marked ``Schema 1``.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
 
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
-from hopchain.schemas.chain import _sealed_here, _verify_chain, verify_chain
+from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
 from hopchain.schemas.chain_v2 import upgrade
 from hopchain.schemas.codec_v2 import (
     PAYLOAD_MEMBER,
@@ -30,11 +27,18 @@ from hopchain.schemas.codec_v2 import (
     seal_for_topic,
 )
 from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
-from hopchain.schemas.envelope import SCHEMA_MAJOR, SCHEMA_MINOR, Envelope
-from hopchain.schemas.hop import Hop
-from hopchain.schemas.integrity import Keyring, has_unknown_fields
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.headers import (
+    DEGRADED_HEADER,
+    ENVELOPE_HEADER,
+    TRACEPARENT_HEADER,
+    TRACESTATE_HEADER,
+)
+from hopchain.schemas.integrity import Keyring
+from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.sealed import wire_of
 from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
+from hopchain.schemas.wire import WIRE_MAJOR
 
 __all__ = [
     "DEGRADED_HEADER",
@@ -48,24 +52,11 @@ __all__ = [
     "RawHeaders",
 ]
 
-ENVELOPE_HEADER = "hopchain-envelope"
-DEGRADED_HEADER = "hopchain-degraded"
-TRACEPARENT_HEADER = "traceparent"
-TRACESTATE_HEADER = "tracestate"
-
-EnvelopeT = TypeVar("EnvelopeT", bound=Envelope)
 RawHeaders = Sequence[tuple[str, bytes | None]]
 
 _SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER})
 """Headers that must appear once. ``traceparent`` may repeat: OpenTelemetry's Kafka
 instrumentations append their own beside hopchain's (see :func:`_hop_traceparent`)."""
-WIRE_MAJOR = 2
-"""The envelope schema written by default; schema 1 is still read."""
-_VERSION = re.compile(rb'"schema_version"\s*:\s*"([0-9]{1,4})\.([0-9]{1,4})"')
-_VOCABULARY_CODES = {
-    "error_type": ReasonCode.UNKNOWN_ERROR_TYPE,
-    "decision": ReasonCode.UNKNOWN_DECISION,
-}
 
 
 @dataclass(frozen=True)
@@ -106,127 +97,6 @@ class EncodedRecord:
     def size(self) -> int:
         """Bytes the record takes on the wire, roughly: value plus header names and values."""
         return len(self.value) + sum(len(name) + len(value) for name, value in self.headers)
-
-
-def _json_path(loc: Sequence[int | str]) -> str:
-    path = "$"
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def _reason_for(error: ErrorDetails, *, payload: bool) -> ReasonCode:  # noqa: PLR0911
-    kind = error["type"]
-    loc = error["loc"]
-    last = loc[-1] if loc else ""
-    if kind == "json_invalid":
-        return ReasonCode.TOO_DEEP if "recursion" in error["msg"].lower() else ReasonCode.BAD_JSON
-    if payload:
-        return ReasonCode.PAYLOAD_INVALID
-    if kind == "missing":
-        return ReasonCode.MISSING_FIELD
-    if kind == "extra_forbidden":
-        return ReasonCode.UNKNOWN_FIELD
-    if kind == "enum":
-        # A word outside the vocabulary is an unknown word; a number or an object is not a word.
-        if not isinstance(error.get("input"), str):
-            return ReasonCode.WRONG_TYPE
-        return _VOCABULARY_CODES.get(str(last), ReasonCode.UNKNOWN_VOCABULARY)
-    if kind == "string_too_long" and last == "description":
-        return ReasonCode.DESCRIPTION_TOO_LONG
-    # "*_parsing": text of the right JSON type that does not read as the value (a date that
-    # is not a date); "*_type": the wrong JSON type altogether.
-    if kind.endswith("_type"):
-        return ReasonCode.WRONG_TYPE
-    return ReasonCode.INVALID_VALUE
-
-
-def _from_validation(
-    exc: ValidationError, *, prefix: Sequence[int | str] = (), payload: bool | None = None
-) -> EnvelopeError:
-    # The input is read only to tell a wrong word from a wrong type; it is never reported.
-    error = exc.errors(include_url=False, include_context=False)[0]
-    loc = error["loc"]
-    if payload is None:
-        payload = bool(prefix) or bool(loc and loc[0] == "payload")
-    code = _reason_for(error, payload=payload)
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return EnvelopeError(code, f"{error['msg']}{extra}", _json_path([*prefix, *loc]))
-
-
-def _version_of(raw: bytes) -> tuple[int, int] | None:
-    match = _VERSION.search(raw)
-    return (int(match[1]), int(match[2])) if match else None
-
-
-def _check_major(major: int, minor: int) -> None:
-    if major == WIRE_MAJOR:
-        raise EnvelopeError(
-            ReasonCode.NOT_CANONICAL,
-            f"envelope schema {major}.{minor} is written in its own layout (see SPEC.md): "
-            "identity, then one hop a line, then signatures",
-            "$",
-        )
-    if major > WIRE_MAJOR:
-        raise EnvelopeError(
-            ReasonCode.NEWER_MAJOR_VERSION,
-            f"envelope schema {major}.{minor} is newer than this reader's "
-            f"{WIRE_MAJOR}.x; upgrade hopchain to read it",
-            "$.schema_version",
-        )
-    if major < SCHEMA_MAJOR:
-        raise EnvelopeError(
-            ReasonCode.INVALID_VALUE,
-            f"envelope schema {major}.{minor} is not readable by {SCHEMA_MAJOR}.{SCHEMA_MINOR}",
-            "$.schema_version",
-        )
-
-
-def _unknown_field(model: BaseModel, path: str) -> str | None:
-    """JSON path of the first field the model (or one nested in it) does not declare."""
-    if model.__pydantic_extra__:
-        return f"{path}.{next(iter(model.__pydantic_extra__))}"
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            found = _unknown_field(value, f"{path}.{name}")
-        elif isinstance(value, tuple):
-            found = next(
-                (
-                    inner
-                    for index, item in enumerate(value)
-                    if isinstance(item, BaseModel)
-                    and (inner := _unknown_field(item, f"{path}.{name}[{index}]")) is not None
-                ),
-                None,
-            )
-        else:
-            found = None
-        if found is not None:
-            return found
-    return None
-
-
-def _check_fields(envelope: Envelope, start: int = 0) -> bool:
-    """Refuse another major version, and unknown fields in a minor version this code knows.
-
-    Only hops from ``start`` on are looked at (earlier ones were checked when received).
-    Returns whether any unknown field was seen (a newer minor version's, kept and passed on).
-    """
-    major, minor = (int(part) for part in envelope.schema_version.split("."))
-    _check_major(major, minor)
-    unknown = bool(envelope.__pydantic_extra__) or any(
-        has_unknown_fields(hop) for hop in envelope.chain[start:]
-    )
-    if unknown and minor <= SCHEMA_MINOR:
-        path = _unknown_field(envelope, "$") or "$"
-        raise EnvelopeError(
-            ReasonCode.UNKNOWN_FIELD,
-            f"field {path.rsplit('.', 1)[-1]!r} is not defined in envelope schema "
-            f"{envelope.schema_version}; a writer adding fields must raise the minor version",
-            path,
-        )
-    return unknown
 
 
 def _hop_traceparent(headers: RawHeaders, trace_id: str, last_span: str | None) -> str:
@@ -342,13 +212,13 @@ class EnvelopeCodec:
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, text_headers, headers)
-        envelope = self._checked(contract, envelope)
         wire = wire_of(envelope)
         traceparent = _hop_traceparent(
             headers, envelope.trace_id, wire.last.span_id if wire and wire.last else None
         )
         degraded = text_headers.get(DEGRADED_HEADER)
-        expected = markers(envelope, wire) if wire is not None else _degraded_header(envelope)
+        # Schema 1: a codec writing schema 1 keeps a schema-1 envelope as it was read.
+        expected = markers(envelope, wire) if wire is not None else v1.degraded_markers(envelope)
         if degraded is not None and degraded != expected:
             raise EnvelopeError(
                 ReasonCode.INVALID_VALUE,
@@ -369,9 +239,10 @@ class EnvelopeCodec:
         if contract.mode is WireMode.BODY and is_v2(value):
             envelope, payload_bytes = self._read_v2(contract, value)
             # Only the payload is searched: the envelope's objects are parsed strictly.
-            _refuse_non_finite(payload_bytes or b"", "$.payload")
+            refuse_non_finite(payload_bytes or b"", "$.payload")
             return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
-        _refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
+        refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
+        envelope_bytes = None
         if contract.mode is WireMode.HEADERS:
             raw_envelope = text_headers.get(ENVELOPE_HEADER)
             if raw_envelope is None:
@@ -386,23 +257,17 @@ class EnvelopeCodec:
             if is_v2(envelope_bytes):
                 envelope, _ = self._read_v2(contract, envelope_bytes)
                 return envelope, self._payload_v2(contract, envelope, value)
-            _refuse_non_finite(envelope_bytes, f"$.headers.{ENVELOPE_HEADER}")
-            envelope = self._validate(Envelope, envelope_bytes)
-            try:
-                payload = contract.model.model_validate_json(value)
-            except ValidationError as exc:
-                raise _from_validation(exc, prefix=("payload",)) from None
-        else:
-            body = self._validate(contract.body_model, value)
-            payload = body.payload
-            # Hand out the plain envelope: the payload travels beside it, typed, as in
-            # headers mode, so handlers see one shape whatever the wire mode.
-            envelope = Envelope.model_construct(
-                _fields_set=body.model_fields_set - {"payload"},
-                **{name: getattr(body, name) for name in Envelope.model_fields},
-                **(body.__pydantic_extra__ or {}),
-            )
-
+        # Schema 1: read and checked by hopchain.schemas.v1.
+        envelope, payload = v1.read_record(
+            contract,
+            value,
+            envelope_bytes,
+            keyring=self.keyring,
+            max_hops=self.limits.max_hops,
+        )
+        if self.schema == WIRE_MAJOR:
+            # Carried over: the received schema-1 hops travel on inside the identity.
+            envelope = upgrade(envelope, keep=len(envelope.chain))
         return envelope, payload
 
     def _read_v2(self, contract: TopicContract, text: bytes) -> tuple[Envelope, bytes | None]:
@@ -418,23 +283,13 @@ class EnvelopeCodec:
                 "$",
             ) from exc
 
-    def _checked(self, contract: TopicContract, envelope: Envelope) -> Envelope:
-        if wire_of(envelope) is not None and envelope.schema_version.startswith("2."):
-            self._check_hop_limit(envelope.hop_count, "has")
-            return envelope
-        self._check_envelope(contract, envelope)
-        if self.schema == WIRE_MAJOR:
-            # Carried over: the received schema-1 hops travel on inside the identity.
-            return upgrade(envelope, keep=len(envelope.chain))
-        return envelope
-
-    @staticmethod
-    def _payload_v2(contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
+    def _payload_v2(self, contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
         try:
-            model = contract.model.model_validate_json(payload)
+            model = contract.validate_payload(payload)
         except ValidationError as exc:
-            raise _from_validation(exc, prefix=("payload",)) from None
+            raise from_validation(exc, prefix=("payload",)) from None
         check_last_hop(envelope, contract, payload)
+        self._check_hop_limit(envelope.hop_count, "has")
         return model
 
     def _check_hop_limit(self, hops: int, verb: str) -> None:
@@ -466,41 +321,6 @@ class EnvelopeCodec:
                 ) from None
             text.setdefault(name, decoded)
         return text
-
-    @staticmethod
-    def _validate(model: type[EnvelopeT], raw: bytes) -> EnvelopeT:
-        try:
-            envelope = model.model_validate_json(raw)
-        except ValidationError as exc:
-            # A newer major version may have another shape altogether: say so rather than
-            # report the first field that differs. The version is looked for only then.
-            version = _version_of(raw)
-            if version is not None:
-                _check_major(*version)
-            raise _from_validation(exc) from None
-        major, minor = (int(part) for part in envelope.schema_version.split("."))
-        _check_major(major, minor)
-        return envelope
-
-    def _check_envelope(self, contract: TopicContract, envelope: Envelope) -> None:
-        # A newer minor version may add optional fields: they are kept (digests cover them)
-        # and passed on. In a version this reader knows, an unknown field is an error.
-        unknown = _check_fields(envelope)
-        if envelope.contract != contract.name or envelope.contract_version != contract.version:
-            raise EnvelopeError(
-                ReasonCode.CONTRACT_MISMATCH,
-                f"envelope names contract {envelope.contract!r} v{envelope.contract_version}; "
-                f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
-                "$.contract",
-            )
-        if len(envelope.chain) > self.limits.max_hops:
-            raise EnvelopeError(
-                ReasonCode.HOP_LIMIT,
-                f"the chain has {len(envelope.chain)} hops; the limit is "
-                f"{self.limits.max_hops} (a routing loop?)",
-                "$.chain",
-            )
-        verify_chain(envelope, self.keyring, known_fields_only=not unknown)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -543,76 +363,56 @@ class EnvelopeCodec:
                 f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
                 "$.contract",
             )
-        if self.schema == WIRE_MAJOR:
-            return self._encode_v2(contract, envelope, payload_json, tracestate, verified_hops)
-        if wire_of(envelope) is not None:
-            raise EnvelopeError(
-                ReasonCode.INVALID_VALUE,
-                "a schema-2 envelope cannot be written by a codec writing schema 1",
-                "$.schema_version",
+        if self.schema != WIRE_MAJOR:
+            # Schema 1: written by hopchain.schemas.v1, for readers that know no other.
+            text, span_id, degraded = v1.write_envelope(
+                envelope,
+                verified_hops=verified_hops,
+                keyring=self.keyring,
+                max_hops=self.limits.max_hops,
             )
-        unknown = _check_fields(envelope, start=verified_hops)
-        _revalidate(envelope, start=verified_hops)
-        if len(envelope.chain) > self.limits.max_hops:
-            raise EnvelopeError(
-                ReasonCode.HOP_LIMIT,
-                f"the chain would have {len(envelope.chain)} hops; the limit is "
-                f"{self.limits.max_hops} (a routing loop?)",
-                "$.chain",
+            traceparent = format_traceparent(envelope.trace_id, span_id)
+            return self._record(
+                contract,
+                text,
+                payload_json,
+                traceparent=traceparent,
+                tracestate=tracestate,
+                degraded=degraded,
             )
-        # The hops checked for unknown fields just above need not be checked again.
-        known = None if unknown else True
-        _verify_chain(
-            envelope,
-            self.keyring,
-            start=verified_hops,
-            known_fields_only=known,
-            trust_sealed=True,
-        )
-
-        envelope_json = envelope.__pydantic_serializer__.to_json(envelope)
-        last = envelope.last_hop
-        span_id = last.span_id if last is not None else envelope.origin_span_id
-        headers: list[tuple[str, bytes]] = [
-            (TRACEPARENT_HEADER, format_traceparent(envelope.trace_id, span_id).encode()),
-        ]
-        if tracestate:
-            headers.append((TRACESTATE_HEADER, tracestate.encode()))
-        if envelope.degradations:
-            headers.append((DEGRADED_HEADER, _degraded_header(envelope).encode()))
-        if contract.mode is WireMode.HEADERS:
-            headers.append((ENVELOPE_HEADER, envelope_json))
-            value = payload_json
-        else:
-            value = envelope_json[:-1] + b',"payload":' + payload_json + b"}"
-        record = EncodedRecord(value, tuple(headers))
-        if record.size > self.limits.max_record_bytes:
-            raise EnvelopeError(
-                ReasonCode.OVERSIZE,
-                f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
-            )
-        return record
-
-    def _encode_v2(
-        self,
-        contract: TopicContract,
-        envelope: Envelope,
-        payload_json: bytes,
-        tracestate: str | None,
-        verified_hops: int,
-    ) -> EncodedRecord:
         self._check_hop_limit(envelope.hop_count, "would have")
         sealed, wire, text = seal_for_topic(
             envelope, contract, payload_json, verified_hops=verified_hops, keyring=self.keyring
         )
         assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
-        headers: list[tuple[str, bytes]] = [
-            (TRACEPARENT_HEADER, format_traceparent(sealed.trace_id, wire.last.span_id).encode()),
-        ]
+        traceparent = format_traceparent(sealed.trace_id, wire.last.span_id)
+        degraded = markers(sealed, wire) or None
+        return self._record(
+            contract,
+            text,
+            payload_json,
+            traceparent=traceparent,
+            tracestate=tracestate,
+            degraded=degraded,
+            sealed=sealed,
+        )
+
+    def _record(
+        self,
+        contract: TopicContract,
+        text: bytes,
+        payload_json: bytes,
+        *,
+        traceparent: str,
+        tracestate: str | None,
+        degraded: str | None,
+        sealed: Envelope | None = None,
+    ) -> EncodedRecord:
+        """The record that carries the envelope ``text`` and the payload, in the topic's mode."""
+        headers: list[tuple[str, bytes]] = [(TRACEPARENT_HEADER, traceparent.encode())]
         if tracestate:
             headers.append((TRACESTATE_HEADER, tracestate.encode()))
-        degraded = markers(sealed, wire)
-        if degraded:
+        if degraded is not None:
             headers.append((DEGRADED_HEADER, degraded.encode()))
         if contract.mode is WireMode.HEADERS:
             headers.append((ENVELOPE_HEADER, text))
@@ -639,65 +439,10 @@ def _payload_json(contract: TopicContract, payload: BaseModel) -> bytes:
     # No serializer warnings: a wrong value is reported, typed, by the re-read below.
     payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
     try:
-        # Re-read what would be sent: a model built with model_construct() or changed
-        # after validation must not reach the wire unchecked.
-        contract.model.model_validate_json(payload_json)
+        # Re-read what would be sent, as its readers will (strict unless lax_payloads): a
+        # model built with model_construct() or changed after validation must not reach the
+        # wire unchecked.
+        contract.validate_payload(payload_json)
     except ValidationError as exc:
-        raise _from_validation(exc, prefix=("payload",)) from None
+        raise from_validation(exc, prefix=("payload",)) from None
     return payload_json
-
-
-def _revalidate(envelope: Envelope, start: int) -> None:
-    """Re-read the envelope's own fields and its hops from ``start`` as they would be sent.
-
-    A model built with model_construct() or model_copy(update=...) skips validation; like the
-    payload, it must not reach the wire unchecked. Hops before ``start`` were read, and so
-    validated, when the record was received; a hop sealed by append_hop from values it
-    validated itself (no nested model instances) is the object it validated.
-    """
-    serializer = envelope.__pydantic_serializer__
-    try:
-        Envelope.model_validate_json(
-            serializer.to_json(envelope, exclude={"chain"}, warnings=False)
-        )
-    except ValidationError as exc:
-        raise _from_validation(exc, payload=False) from None
-    for index in range(start, len(envelope.chain)):
-        hop = envelope.chain[index]
-        if _sealed_here(hop):
-            continue
-        try:
-            Hop.model_validate_json(hop.__pydantic_serializer__.to_json(hop, warnings=False))
-        except ValidationError as exc:
-            raise _from_validation(exc, prefix=("chain", index), payload=False) from None
-
-
-class _NonFiniteError(ValueError):
-    """A bare NaN or Infinity in JSON text."""
-
-
-def _no_constants(name: str) -> NoReturn:
-    raise _NonFiniteError(name)
-
-
-def _refuse_non_finite(raw: bytes, path: str) -> None:
-    """Refuse ``NaN`` and ``Infinity``, which the parser accepts but JSON does not have.
-
-    Costs one substring search; the text is parsed again only when the words occur.
-    """
-    if b"NaN" not in raw and b"Infinity" not in raw:
-        return
-    try:
-        json.loads(raw, parse_constant=_no_constants)
-    except _NonFiniteError as exc:
-        raise EnvelopeError(
-            ReasonCode.BAD_JSON,
-            f"{exc} is not JSON; send null or a finite number",
-            path,
-        ) from None
-    except (ValueError, RecursionError):
-        return  # any other fault is the validator's to report, with its own code
-
-
-def _degraded_header(envelope: Envelope) -> str:
-    return ",".join(marker.stage for marker in envelope.degradations)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.chain_v2 import check_signature as _check_signature
 from hopchain.schemas.chain_v2 import (
-    _check_signature,
     payload_digest,
     reseal_last,
     settle_pending,

@@ -9,9 +9,9 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from hopchain.exceptions import ConfigurationError, UnknownTopicError
+from hopchain.exceptions import ConfigurationError, DecodeError, ReasonCode, UnknownTopicError
 from hopchain.schemas.envelope import BodyEnvelope
 
 __all__ = ["DEAD_LETTER_SUFFIX", "ContractRegistry", "TopicContract", "WireMode"]
@@ -52,6 +52,12 @@ class TopicContract:
             the handler as if hopchain were not there. For rolling hopchain out.
         writers: the components allowed to write the topic (schema 2: a record whose last
             hop names another is refused as ``unexpected_writer``); empty: any component.
+        lax_payloads: read payloads as the model's own configuration says, which for most
+            models is pydantic's lax mode: it converts (``"1000"`` and ``true`` pass as
+            integers, ``1.0`` as 1) where the default, strict JSON mode refuses anything but
+            the JSON type the model declares, as the exported JSON Schema says. An explicit
+            opt-out for one topic while its producers are fixed; its exported schema then
+            says that its reader is laxer than the schema.
     """
 
     topic: str
@@ -65,6 +71,7 @@ class TopicContract:
     adopt_bare: bool = False
     report_only: bool = False
     writers: frozenset[str] = frozenset()
+    lax_payloads: bool = False
 
     def __post_init__(self) -> None:
         for label, value in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):
@@ -90,6 +97,30 @@ class TopicContract:
             object.__setattr__(self, "dead_letter_topic", self.topic + DEAD_LETTER_SUFFIX)
         if self.dead_letter_topic == self.topic:
             raise ConfigurationError(f"topic {self.topic!r} cannot be its own dead-letter topic")
+
+    def validate_payload(self, raw: bytes) -> BaseModel:
+        """Read a payload's JSON with the contract's model: strict, unless ``lax_payloads``.
+
+        Raises:
+            ValidationError: the payload breaks the contract (the caller reports where).
+            DecodeError: ``contract_error`` at ``$.payload``: the model itself raised something
+                other than a validation error (a validator with a bug); the record is parked
+                rather than acknowledged.
+        """
+        try:
+            # Lax: as the model's own configuration says (pydantic's default is lax).
+            return self.model.model_validate_json(raw, strict=None if self.lax_payloads else True)
+        except ValidationError:
+            raise
+        except Exception as exc:
+            raise DecodeError(
+                ReasonCode.CONTRACT_ERROR,
+                f"the model {self.model.__name__} of contract {self.name!r} raised "
+                f"{type(exc).__name__} while validating the payload: a bug in one of its "
+                "validators; fix the model and redrive the record",
+                "$.payload",
+                topic=self.topic,
+            ) from exc
 
     @cached_property
     def body_model(self) -> type[BodyEnvelope[Any]]:

@@ -1,7 +1,7 @@
 """A hop: one component's observation of a record and its decision, sealed into the chain.
 
 Fields are declared in alphabetical order so the fast serializer emits the canonical key
-order the digest is computed over (see :mod:`hopchain.schemas.integrity`).
+order schema 1's digest is computed over (see :mod:`hopchain.schemas.v1.digest`).
 """
 
 from __future__ import annotations

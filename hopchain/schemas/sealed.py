@@ -41,6 +41,7 @@ __all__ = [
     "carried_chain",
     "chain_of",
     "component_of",
+    "field_values",
     "genesis_of",
     "link",
     "sealed_envelope",
@@ -67,6 +68,12 @@ _PRIVATE: Any = BaseModel.__dict__["__pydantic_private__"]
 _FIELD_ORDER = tuple(Hop.model_fields)
 _ENVELOPE_ORDER = tuple(Envelope.model_fields)
 _HOP_FIELDS = frozenset(_FIELD_ORDER)
+
+
+def field_values(model: BaseModel) -> dict[str, Any]:
+    """A model's field values as stored, read past any property that wraps them."""
+    values: dict[str, Any] = _REAL_DICT.__get__(model)
+    return values
 
 
 def genesis_of(identity: bytes) -> str:

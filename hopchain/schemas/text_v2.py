@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.chain import _verify_chain
-from hopchain.schemas.chain_v2 import _check_signature, payload_digest, reseal_last
+from hopchain.schemas.chain_v2 import check_signature as _check_signature
+from hopchain.schemas.chain_v2 import payload_digest, reseal_last
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.sealed import (
     CHAIN_END,
@@ -36,6 +36,7 @@ from hopchain.schemas.sealed import (
     write_envelope_text,
 )
 from hopchain.schemas.strict import MAX_DEPTH, decode_hops, decode_strict, jcs, nesting
+from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
 
 if TYPE_CHECKING:

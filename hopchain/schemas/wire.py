@@ -24,6 +24,7 @@ __all__ = [
     "MAX_INT",
     "TIMESTAMP_PATTERN",
     "TOPIC_PATTERN",
+    "WIRE_MAJOR",
     "WIRE_VERSION",
     "AttemptWire",
     "DegradationWire",
@@ -36,7 +37,9 @@ __all__ = [
     "PositionWire",
 ]
 
-WIRE_VERSION = "2.0"
+WIRE_MAJOR = 2
+"""The envelope schema written by default; schema 1 is still read."""
+WIRE_VERSION = f"{WIRE_MAJOR}.0"
 MAX_INT = 2**53 - 1
 """Integers are exact in every JSON implementation up to here (RFC 8785 writes numbers as
 IEEE doubles)."""

@@ -219,3 +219,18 @@ def test_schema_is_a_subcommand_of_hopchain(tmp_path: Path) -> None:
 
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "envelope.schema.json").is_file()
+
+
+def test_the_hop_limit_of_the_readers_is_an_option_and_defaults_to_theirs(tmp_path: Path) -> None:
+    from hopchain.schemas import Limits  # noqa: PLC0415
+
+    def max_items(*options: str) -> list[int]:
+        out = tmp_path / f"out{len(options)}"
+        result = runner.invoke(app, ["export", str(out), *options])
+        assert result.exit_code == 0, result.output
+        envelope = json.loads((out / "envelope.schema.json").read_text(encoding="utf-8"))
+        return [envelope["properties"][name]["maxItems"] for name in ("chain", "digests")]
+
+    assert max_items() == [Limits().max_hops] * 2
+    assert max_items("--max-hops", "3") == [3, 3]
+    assert runner.invoke(app, ["export", str(tmp_path), "--max-hops", "0"]).exit_code == 2

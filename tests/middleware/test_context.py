@@ -13,9 +13,9 @@ from hopchain import Hopchain, HopContext, current_hop, origin
 from hopchain.exceptions import ReasonCode
 from hopchain.middleware.context import (
     RetryFeedback,
-    _reset_current_hop,
-    _set_current_hop,
     current_origin,
+    reset_current_hop,
+    set_current_hop,
 )
 from hopchain.schemas import (
     Attempt,
@@ -47,13 +47,13 @@ def test_current_hop_belongs_to_one_task(hop: HopContext) -> None:
         return current_hop()
 
     async def scenario() -> tuple[HopContext | None, HopContext | None]:
-        token = _set_current_hop(hop)
+        token = set_current_hop(hop)
         try:
             inside = current_hop()
             # A task started before the hop was set does not see it.
             return inside, await other
         finally:
-            _reset_current_hop(token)
+            reset_current_hop(token)
 
     loop = asyncio.new_event_loop()
     try:

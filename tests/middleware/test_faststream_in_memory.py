@@ -7,16 +7,17 @@ real broker in test_faststream.py and test_stage.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaRouter, TestKafkaBroker
 from faststream.kafka.annotations import KafkaMessage
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from hopchain import (
     BrokerWriter,
+    ConfigurationError,
     ContractRegistry,
     Degrade,
     Hopchain,
@@ -197,3 +198,52 @@ async def test_a_conflict_is_rerouted_with_a_rerouted_hop() -> None:
     assert chain_of(headers).chain[-1].decision is Decision.REROUTED
     assert "invoices" not in seen.records
     assert "orders.dlq" not in seen.records
+
+
+class Picky(BaseModel):
+    """A contract whose validator has a bug: it raises KeyError on an unexpected code."""
+
+    code: str
+
+    @field_validator("code")
+    @classmethod
+    def known(cls, value: str) -> str:
+        return {"a": value, "b": value}[value[0]]
+
+
+async def test_a_contract_validator_that_raises_parks_the_record_not_loses_it() -> None:
+    contracts = ContractRegistry(
+        [TopicContract(topic="codes", model=Picky, owner="codes-team", adopt_bare=True)]
+    )
+    hopchain = Hopchain(contracts, component="coder", config=HopchainConfig())
+    broker = KafkaBroker(ack_policy=AckPolicy.ACK)
+    middleware = HopchainMiddleware(hopchain, writer=BrokerWriter(broker), group="coder")
+    broker.add_middleware(middleware)
+    handled: list[str] = []
+    seen = Seen()
+
+    @broker.subscriber("codes", group_id="coder")
+    async def handle(picked: Picky) -> None:
+        handled.append(picked.code)
+
+    broker.subscriber("codes.dlq", group_id="observer")(seen.recorder("codes.dlq"))
+    middleware.check(broker)
+    async with TestKafkaBroker(broker) as test_broker:
+        for code in ("a1", "zz", "b3"):
+            record = OutgoingRecord("codes", f'{{"code": "{code}"}}'.encode(), None, [])
+            await BrokerWriter(test_broker).write(record)
+    assert handled == ["a1", "b3"]
+    [(body, headers)] = seen.records["codes.dlq"]
+    assert body == b'{"code": "zz"}'
+    info = read_dead_letter_headers([(n, v.encode()) for n, v in headers.items()])
+    assert info.reason in {"reader_error", "contract_error"}
+    assert info.error_type == ErrorType.INTERNAL
+
+
+def test_check_refuses_a_broker_of_another_client() -> None:
+    middleware = HopchainMiddleware(
+        Hopchain(CONTRACTS, component="invoicer", config=HopchainConfig()),
+        writer=BrokerWriter(KafkaBroker()),
+    )
+    with pytest.raises(ConfigurationError, match=r"faststream\.kafka \(aiokafka\)"):
+        middleware.check(cast("Any", object()))

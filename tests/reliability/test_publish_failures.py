@@ -192,6 +192,6 @@ async def _committed_all(bootstrap: str, group: str, topic: str) -> bool:
 
 
 def test_the_pause_before_a_record_is_handled_again_is_short() -> None:
-    from hopchain.middleware.faststream import _RETRY_PAUSE_SECONDS  # noqa: PLC0415
+    from hopchain.middleware.faststream import RETRY_PAUSE_SECONDS  # noqa: PLC0415
 
-    assert 0 < _RETRY_PAUSE_SECONDS <= 5
+    assert 0 < RETRY_PAUSE_SECONDS <= 5

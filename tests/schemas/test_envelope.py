@@ -29,7 +29,7 @@ from hopchain.schemas import (
     ErrorType,
     append_hop,
 )
-from hopchain.schemas.integrity import canonical_hop
+from hopchain.schemas.v1.digest import canonical_hop
 
 Headers = list[tuple[str, bytes | None]]
 

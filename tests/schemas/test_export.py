@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
+from pydantic import BaseModel
 from strategies import (
     BODY_TOPIC,
     HEADERS_TOPIC,
@@ -25,8 +26,17 @@ from strategies import (
 )
 from wire_support import v2_record
 
-from hopchain.schemas import Envelope, envelope_schema, export_schemas, topic_schema
-from hopchain.schemas.export import DIALECT
+from hopchain.schemas import (
+    ContractRegistry,
+    Envelope,
+    Limits,
+    TopicContract,
+    WireMode,
+    envelope_schema,
+    export_schemas,
+    topic_schema,
+)
+from hopchain.schemas.export import DIALECT, LAX_PAYLOADS_COMMENT
 
 
 def validator(schema: dict[str, Any]) -> Draft202012Validator:
@@ -151,3 +161,81 @@ def test_export_writes_the_envelope_and_one_schema_per_topic(tmp_path: Path) -> 
     assert [
         path.read_bytes() for path in export_schemas(sample_registry(), tmp_path / "schemas")
     ] == before
+
+
+def test_the_hop_limit_is_the_readers_and_a_parameter() -> None:
+    default = envelope_schema()["properties"]
+    three = envelope_schema(max_hops=3)["properties"]
+    body = topic_schema(sample_registry(), BODY_TOPIC, max_hops=3)["properties"]
+
+    for name in ("chain", "digests", "signatures"):
+        assert (default[name]["minItems"], default[name]["maxItems"]) == (1, Limits().max_hops)
+        assert three[name]["maxItems"] == body[name]["maxItems"] == 3
+    document = json.loads(envelope_bytes(v2_record(HEADERS_TOPIC, stages=3)))
+    assert errors(validator(envelope_schema(max_hops=4)), document) == []
+    assert any("is too long" in e for e in errors(validator(envelope_schema(max_hops=3)), document))
+
+
+def test_legacy_is_null_or_a_schema_1_envelope_as_the_reader_reads_it() -> None:
+    checker = validator(envelope_schema())
+    document = json.loads(envelope_bytes(v2_record(HEADERS_TOPIC, stages=1)))
+    schema_1 = json.loads(
+        envelope_bytes(sample_codec().encode(HEADERS_TOPIC, example_envelope(), sample_payload()))
+    )
+
+    def verdict(legacy: object) -> list[str]:
+        return errors(checker, {**document, "legacy": legacy})
+
+    assert verdict(None) == []
+    assert verdict(schema_1) == []
+    assert verdict({**schema_1, "added_in_1_1": True}) == []  # a newer minor's member is kept
+    assert verdict({k: v for k, v in schema_1.items() if k != "chain"}) == []  # a default
+    assert verdict({}) != []
+    assert verdict([schema_1]) != []
+    assert verdict({**schema_1, "schema_version": "2.0"}) != []
+    assert verdict({**schema_1, "schema_version": "1.0\n"}) != []
+    assert verdict({**schema_1, "trace_id": "0" * 32}) != []
+    assert verdict({**schema_1, "contract_version": 2**53}) != []
+    hop = {**schema_1["chain"][0], "decided_at": "2023-02-29T00:00:00Z"}
+    assert verdict({**schema_1, "chain": [hop]}) != []
+
+
+def test_no_string_of_the_envelope_or_the_payload_may_hold_a_lone_surrogate() -> None:
+    checker = validator(envelope_schema())
+    document = json.loads(envelope_bytes(v2_record(HEADERS_TOPIC, stages=1)))
+    payload = sample_payload().model_dump(mode="json")
+
+    assert errors(checker, {**document, "run_id": "run \U0001f4dd"}) == []
+    assert errors(checker, {**document, "run_id": "run \ud800"}) != []
+    document["chain"][0]["observation"] = "\udc00"
+    assert errors(checker, document) != []
+    assert errors(TOPIC_V2[HEADERS_TOPIC], {**payload, "sample_id": "\ud800"}) != []
+    assert errors(TOPIC_V2[HEADERS_TOPIC], {**payload, "sample_id": "\U0001f4dd"}) == []
+
+
+class Lenient(BaseModel):
+    number: int
+    note: str = ""
+
+
+def test_a_lax_contracts_schema_is_the_strict_form_and_says_its_reader_is_laxer() -> None:
+    registry = ContractRegistry(
+        [
+            TopicContract(topic="strict", model=Lenient, owner="o"),
+            TopicContract(topic="lax", model=Lenient, owner="o", lax_payloads=True),
+            TopicContract(
+                topic="lax.body", model=Lenient, owner="o", mode=WireMode.BODY, lax_payloads=True
+            ),
+        ]
+    )
+    strict, lax = topic_schema(registry, "strict"), topic_schema(registry, "lax")
+    body = topic_schema(registry, "lax.body")
+
+    assert "$comment" not in strict
+    assert lax["$comment"] == body["$comment"] == LAX_PAYLOADS_COMMENT
+    assert "lax mode" in lax["description"]
+    assert "$comment" not in body["properties"]["payload"]
+    for schema in (strict, lax):
+        assert errors(validator(schema), {"number": 1}) == []  # a default may be left out
+        assert errors(validator(schema), {"number": "1000"}) != []
+    assert errors(validator(body), {"number": 1}) != []  # the envelope is required too

@@ -35,7 +35,7 @@ from strategies import (
 from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.schemas import Decision, Decoded, EncodedRecord, Envelope, EnvelopeCodec, Hop, Keyring
 from hopchain.schemas.chain import append_hop, envelope_genesis, verify_chain
-from hopchain.schemas.integrity import canonical_hop, has_unknown_fields, hop_digest
+from hopchain.schemas.v1.digest import canonical_hop, has_unknown_fields, hop_digest
 
 # -- canonical encoding ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from strategies import HEADERS_TOPIC, example_envelope, sample_codec, sample_pay
 
 from hopchain.exceptions import EnvelopeRejected, ReasonCode
 from hopchain.schemas import Decision, Envelope, Keyring, Position, append_hop, verify_chain
-from hopchain.schemas.chain import _sealed_here
+from hopchain.schemas.v1.chain import sealed_here
 
 
 def appended(envelope: Envelope, **facts: Any) -> Envelope:
@@ -37,7 +37,7 @@ def refusal(envelope: Envelope, **codec: Any) -> EnvelopeRejected:
 def test_a_plain_hop_is_sealed_and_encodes_as_before() -> None:
     position = Position(topic="samples", partition=0, offset=7)
     envelope = appended(example_envelope(), received_from=position)
-    assert _sealed_here(envelope.chain[-1])
+    assert sealed_here(envelope.chain[-1])
     codec = sample_codec()
     record = codec.encode(HEADERS_TOPIC, envelope, sample_payload(), verified_hops=3)
     assert codec.decode(HEADERS_TOPIC, record.value, record.headers).envelope == envelope
@@ -47,7 +47,7 @@ def test_a_plain_hop_is_sealed_and_encodes_as_before() -> None:
 def test_a_copy_of_a_sealed_hop_is_checked_again() -> None:
     envelope = appended(example_envelope())
     copy = envelope.chain[-1].model_copy(update={"observation": "edited after sealing"})
-    assert not _sealed_here(copy)
+    assert not sealed_here(copy)
     edited = envelope.model_copy(update={"chain": (*envelope.chain[:-1], copy)})
     error = refusal(edited)
     assert (error.code, error.path) == (ReasonCode.BAD_DIGEST, "$.chain[3].digest")
@@ -66,7 +66,7 @@ def test_a_position_built_without_validation_is_still_refused(
     position: Position, path: str
 ) -> None:
     envelope = appended(example_envelope(), received_from=position)
-    assert not _sealed_here(envelope.chain[-1])
+    assert not sealed_here(envelope.chain[-1])
     error = refusal(envelope)
     assert error.path == f"$.chain[3].received_from.{path}"
 
@@ -74,7 +74,7 @@ def test_a_position_built_without_validation_is_still_refused(
 def test_a_position_with_unknown_fields_is_not_sealed() -> None:
     position = Position.model_construct(topic="samples", partition=0, offset=1, extra="x")  # type: ignore[call-arg]
     envelope = appended(example_envelope(), received_from=position)
-    assert not _sealed_here(envelope.chain[-1])
+    assert not sealed_here(envelope.chain[-1])
     assert refusal(envelope).code is ReasonCode.UNKNOWN_FIELD
 
 
@@ -87,7 +87,7 @@ class OddKeyring(Keyring):
 def test_a_signature_that_is_not_well_formed_is_still_refused() -> None:
     keyring = OddKeyring({"enricher": b"k" * 32})
     envelope = appended(example_envelope(), keyring=keyring)
-    assert not _sealed_here(envelope.chain[-1])
+    assert not sealed_here(envelope.chain[-1])
     error = refusal(envelope)
     assert error.path == "$.chain[3].signature"
 
@@ -95,7 +95,7 @@ def test_a_signature_that_is_not_well_formed_is_still_refused() -> None:
 def test_a_well_signed_hop_is_sealed_and_its_signature_still_verified() -> None:
     keyring = Keyring({"enricher": b"k" * 32})
     envelope = appended(example_envelope(), keyring=keyring)
-    assert _sealed_here(envelope.chain[-1])
+    assert sealed_here(envelope.chain[-1])
     sample_codec(keyring=keyring).encode(HEADERS_TOPIC, envelope, sample_payload(), verified_hops=3)
     other = Keyring({"enricher": b"x" * 32})
     assert refusal(envelope, keyring=other).code is ReasonCode.BAD_SIGNATURE

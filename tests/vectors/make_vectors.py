@@ -751,7 +751,7 @@ def earlier_hops(add: Callable[..., None]) -> None:
         _raw(0, lambda hop: hop.replace('"observation":"', '"observation":"\\ud800', 1)),
         "bad_json",
         "$.chain[0]",
-        schema="accept",
+        schema="reject",
     )
     add(
         "earlier-hop-lone-surrogate-number",

@@ -7,6 +7,7 @@ aiokafka wrapper are thin layers over :class:`Hopchain`.
 from hopchain.middleware.engine.abort import AbortState
 from hopchain.middleware.engine.core import Hopchain
 from hopchain.middleware.engine.settle import Settled
+from hopchain.middleware.engine.verdict import Received, Verdict
 from hopchain.middleware.engine.writer import DeadLetterWriter, OutgoingRecord, RecordWriter
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "DeadLetterWriter",
     "Hopchain",
     "OutgoingRecord",
+    "Received",
     "RecordWriter",
     "Settled",
+    "Verdict",
 ]

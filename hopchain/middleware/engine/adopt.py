@@ -62,7 +62,7 @@ def adopt(parts: EngineParts, contract: TopicContract, record: ConsumedRecord) -
     """
     assert record.value is not None  # noqa: S101 - is_bare checked it
     try:
-        payload = contract.model.model_validate_json(record.value)
+        payload = contract.validate_payload(record.value)
     except ValidationError as exc:
         error = exc.errors(include_url=False, include_input=False)[0]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])

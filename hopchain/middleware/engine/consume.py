@@ -1,16 +1,25 @@
-"""The consume side: a raw record becomes a validated hop, or a rejection that is parked."""
+"""The consume side: a raw record becomes a validated hop, or a rejection that is parked.
+
+:meth:`Receiver.receive` is the one receive decision every adapter maps onto its client. It
+is total: whatever the record's bytes, and whatever a contract's validator, the dedupe store
+or a span exporter raises while the record is read, its outcome is a :class:`Received`
+verdict, never an exception a client library would acknowledge.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 
-from hopchain.exceptions import DecodeError, ReasonCode
-from hopchain.middleware.context import HopContext, _reset_current_hop, _set_current_hop
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError, ReasonCode
+from hopchain.middleware.context import HopContext, reset_current_hop, set_current_hop
 from hopchain.middleware.engine.adopt import adopt, is_bare
 from hopchain.middleware.engine.parts import EngineParts, dead_letter_info
+from hopchain.middleware.engine.report import passed_on
+from hopchain.middleware.engine.verdict import Received, Verdict
 from hopchain.middleware.engine.writer import RecordWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
@@ -23,9 +32,43 @@ from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import HopSpan, consume_span, rejection_span
 
-__all__ = ["Receiver"]
+__all__ = ["Receiver", "internal_error"]
 
 logger = logging.getLogger("hopchain")
+
+_INTERNAL_CODES = frozenset({ReasonCode.READER_ERROR, ReasonCode.CONTRACT_ERROR})
+
+
+def internal_error(record: ConsumedRecord, exc: BaseException, *, step: str) -> DecodeError:
+    """The rejection of a record on which hopchain, a contract or a collaborator raised.
+
+    Such a record is parked as ``reader_error`` (the exception's type in the detail; its text
+    only in the dead letter's exception header, when exception capture is on), never
+    acknowledged unhandled.
+    """
+    logger.error(
+        "%s raised %s while reading %s; parking it as reader_error",
+        step,
+        type(exc).__name__,
+        record.describe(),
+        exc_info=exc,
+        extra={
+            "hopchain_event": "reader_error",
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "step": step,
+            "exception_type": type(exc).__name__,
+        },
+    )
+    return DecodeError(
+        ReasonCode.READER_ERROR,
+        f"{step} raised {type(exc).__module__}.{type(exc).__qualname__}",
+        "$",
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+    )
 
 
 class Receiver:
@@ -33,6 +76,71 @@ class Receiver:
 
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
+
+    def receive(
+        self, record: ConsumedRecord, *, group: str, scope: ExitStack | None = None
+    ) -> Received:
+        """Decide what happens to a record that was read: handle, park, report or skip.
+
+        With ``scope``, a valid record's hop is opened in it (its span, ``current_hop()``):
+        a failure to open it (a span processor, the dedupe store) parks the record too.
+
+        Raises:
+            ConfigurationError: the record's topic has no contract (a deployment error:
+                nothing can be parked without knowing where).
+        """
+        if self.parts.registry.is_dead_letter_topic(record.topic):
+            return Received(Verdict.SKIP, record)
+        try:
+            decoded = self.accept(record)
+        except DecodeError as error:
+            return self._refused(record, error, None)
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+            return self._refused(record, internal_error(record, exc, step="accept"), exc)
+        received = Received(Verdict.HANDLE, record, decoded)
+        if scope is not None:
+            try:
+                received.hop, received.span = scope.enter_context(
+                    self.handling(record, decoded, group=group)
+                )
+            except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+                refusal = internal_error(record, exc, step="open")
+                return Received(Verdict.PARK, record, error=refusal, cause=exc)
+        return received
+
+    def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
+        """Report-only, for a client that hands its caller a hop: the refused record as one.
+
+        Its hop is an origin written by this component, saying what enforcing would have
+        parked; the payload is passed on unvalidated (:mod:`~hopchain.middleware.engine.report`).
+        A failure to build it parks the record as ``reader_error``.
+        """
+        error = received.error
+        assert error is not None  # noqa: S101 - a REPORT verdict carries it
+        record = received.record
+        try:
+            decoded = passed_on(self.parts, record, error)
+            hop, span = scope.enter_context(self.handling(record, decoded, group=group))
+        except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+            refusal = internal_error(record, exc, step="report")
+            return Received(Verdict.PARK, record, error=refusal, cause=exc)
+        hop.reported = ValidationIssue(
+            code=error.code, message=error.detail[:1000], path=error.path
+        )
+        return Received(Verdict.HANDLE, record, decoded, hop=hop, span=span)
+
+    def _refused(
+        self, record: ConsumedRecord, error: DecodeError, cause: BaseException | None
+    ) -> Received:
+        if not self.reporting(record.topic):
+            return Received(Verdict.PARK, record, error=error, cause=cause)
+        try:
+            self.would_reject(record, error)
+        except Exception:  # a collaborator's failure must not stop the report
+            logger.exception("reporting %s failed; handing it on anyway", record.describe())
+        return Received(Verdict.REPORT, record, error=error, cause=cause)
 
     def accept(self, record: ConsumedRecord) -> Decoded:
         """Validate a consumed record against its topic's contract.
@@ -103,11 +211,11 @@ class Receiver:
             carrier=carrier,
         ) as span:
             hop = self.open(record, decoded, group=group, span_id=span.span_id)
-            token = _set_current_hop(hop)
+            token = set_current_hop(hop)
             try:
                 yield hop, span
             finally:
-                _reset_current_hop(token)
+                reset_current_hop(token)
 
     def open(
         self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
@@ -128,26 +236,66 @@ class Receiver:
         )
 
     async def reject(
-        self, record: ConsumedRecord, error: DecodeError, *, group: str, writer: RecordWriter
+        self,
+        record: ConsumedRecord,
+        error: DecodeError,
+        *,
+        group: str,
+        writer: RecordWriter,
+        cause: BaseException | None = None,
     ) -> DeadLetterInfo:
         """Park a record that failed validation, byte for byte, with the reason.
 
+        ``cause``: the exception that made hopchain refuse it (``reader_error``); its text
+        goes into the dead letter when exception capture is on.
+
         Raises:
-            DeadLetterWriteError: it could not be parked; do not commit its offset.
+            DeadLetterWriteError: it could not be parked; do not commit its offset. Raised
+                too when building the dead letter itself failed: the record is read again.
         """
+        try:
+            return await self._park(record, error, group=group, writer=writer, cause=cause)
+        except DeadLetterWriteError:
+            raise
+        except Exception as exc:
+            logger.exception("parking %s failed in hopchain itself", record.describe())
+            contract = self.parts.registry.get(record.topic)
+            raise DeadLetterWriteError(
+                source_topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                dead_letter_topic=contract.dead_letter_topic,
+            ) from exc
+
+    async def _park(
+        self,
+        record: ConsumedRecord,
+        error: DecodeError,
+        *,
+        group: str,
+        writer: RecordWriter,
+        cause: BaseException | None,
+    ) -> DeadLetterInfo:
         parts = self.parts
         contract = parts.registry.get(record.topic)
         issue = ValidationIssue(code=error.code, message=error.detail[:1000], path=error.path)
+        # A record hopchain or the contract failed on is not known to be malformed: the
+        # component's owner has a bug to fix (internal), not the producer's owner.
+        internal = error.code in _INTERNAL_CODES
         failure = Failure(
             component=parts.component,
-            error_type=ErrorType.MALFORMED,
-            description=f"refused at the consumer boundary: {error.code.value} at {error.path}",
+            error_type=ErrorType.INTERNAL if internal else ErrorType.MALFORMED,
+            description=f"not read: {error.code.value}: {error.detail}"[:2000]
+            if internal
+            else f"refused at the consumer boundary: {error.code.value} at {error.path}",
             locally_resolvable=False,
             validation_errors=(issue,),
         )
         info = dead_letter_info(
             parts, record, failure, group=group, owner=contract.owner, error=error
         )
+        if cause is not None:
+            info = dataclasses.replace(info, exception=parts.exception_text(cause))
         parts.metrics.rejected.labels(record.topic, "consume", error.code.value).inc()
         logger.error(
             "rejected %s: %s at %s; parking in %s",

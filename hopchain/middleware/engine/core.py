@@ -9,33 +9,52 @@ receives only the collaborators it needs (:class:`~hopchain.middleware.engine.pa
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any
 
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from hopchain.config import HopchainConfig
-from hopchain.exceptions import ConfigurationError
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
 from hopchain.loading import load_registry
+from hopchain.middleware.context import HopContext
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
 from hopchain.middleware.engine.abort import AbortState
-from hopchain.middleware.engine.consume import Receiver
+from hopchain.middleware.engine.consume import Receiver, internal_error
 from hopchain.middleware.engine.parts import EngineParts, ExceptionCapture
 from hopchain.middleware.engine.publish import Publisher
 from hopchain.middleware.engine.retry import DefaultRetry
-from hopchain.middleware.engine.settle import Settler
-from hopchain.middleware.engine.writer import DeadLetterWriter
+from hopchain.middleware.engine.settle import Settled, Settler
+from hopchain.middleware.engine.verdict import Received
+from hopchain.middleware.engine.writer import DeadLetterWriter, RecordWriter
+from hopchain.middleware.failures import ExceptionMapper
 from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.middleware.policy import Backoff, TransportRetry
 from hopchain.schemas import (
+    Attempt,
     ContractRegistry,
+    Decision,
+    Decoded,
+    EncodedRecord,
+    Envelope,
     EnvelopeCodec,
+    ErrorType,
+    Failure,
     Keyring,
     Limits,
 )
+from hopchain.schemas.deadletter import DeadLetterInfo
+from hopchain.schemas.record import ConsumedRecord
+from hopchain.tracing import HopSpan
 
 __all__ = ["Hopchain"]
+
+logger = logging.getLogger("hopchain")
 
 
 def _default_instance() -> str:
@@ -63,9 +82,10 @@ class Hopchain:
         redact: scrubs a captured exception's text before it goes into a dead letter (with
             ``HOPCHAIN_CAPTURE_EXCEPTIONS``); a callback that raises withholds the text.
 
-    What it does is done by three steps, whose methods it offers as its own:
-    :class:`Receiver` (``accept``, ``handling``, ``open``, ``reject``, ``reporting``,
-    ``would_reject``),
+    What it does is done by three steps, whose methods it offers as its own (each a method
+    here that hands over to the step):
+    :class:`Receiver` (``receive``, the receive decision, with ``accept``, ``handling``,
+    ``open``, ``reject``, ``reporting``, ``would_reject``),
     :class:`Publisher` (``coerce_payload``, ``append``, ``outgoing``, ``sending``) and
     :class:`Settler` (``failure_of``, ``settle``, ``dead_letter``, ``abort``, ``handled``).
 
@@ -129,22 +149,6 @@ class Hopchain:
                 backoff=Backoff(initial=self.config.transport_backoff_seconds),
             ),
         )
-        # The steps' own methods, so that callers need not know which step does what.
-        self.accept = self.receiver.accept
-        self.reporting = self.receiver.reporting
-        self.would_reject = self.receiver.would_reject
-        self.open = self.receiver.open
-        self.handling = self.receiver.handling
-        self.reject = self.receiver.reject
-        self.coerce_payload = self.publisher.coerce_payload
-        self.append = self.publisher.append
-        self.outgoing = self.publisher.outgoing
-        self.sending = self.publisher.sending
-        self.failure_of = self.settler.failure_of
-        self.settle = self.settler.settle
-        self.dead_letter = self.settler.dead_letter
-        self.abort = self.settler.abort
-        self.handled = self.settler.handled
 
     # -- what the component is ---------------------------------------------------------------
 
@@ -187,6 +191,217 @@ class Hopchain:
     def aborted(self) -> AbortState:
         """Set when a stage aborted: wait on it and exit non-zero (see :class:`AbortState`)."""
         return self.parts.aborted
+
+    # -- receiving (Receiver) ----------------------------------------------------------------
+
+    def receive(
+        self, record: ConsumedRecord, *, group: str, scope: ExitStack | None = None
+    ) -> Received:
+        """The receive decision: handle, park, report or skip (see :meth:`Receiver.receive`)."""
+        return self.receiver.receive(record, group=group, scope=scope)
+
+    def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
+        """Report-only: a refused record as a hop (see :meth:`Receiver.pass_on`)."""
+        return self.receiver.pass_on(received, group=group, scope=scope)
+
+    def accept(self, record: ConsumedRecord) -> Decoded:
+        """Validate a record against its topic's contract (see :meth:`Receiver.accept`)."""
+        return self.receiver.accept(record)
+
+    def reporting(self, topic: str) -> bool:
+        """Whether ``topic``'s refused records are only reported."""
+        return self.receiver.reporting(topic)
+
+    def would_reject(self, record: ConsumedRecord, error: DecodeError) -> None:
+        """Count, log and trace what enforcing would park, without parking it."""
+        self.receiver.would_reject(record, error)
+
+    def handling(
+        self, record: ConsumedRecord, decoded: Decoded, *, group: str
+    ) -> AbstractContextManager[tuple[HopContext, HopSpan]]:
+        """Handle a valid record: its hop's span and ``current_hop()`` for the block."""
+        return self.receiver.handling(record, decoded, group=group)
+
+    def open(
+        self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
+    ) -> HopContext:
+        """The handling context of a valid record."""
+        return self.receiver.open(record, decoded, group=group, span_id=span_id)
+
+    async def reject(
+        self,
+        record: ConsumedRecord,
+        error: DecodeError,
+        *,
+        group: str,
+        writer: RecordWriter,
+        cause: BaseException | None = None,
+    ) -> DeadLetterInfo:
+        """Park a refused record byte for byte (see :meth:`Receiver.reject`)."""
+        return await self.receiver.reject(record, error, group=group, writer=writer, cause=cause)
+
+    async def park(self, received: Received, *, group: str, writer: RecordWriter) -> DeadLetterInfo:
+        """Park a record whose verdict is ``PARK``, as :meth:`receive` decided.
+
+        Raises:
+            DeadLetterWriteError: it could not be parked; do not commit its offset.
+        """
+        assert received.error is not None  # noqa: S101 - every PARK verdict carries one
+        return await self.receiver.reject(
+            received.record, received.error, group=group, writer=writer, cause=received.cause
+        )
+
+    # -- publishing (Publisher) --------------------------------------------------------------
+
+    def coerce_payload(self, topic: str, body: Any) -> BaseModel:
+        """Turn what the caller publishes into the topic's payload model."""
+        return self.publisher.coerce_payload(topic, body)
+
+    def append(
+        self,
+        hop: HopContext,
+        *,
+        decision: Decision | None,
+        destination: str | None,
+        failure: Failure | None = None,
+        observation: str = "",
+        attempts: Iterable[Attempt] | None = None,
+        contract: tuple[str, int] | None = None,
+    ) -> Envelope:
+        """The received envelope with this component's hop appended."""
+        return self.publisher.append(
+            hop,
+            decision=decision,
+            destination=destination,
+            failure=failure,
+            observation=observation,
+            attempts=attempts,
+            contract=contract,
+        )
+
+    def outgoing(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        trace_id: str,
+        span_id: str,
+        headers: Mapping[str, str] | None = None,
+        decision: Decision | None = None,
+        observation: str = "",
+    ) -> tuple[EncodedRecord, Envelope]:
+        """Validate and envelope a record for ``topic``: exactly one new hop."""
+        return self.publisher.outgoing(
+            topic,
+            body,
+            incoming=incoming,
+            trace_id=trace_id,
+            span_id=span_id,
+            headers=headers,
+            decision=decision,
+            observation=observation,
+        )
+
+    def sending(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        headers: Mapping[str, str] | None = None,
+        key: bytes | None = None,
+        server_address: str | None = None,
+    ) -> AbstractContextManager[EncodedRecord]:
+        """The record to send for ``body``; the block sends it (see :meth:`Publisher.sending`)."""
+        return self.publisher.sending(
+            topic,
+            body,
+            incoming=incoming,
+            headers=headers,
+            key=key,
+            server_address=server_address,
+        )
+
+    # -- settling (Settler) ------------------------------------------------------------------
+
+    def failure_of(
+        self,
+        exc: BaseException,
+        hop: HopContext,
+        *,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> Failure:
+        """The failure a hop reports for ``exc``."""
+        return self.settler.failure_of(exc, hop, mappers=mappers, error_type=error_type)
+
+    async def settle(
+        self,
+        hop: HopContext,
+        exc: BaseException,
+        *,
+        writer: RecordWriter,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> Settled:
+        """Take the exit for a failed record (see :meth:`Settler.settle`).
+
+        Should settling itself raise (an exception mapper, the stage's policy, hopchain's
+        own code), the record is parked as it was received, as ``reader_error``: never
+        acknowledged unsettled.
+
+        Raises:
+            DeadLetterWriteError: the record could not be parked; do not commit it.
+        """
+        try:
+            return await self.settler.settle(
+                hop, exc, writer=writer, mappers=mappers, error_type=error_type
+            )
+        except DeadLetterWriteError:
+            raise
+        except Exception as failed:  # noqa: BLE001 - a failed record must still be parked
+            error = internal_error(hop.record, failed, step="settle")
+            info = await self.receiver.reject(
+                hop.record, error, group=hop.group, writer=writer, cause=failed
+            )
+            return Settled(failure=info.failure, dead_letter=info)
+
+    async def dead_letter(
+        self,
+        hop: HopContext,
+        failure: Failure,
+        *,
+        writer: RecordWriter,
+        observation: str = "",
+        dead_letter_topic: str | None = None,
+        owner: str | None = None,
+        exception: str | None = None,
+    ) -> DeadLetterInfo:
+        """Park a valid record whose handling failed, with a ``dead_lettered`` hop."""
+        return await self.settler.dead_letter(
+            hop,
+            failure,
+            writer=writer,
+            observation=observation,
+            dead_letter_topic=dead_letter_topic,
+            owner=owner,
+            exception=exception,
+        )
+
+    def abort(self, hop: HopContext, failure: Failure, *, run: bool = True) -> None:
+        """Record that a stage stopped on this record; the caller stops consuming."""
+        self.settler.abort(hop, failure, run=run)
+
+    def handled(self, hop: HopContext) -> None:
+        """Account for a record handled (its decision counted, a sink's marker logged).
+
+        The record was handled: a failure to count it is logged, never raised.
+        """
+        try:
+            self.settler.handled(hop)
+        except Exception:
+            logger.exception("accounting for handled %s failed", hop.record.describe())
 
     def check_topics(self, topics: Iterable[str]) -> None:
         """Refuse to start when a topic has no contract (names the topic and the fix)."""

@@ -1,44 +1,8 @@
-"""The FastStream adapter: validate before the handler, park what fails, append on publish.
+"""What FastStream runs around one record (or one publish): :class:`RecordMiddleware`.
 
-Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) whose
-subscribers commit after processing::
-
-    hopchain = Hopchain(registry, component="classify")
-    middleware = HopchainMiddleware(hopchain)
-    broker = KafkaBroker(bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
-    middleware.check(broker)  # after declaring subscribers: refuses ACK_FIRST, MANUAL, batch
-    app = FastStream(broker, after_shutdown=[middleware.close])
-
-Commit behaviour, on FastStream's public acknowledgement API: a record's offset is
-committed (``AckMessage``) after its handler returned and its outputs were acknowledged, or
-after it was parked and the dead-letter write was acknowledged. A record that could not be
-parked is not committed: FastStream's ``NackMessage`` rewinds the consumer to it, and its
-partition alone is paused for a second before it is tried again (the subscriber's other
-partitions keep flowing), so it is never dropped. When a stage aborts, the record is
-rewound and every partition of that consumer is paused: nothing later is read or committed,
-and a restart resumes at the record.
-
-With ``HOPCHAIN_COMMITS=batched`` hopchain commits instead (subscribers declared with
-``ack_policy=middleware.ack_policy``, i.e. ``AckPolicy.MANUAL``, and checked): outputs and
-dead letters are sent without waiting (a ``broker.publish`` in a handler returns the send's
-future), and per partition the offset below which every record is settled is committed in
-batches, on revocation (``listener=middleware.listener()``), on :meth:`close` and on abort
-(see :mod:`hopchain.middleware.commits`). A failed send pauses and rewinds its partition only.
-
-On a report-only topic (``TopicContract(report_only=True)`` or ``HOPCHAIN_REPORT_ONLY``), a
-record that breaks its contract is counted (``hopchain_would_reject_total``), logged and
-handed to the handler as if hopchain were not there; nothing is parked.
-
-FastStream publishes a handler's return value after the consume scope has ended; if that
-publish fails, the record is not committed either. An output hopchain refuses to send
-(``EnvelopeRejected``) parks the record as a ``contract_violation``; any other failure
-rewinds the consumer to the record, which is handled again after a short pause of its
-partition.
-
-Dead letters keep the original headers byte for byte, which FastStream's publish API cannot
-express, so they are written with a producer the middleware owns (:class:`KafkaWriter`,
-connected with ``HOPCHAIN_KAFKA_BOOTSTRAP`` and the login settings). Under FastStream's
-``TestKafkaBroker`` pass ``writer=BrokerWriter(broker)`` to park through the test broker.
+It maps the engine's verdict on the record onto FastStream's acknowledgement API (``AckMessage``
+once parked or handled, ``NackMessage`` with its partition paused to read it again), and
+envelopes every publish.
 """
 
 from __future__ import annotations
@@ -46,216 +10,69 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from contextlib import ExitStack
 from contextvars import ContextVar
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
-from faststream import AckPolicy, BaseMiddleware, ContextRepo, StreamMessage
+from faststream import BaseMiddleware, ContextRepo, StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
-from faststream.kafka import KafkaBroker, KafkaRouter
 from faststream.kafka.response import KafkaPublishCommand
 
 from hopchain.exceptions import (
     ConfigurationError,
     DeadLetterWriteError,
-    DecodeError,
     EnvelopeRejected,
 )
 from hopchain.middleware.context import (
     HopContext,
     current_hop,
 )
-from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
-from hopchain.middleware.faststream_batch import Batch, receive_batch
+from hopchain.middleware.control import register_control_flow
+from hopchain.middleware.engine import Hopchain, Received, RecordWriter, Verdict
+from hopchain.middleware.faststream_batch import Batch, close_quietly, receive_batch
 from hopchain.middleware.faststream_batch import parseable as _parseable
 from hopchain.middleware.faststream_commits import (
     BatchedCommits,
-    CommitOnRevoke,
     Pending,
     consumer_of,
     pending,
-    require_safe_producer,
 )
 from hopchain.middleware.partition_holds import PartitionHolds
-from hopchain.middleware.producer import KafkaWriter
-from hopchain.middleware.topics import ensure_dead_letter_topics
 from hopchain.propagation import KeptTraceContext
 from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error, note_sent
 
-__all__ = ["BrokerWriter", "HopchainMiddleware"]
+__all__ = ["RETRY_PAUSE_SECONDS", "MiddlewareOwner", "RecordMiddleware", "writing_raw"]
 
 logger = logging.getLogger("hopchain")
 
-_REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
-_RETRY_PAUSE_SECONDS = 1.0
+# A handler's AckMessage, NackMessage or RejectMessage steers FastStream: never a failure.
+register_control_flow(HandlerException)
+
+RETRY_PAUSE_SECONDS = 1.0
 """Pause before a record that could not be parked, or whose output was not sent, is read
 again: the rewind alone would retry it at once, in a tight loop."""
-_writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False)
+writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False)
+"""Set while :class:`~hopchain.middleware.faststream.factory.BrokerWriter` publishes a dead
+letter: it passes through unchanged."""
 
 
-class BrokerWriter:
-    """Writes dead letters and reroutes through the broker's own ``publish``.
+class MiddlewareOwner(Protocol):
+    """What a record's middleware needs of the factory that made it (``HopchainMiddleware``)."""
 
-    For FastStream's ``TestKafkaBroker``, which replaces the broker's producer in memory,
-    so the whole failure path runs in a unit test. Header values go as text, as FastStream
-    sends them: a record whose headers are not UTF-8 cannot be parked this way.
-    """
-
-    def __init__(self, broker: KafkaBroker) -> None:
-        self.broker = broker
-
-    async def write(self, record: OutgoingRecord) -> None:
-        """Publish the record (the hopchain middleware lets it pass unchanged)."""
-        text = {name: (raw or b"").decode() for name, raw in record.headers}
-        token = _writing_raw.set(True)
-        try:
-            await self.broker.publish(
-                record.value or b"",
-                record.topic,
-                key=record.key,
-                headers=text,
-                timestamp_ms=record.timestamp_ms,
-            )
-        finally:
-            _writing_raw.reset(token)
-
-
-class HopchainMiddleware:
-    """Validates, parks and appends hops for every record a FastStream Kafka broker handles.
-
-    Args:
-        hopchain: the component's engine.
-        writer: where dead letters and reroutes are written; by default a producer this
-            middleware owns (close it with :meth:`close`).
-        group: the consumer group recorded in dead letters (default: the component's name;
-            FastStream does not tell a middleware which subscriber read a record).
-    """
-
-    def __init__(
-        self, hopchain: Hopchain, *, writer: RecordWriter | None = None, group: str | None = None
-    ) -> None:
-        self.hopchain = hopchain
-        self._owned = (
-            KafkaWriter(hopchain.config, client_id=f"hopchain-{hopchain.component}")
-            if writer is None
-            else None
-        )
-        self.writer: RecordWriter = writer if writer is not None else self._owned  # type: ignore[assignment]
-        self.group = group or hopchain.component
-        self.topics: list[str] = []
-        """The topics the checked broker's subscribers read (see :meth:`check`)."""
-        self.batched = hopchain.config.commits == "batched"
-        self._checked = False
-        self.commits = BatchedCommits(hopchain.config, retry_pause=_RETRY_PAUSE_SECONDS)
-        self.holds = PartitionHolds(_RETRY_PAUSE_SECONDS)
-        self.server_address: str | None = None
-        """The broker's bootstrap servers, seen when it connects (labels the send spans)."""
-        self.client_id: str | None = None
+    hopchain: Hopchain
+    writer: RecordWriter
+    group: str
+    commits: BatchedCommits
+    holds: PartitionHolds
+    server_address: str | None
+    client_id: str | None
 
     @property
     def owns_commits(self) -> bool:
-        """Batched mode, on subscribers :meth:`check` found to leave the commits to hopchain.
-
-        Unchecked, records are handled as in record mode: outputs are waited for, and a
-        subscriber that commits by itself never commits past an unacknowledged output.
-        """
-        return self.batched and self._checked
-
-    @property
-    def ack_policy(self) -> AckPolicy:
-        """The subscribers' acknowledgement policy for ``HOPCHAIN_COMMITS``.
-
-        ``ACK`` per record, ``MANUAL`` when hopchain commits in batches:
-        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``.
-        """
-        return AckPolicy.MANUAL if self.batched else AckPolicy.ACK
-
-    def listener(self, inner: Any = None) -> CommitOnRevoke:
-        """A rebalance listener committing settled records before their partitions move.
-
-        Pass it to each subscriber in batched mode
-        (``broker.subscriber(..., listener=middleware.listener())``); ``inner`` is called too.
-        """
-        return CommitOnRevoke(self.commits, inner)
-
-    def __call__(self, msg: Any | None, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
-        """The per-message middleware FastStream enters for each record and publish."""
-        return _RecordMiddleware(msg, context=context, owner=self)
-
-    def check(self, broker: KafkaBroker | KafkaRouter) -> None:
-        """Refuse subscribers that could lose records; call it after declaring them.
-
-        Every subscribed topic needs a contract; every subscriber must commit after
-        processing (``AckPolicy.ACK``), or leave the commits to hopchain with
-        ``HOPCHAIN_COMMITS=batched`` (``AckPolicy.MANUAL``, which only then takes effect).
-        FastStream's telemetry middleware may come before or after this one. The broker's
-        producer is set to write with ``acks="all"`` and idempotence.
-
-        Raises:
-            ConfigurationError: naming the subscriber's topics and the fix.
-        """
-        if isinstance(broker, KafkaBroker):
-            require_safe_producer(broker, self._connecting)
-        for subscriber in broker.subscribers:
-            topics = [topic.name for topic in getattr(subscriber, "topics", ())]
-            policy = getattr(subscriber, "ack_policy", None)
-            if self.batched and policy is not AckPolicy.MANUAL:
-                raise ConfigurationError(
-                    f"subscriber of {topics or 'its topics'} uses ack_policy={policy}, but "
-                    "with HOPCHAIN_COMMITS=batched hopchain commits the offsets itself: use "
-                    "AckPolicy.MANUAL (KafkaBroker(..., ack_policy=middleware.ack_policy))"
-                )
-            if not self.batched and policy in _REFUSED_ACK_POLICIES:
-                raise ConfigurationError(
-                    f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; "
-                    "hopchain needs offsets committed after processing: use AckPolicy.ACK "
-                    "(e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK)), or AckPolicy.MANUAL "
-                    "with HOPCHAIN_COMMITS=batched"
-                )
-            self.hopchain.check_topics(topics)
-            self.topics += [topic for topic in topics if topic not in self.topics]
-        self._checked = True
-
-    def _connecting(self, options: Mapping[str, Any]) -> None:
-        servers = options.get("bootstrap_servers")
-        if isinstance(servers, (list, tuple)):
-            servers = ",".join(str(server) for server in servers)
-        self.server_address = servers if isinstance(servers, str) else None
-        client_id = options.get("client_id")
-        self.client_id = client_id if isinstance(client_id, str) else None
-
-    async def prepare(self) -> list[str]:
-        """Create the dead-letter topics of the checked subscribers; return those created.
-
-        Run it before the broker starts (``FastStream(broker, on_startup=[middleware.prepare])``):
-        a dead-letter topic made by the broker's auto-creation would keep parked records
-        only for its default retention.
-
-        Raises:
-            ConfigurationError: the broker refused to create one (one line, with the reason).
-        """
-        return await ensure_dead_letter_topics(
-            self.hopchain.config, self.hopchain.registry, self.topics
-        )
-
-    async def close(self) -> None:
-        """Commit what is settled (batched mode), then stop the dead-letter producer.
-
-        The producer is the one this middleware owns, if it was started.
-
-        In batched mode run it before the broker stops its consumers
-        (``FastStream(broker, on_shutdown=[middleware.close])``): afterwards, records settled
-        since the last commit can only be read again.
-        """
-        self.holds.close()
-        try:
-            await self.commits.close()
-        finally:
-            if self._owned is not None:
-                await self._owned.close()
+        """Whether hopchain commits the offsets (batched mode, checked subscribers)."""
+        ...
 
 
 def _key_bytes(key: Any) -> bytes | None:
@@ -265,12 +82,10 @@ def _key_bytes(key: Any) -> bytes | None:
     return key.encode() if isinstance(key, str) else None
 
 
-class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
+class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
     """What FastStream runs around one record (or one publish)."""
 
-    def __init__(
-        self, msg: Any | None, /, *, context: ContextRepo, owner: HopchainMiddleware
-    ) -> None:
+    def __init__(self, msg: Any | None, /, *, context: ContextRepo, owner: MiddlewareOwner) -> None:
         super().__init__(msg, context=context)
         self.owner = owner
         self.hopchain = owner.hopchain
@@ -297,37 +112,39 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if isinstance(self.msg, tuple):
             self._batch = await receive_batch(self, self.msg)
             return
-        record = ConsumedRecord.from_aiokafka(self.msg)
-        self._record = record
-        if self.hopchain.registry.is_dead_letter_topic(record.topic):
-            # Dead-letter topics are read as they are: re-parking their records would loop.
-            return
         try:
-            decoded = self.hopchain.accept(record)
-        except DecodeError as error:
-            if self.hopchain.reporting(record.topic):
-                # Report-only: counted and logged, then handled as without hopchain.
-                self.hopchain.would_reject(record, error)
-                return
+            record = ConsumedRecord.from_aiokafka(self.msg)
+        except Exception as exc:
+            # Not a record of the client this adapter knows: nothing to park it with. It
+            # is read again rather than acknowledged unread, loudly.
+            logger.critical(
+                "hopchain cannot read a %s (%s); it is not committed and is read again: "
+                "the FastStream middleware reads faststream.kafka (aiokafka) records",
+                type(self.msg).__name__,
+                exc,
+                extra={"hopchain_event": "unreadable_record"},
+            )
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
+            raise NackMessage from exc
+        self._record = record
+        received = self.hopchain.receive(record, group=self.owner.group, scope=self._scope)
+        if received.verdict is Verdict.HANDLE:
+            self._started = time.perf_counter()
+            self.hop = received.hop
+        elif received.verdict is Verdict.PARK:
             if self.owner.owns_commits:
                 # Parked without waiting; the record settles when the write is acknowledged.
-                self._parking = self.hopchain.reject(
-                    record, error, group=self.owner.group, writer=self.owner.writer
+                self._parking = self.hopchain.park(
+                    received, group=self.owner.group, writer=self.owner.writer
                 )
                 _parseable(self.msg)
                 return
-            await self._reject(record, error)
-            return
-        self._started = time.perf_counter()
-        self.hop, _ = self._scope.enter_context(
-            self.hopchain.handling(record, decoded, group=self.owner.group)
-        )
+            await self._reject(received)
+        # SKIP and REPORT: handed on as without hopchain.
 
-    async def _reject(self, record: ConsumedRecord, error: DecodeError) -> None:
+    async def _reject(self, received: Received) -> None:
         try:
-            await self.hopchain.reject(
-                record, error, group=self.owner.group, writer=self.owner.writer
-            )
+            await self.hopchain.park(received, group=self.owner.group, writer=self.owner.writer)
         except DeadLetterWriteError as exc:
             # Rewound in consume_scope, where FastStream hands over the consumer to pause.
             self._unwritten = exc
@@ -352,7 +169,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
     async def _pause_partition(self, record: ConsumedRecord) -> None:
         """Pause the record's partition only (or, without a consumer, wait here)."""
         if not self.owner.holds.hold(self.message, record.topic, record.partition):
-            await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
 
     def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
@@ -460,7 +277,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             if self.hop is not None and exc_val is None:
                 self.hopchain.handled(self.hop)
         finally:
-            self._scope.close()
+            close_quietly(self._scope, self._record)
         return False
 
     async def _settle_batched(self, exc_val: BaseException | None) -> bool:
@@ -509,7 +326,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
     async def publish_scope(self, call_next: Any, cmd: KafkaPublishCommand) -> Any:
         """Validate and envelope every publish; refuse (and send nothing) when invalid."""
         topic = cmd.destination
-        if _writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):
+        if writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):
             return await call_next(cmd)
         if self._batch is not None:
             return await self._batch.publish(call_next, cmd)

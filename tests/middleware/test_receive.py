@@ -1,0 +1,394 @@
+"""The engine's one receive decision (``Hopchain.receive``), without a broker.
+
+Each verdict, and what a user relies on with it: a valid record is handled in its hop, a
+refused one is parked byte for byte with its reason, and an exception raised inside
+hopchain, a contract or a collaborator never escapes to the client: the record is parked as
+``reader_error``. The same paths run on the real broker in ``test_read_path_faults.py``.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from middleware_helpers import Doc, consumed, contract, doc, received_hop, registry
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, field_validator
+
+from hopchain import ConfigurationError, Hopchain, HopchainConfig
+from hopchain.exceptions import DeadLetterWriteError, ReasonCode, UnknownTopicError
+from hopchain.middleware.engine import OutgoingRecord, Received, Verdict
+from hopchain.middleware.engine.consume import Receiver
+from hopchain.schemas import ErrorType, TopicContract
+from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.ids import new_span_id, new_trace_id
+
+TOPIC = "receive.in"
+DLQ = f"{TOPIC}.dlq"
+
+
+class Picky(BaseModel):
+    """A contract whose validator has a bug: it raises KeyError on an unexpected value."""
+
+    code: str
+
+    @field_validator("code")
+    @classmethod
+    def known(cls, value: str) -> str:
+        return {"a": value, "b": value}[value[0]]
+
+
+class MemoryWriter:
+    """Keeps what it is asked to write; fails the first ``failures`` writes."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.records: list[OutgoingRecord] = []
+        self.failures = failures
+
+    async def write(self, record: OutgoingRecord) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker unavailable")
+        self.records.append(record)
+
+
+def engine(*contracts: TopicContract, **settings: Any) -> Hopchain:
+    config = HopchainConfig(dead_letter_attempts=2, dead_letter_backoff_seconds=0, **settings)
+    return Hopchain(
+        registry(*(contracts or (contract(TOPIC),))),
+        component="receiver",
+        config=config,
+        metrics_registry=CollectorRegistry(),
+    )
+
+
+def valid_record(runtime: Hopchain, number: int = 1, topic: str = TOPIC) -> Any:
+    feeder = Hopchain(runtime.registry, component="feeder", metrics_registry=CollectorRegistry())
+    encoded, _ = feeder.outgoing(
+        topic, doc(number), incoming=None, trace_id=new_trace_id(), span_id=new_span_id()
+    )
+    return consumed(topic, encoded.value, encoded.headers, offset=number, key=b"k")
+
+
+def rejected(runtime: Hopchain, reason: str) -> float:
+    sample = runtime.metrics.rejected.labels(TOPIC, "consume", reason)
+    return float(sample._value.get())
+
+
+# -- the four verdicts -------------------------------------------------------------------------
+
+
+def test_a_valid_record_is_handled_in_its_hop() -> None:
+    runtime = engine()
+    record = valid_record(runtime, 7)
+    with ExitStack() as scope:
+        received = runtime.receive(record, group="g", scope=scope)
+        assert received.verdict is Verdict.HANDLE
+        assert received.hop is not None
+        assert received.hop.payload == doc(7)
+        assert received.hop.record is record
+        assert received.hop.group == "g"
+        assert received.decoded is not None
+        assert received.error is None
+
+
+def test_without_a_scope_no_hop_is_opened() -> None:
+    runtime = engine()
+    received = runtime.receive(valid_record(runtime), group="g")
+    assert received.verdict is Verdict.HANDLE
+    assert received.hop is None
+    assert received.decoded is not None
+
+
+@pytest.mark.parametrize(
+    ("value", "headers", "reason"),
+    [
+        (None, (), ReasonCode.TOMBSTONE),
+        (b"", (), ReasonCode.EMPTY_VALUE),
+        (b'{"id": 1, "text": "x"}', (), ReasonCode.MISSING_HEADER),
+        (b"\xff\xfe", (), ReasonCode.NOT_UTF8),
+        (b"{}", (("hopchain-envelope", b"\xff"),), ReasonCode.NOT_UTF8),
+    ],
+)
+def test_a_refused_record_is_to_be_parked_with_its_reason(
+    value: bytes | None, headers: tuple[tuple[str, bytes], ...], reason: ReasonCode
+) -> None:
+    runtime = engine()
+    received = runtime.receive(consumed(TOPIC, value, headers, offset=3), group="g")
+    assert received.verdict is Verdict.PARK
+    assert received.error is not None
+    assert received.error.code is reason
+    assert (received.error.topic, received.error.offset) == (TOPIC, 3)
+    assert received.cause is None
+
+
+def test_a_refused_record_on_a_report_only_topic_is_reported_not_parked() -> None:
+    runtime = engine(TopicContract(topic=TOPIC, model=Doc, owner="o", report_only=True))
+    received = runtime.receive(consumed(TOPIC, b"not json"), group="g")
+    assert received.verdict is Verdict.REPORT
+    assert received.error is not None
+    assert received.error.code is ReasonCode.MISSING_HEADER
+    counted = runtime.metrics.would_reject.labels(TOPIC, "missing_header")
+    assert counted._value.get() == 1
+
+
+def test_report_only_for_every_topic_comes_from_the_configuration() -> None:
+    runtime = engine(report_only=True)
+    assert runtime.receive(consumed(TOPIC, b"{}"), group="g").verdict is Verdict.REPORT
+
+
+def test_a_dead_letter_topics_record_is_skipped() -> None:
+    runtime = engine()
+    assert runtime.receive(consumed(DLQ, b"anything"), group="g").verdict is Verdict.SKIP
+
+
+def test_a_topic_without_a_contract_is_a_configuration_error() -> None:
+    runtime = engine()
+    with pytest.raises(UnknownTopicError):
+        runtime.receive(consumed("elsewhere", b"{}"), group="g")
+
+
+# -- nothing raised inside hopchain escapes ----------------------------------------------------
+
+
+def test_a_contract_validator_that_raises_parks_the_bare_record() -> None:
+    runtime = engine(TopicContract(topic=TOPIC, model=Picky, owner="o", adopt_bare=True))
+    verdicts = [
+        runtime.receive(consumed(TOPIC, f'{{"code": "{code}"}}'.encode(), offset=n), group="g")
+        for n, code in enumerate(("a1", "zz", "b3"))
+    ]
+    assert [v.verdict for v in verdicts] == [Verdict.HANDLE, Verdict.PARK, Verdict.HANDLE]
+    parked = verdicts[1]
+    assert parked.error is not None
+    assert parked.error.code in {ReasonCode.READER_ERROR, ReasonCode.CONTRACT_ERROR}
+    assert "KeyError" in parked.error.detail or parked.error.code is ReasonCode.CONTRACT_ERROR
+
+
+def test_an_exception_in_accept_is_a_reader_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = engine()
+
+    def broken(self: Receiver, record: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(Receiver, "accept", broken)
+    received = runtime.receive(valid_record(runtime), group="g")
+    assert received.verdict is Verdict.PARK
+    assert received.error is not None
+    assert received.error.code is ReasonCode.READER_ERROR
+    assert received.error.detail == "accept raised builtins.RecursionError"
+    assert isinstance(received.cause, RecursionError)
+
+
+def test_an_exception_opening_the_hop_parks_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = engine()
+
+    def broken(self: Receiver, *args: Any, **kwargs: Any) -> Any:
+        raise OSError("dedupe store unreachable")
+
+    monkeypatch.setattr(Receiver, "open", broken)
+    with ExitStack() as scope:
+        received = runtime.receive(valid_record(runtime), group="g", scope=scope)
+    assert received.verdict is Verdict.PARK
+    assert received.error is not None
+    assert received.error.code is ReasonCode.READER_ERROR
+    assert received.error.detail == "open raised builtins.OSError"
+    assert received.hop is None
+
+
+def test_a_report_only_topic_reports_a_reader_error_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = engine(report_only=True)
+
+    def broken(self: Receiver, record: Any) -> Any:
+        raise KeyError(record.topic)
+
+    monkeypatch.setattr(Receiver, "accept", broken)
+    received = runtime.receive(valid_record(runtime), group="g")
+    assert received.verdict is Verdict.REPORT
+    assert received.error is not None
+    assert received.error.code is ReasonCode.READER_ERROR
+
+
+# -- parking -------------------------------------------------------------------------------------
+
+
+async def test_a_reader_error_is_parked_byte_for_byte_as_internal() -> None:
+    runtime = engine(capture_exceptions=True)
+    record = consumed(
+        TOPIC, b'{"code": "zz"}', (("x-binary", b"\x00\xff"), ("x-binary", None)), key=b"\x01"
+    )
+    received = Received(
+        Verdict.PARK,
+        record,
+        error=runtime.receiver.receive(record, group="g").error,
+        cause=KeyError("z"),
+    )
+    assert received.error is not None
+    writer = MemoryWriter()
+    info = await runtime.park(received, group="g", writer=writer)
+    [parked] = writer.records
+    assert parked.topic == DLQ
+    assert (parked.value, parked.key) == (record.value, record.key)
+    assert tuple(parked.headers[: len(record.headers)]) == record.headers
+    assert info.failure.error_type is ErrorType.MALFORMED  # a missing envelope is malformed
+    assert info.exception is not None
+    assert "KeyError" in info.exception
+
+
+async def test_a_parked_reader_error_says_internal_and_names_the_exception() -> None:
+    runtime = engine(capture_exceptions=True)
+    record = valid_record(runtime)
+    received = Received(
+        Verdict.PARK,
+        record,
+        error=runtime.receiver.receive(
+            consumed(TOPIC, None, offset=record.offset), group="g"
+        ).error,
+    )
+    writer = MemoryWriter()
+    from hopchain.middleware.engine.consume import internal_error  # noqa: PLC0415
+
+    error = internal_error(record, ValueError("boom"), step="accept")
+    received = Received(Verdict.PARK, record, error=error, cause=ValueError("boom"))
+    info = await runtime.park(received, group="g", writer=writer)
+    [parked] = writer.records
+    assert parked.value == record.value
+    assert info.reason is ReasonCode.READER_ERROR
+    assert info.failure.error_type is ErrorType.INTERNAL
+    assert info.failure.validation_errors[0].code is ReasonCode.READER_ERROR
+    assert "accept raised builtins.ValueError" in info.failure.description
+    assert info.exception is not None
+    assert "ValueError: boom" in info.exception
+    headers = read_dead_letter_headers(parked.headers)
+    assert headers.reason is ReasonCode.READER_ERROR
+    assert rejected(runtime, "reader_error") == 1
+
+
+async def test_without_exception_capture_the_text_stays_out() -> None:
+    runtime = engine()
+    record = valid_record(runtime)
+    from hopchain.middleware.engine.consume import internal_error  # noqa: PLC0415
+
+    error = internal_error(record, ValueError("secret payload text"), step="accept")
+    info = await runtime.park(
+        Received(Verdict.PARK, record, error=error, cause=ValueError("secret payload text")),
+        group="g",
+        writer=MemoryWriter(),
+    )
+    assert info.exception is None
+    assert "secret" not in info.failure.description
+
+
+async def test_a_failure_building_the_dead_letter_is_a_write_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = engine()
+    record = consumed(TOPIC, b"{}", offset=9)
+    received = runtime.receive(record, group="g")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("unexpected header shape")
+
+    monkeypatch.setattr("hopchain.middleware.engine.consume.dead_letter_info", broken)
+    writer = MemoryWriter()
+    with pytest.raises(DeadLetterWriteError) as raised:
+        await runtime.park(received, group="g", writer=writer)
+    assert (raised.value.source_topic, raised.value.offset) == (TOPIC, 9)
+    assert raised.value.dead_letter_topic == DLQ
+    assert writer.records == []
+
+
+async def test_a_write_that_never_succeeds_is_a_write_error() -> None:
+    runtime = engine()
+    received = runtime.receive(consumed(TOPIC, b"{}"), group="g")
+    with pytest.raises(DeadLetterWriteError):
+        await runtime.park(received, group="g", writer=MemoryWriter(failures=5))
+
+
+async def test_a_write_that_fails_once_is_retried() -> None:
+    runtime = engine()
+    received = runtime.receive(consumed(TOPIC, b"{}"), group="g")
+    writer = MemoryWriter(failures=1)
+    await runtime.park(received, group="g", writer=writer)
+    assert len(writer.records) == 1
+
+
+# -- settling ------------------------------------------------------------------------------------
+
+
+async def test_settling_parks_a_handler_failure() -> None:
+    runtime = engine()
+    hop = received_hop(runtime, TOPIC)
+    writer = MemoryWriter()
+    settled = await runtime.settle(hop, RuntimeError("handler bug"), writer=writer)
+    assert settled.failure.error_type is ErrorType.INTERNAL
+    assert settled.dead_letter is not None
+    assert settled.dead_letter.reason is None
+    assert [r.topic for r in writer.records] == [DLQ]
+
+
+async def test_settling_that_raises_parks_the_record_as_a_reader_error() -> None:
+    runtime = engine()
+    hop = received_hop(runtime, TOPIC, 4)
+    writer = MemoryWriter()
+
+    def mapper(exc: BaseException) -> ErrorType | None:
+        raise LookupError("the mapper has a bug")
+
+    settled = await runtime.settle(hop, RuntimeError("handler"), writer=writer, mappers=(mapper,))
+    assert settled.dead_letter is not None
+    [parked] = writer.records
+    assert parked.value == hop.record.value
+    assert tuple(parked.headers[: len(hop.record.headers)]) == hop.record.headers
+    assert settled.dead_letter.reason is ReasonCode.READER_ERROR
+    assert settled.failure.error_type is ErrorType.INTERNAL
+    assert "settle raised builtins.LookupError" in settled.failure.description
+
+
+async def test_settling_raising_parks_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = engine()
+    hop = received_hop(runtime, TOPIC, 5)
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise AttributeError("policy bug")
+
+    monkeypatch.setattr(runtime.settler, "settle", broken)
+    writer = MemoryWriter()
+    settled = await runtime.settle(hop, RuntimeError("handler"), writer=writer)
+    assert settled.dead_letter is not None
+    assert settled.dead_letter.reason is ReasonCode.READER_ERROR
+    assert settled.failure.error_type is ErrorType.INTERNAL
+    assert "settle raised builtins.AttributeError" in settled.failure.description
+    assert [r.value for r in writer.records] == [hop.record.value]
+    assert not settled.aborted
+
+
+async def test_settling_never_swallows_a_dead_letter_write_error() -> None:
+    runtime = engine()
+    hop = received_hop(runtime, TOPIC, 6)
+    with pytest.raises(DeadLetterWriteError):
+        await runtime.settle(hop, RuntimeError("handler"), writer=MemoryWriter(failures=9))
+
+
+def test_a_failure_to_count_a_handled_record_is_not_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = engine()
+    hop = received_hop(runtime, TOPIC)
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("registry gone")
+
+    monkeypatch.setattr(runtime.settler, "handled", broken)
+    runtime.handled(hop)  # logged, not raised
+
+
+def test_a_configuration_error_is_not_a_reader_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = engine()
+
+    def misconfigured(self: Receiver, record: Any) -> Any:
+        raise ConfigurationError("HOPCHAIN_CONTRACTS names no registry")
+
+    monkeypatch.setattr(Receiver, "accept", misconfigured)
+    with pytest.raises(ConfigurationError):
+        runtime.receive(valid_record(runtime), group="g")
