@@ -30,7 +30,9 @@ __all__ = [
     "convert_strict",
     "decode_hops",
     "decode_strict",
+    "exact_integers",
     "jcs",
+    "nesting",
 ]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
@@ -107,6 +109,17 @@ def _check_numbers(value: object) -> None:
     elif isinstance(value, list):
         for item in value:
             _check_numbers(item)
+
+
+def exact_integers(value: object) -> bool:
+    """Whether every integer in a JSON value is within +-(2**53 - 1) (SPEC.md section 2)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= MAX_INT
+    if isinstance(value, dict):
+        return all(exact_integers(item) for item in value.values())
+    if isinstance(value, list):
+        return all(exact_integers(item) for item in value)
+    return True
 
 
 def jcs(value: object) -> bytes:

@@ -35,7 +35,14 @@ from hopchain.schemas.sealed import (
     wire_of,
     write_envelope_text,
 )
-from hopchain.schemas.strict import MAX_DEPTH, decode_hops, decode_strict, jcs, nesting
+from hopchain.schemas.strict import (
+    MAX_DEPTH,
+    decode_hops,
+    decode_strict,
+    exact_integers,
+    jcs,
+    nesting,
+)
 from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
 
@@ -116,9 +123,16 @@ def _legacy(identity: bytes, ident: IdentityWire, keyring: Keyring | None) -> tu
     raw = bytes(ident.legacy)
     try:
         legacy = Envelope.model_validate_json(raw)
-        canonical = jcs(orjson.loads(raw))
+        document = orjson.loads(raw)
+        canonical = jcs(document)
     except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
         raise EnvelopeError(ReasonCode.INVALID_VALUE, str(exc)[:300], "$.legacy") from None
+    if not exact_integers(document):
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE,
+            "integers in an envelope stay within +-(2**53 - 1)",
+            "$.legacy",
+        )
     if canonical != raw or not legacy.schema_version.startswith("1."):
         raise EnvelopeError(ReasonCode.NOT_CANONICAL, "legacy chain not canonical", "$.legacy")
     if any(getattr(legacy, name) != getattr(ident, name) for name in _IDENTITY_FIELDS):
