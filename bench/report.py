@@ -35,6 +35,8 @@ LABELS = {
     Variant.BODY: "c. FastStream + hopchain, body mode, per-record commits",
     Variant.BATCHED: "d. FastStream + hopchain, headers mode, batched commits",
     Variant.TXN: "e. hopchain transactional (aiokafka), headers mode",
+    Variant.BATCHES: "f. hopchain aiokafka batches, headers mode",
+    Variant.TXN_BATCHES: "g. hopchain transactional batches (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
 }
 

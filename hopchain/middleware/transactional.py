@@ -66,7 +66,7 @@ from aiokafka.errors import IllegalOperation, IllegalStateError
 from aiokafka.structs import RecordMetadata
 
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
+from hopchain.middleware.aiokafka import Batches, EnvelopeConsumer, EnvelopeProducer
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain
 from hopchain.schemas.record import ConsumedRecord
@@ -168,6 +168,26 @@ class TransactionalConsumer(EnvelopeConsumer):
             )
         )
 
+    # -- batches -----------------------------------------------------------------------------
+
+    def _batches(self, max_records: int, timeout: float) -> Batches:
+        """Batches of one transaction each: outputs, dead letters and offsets."""
+        if self._open:
+            raise ConfigurationError(
+                "a transaction of records read one at a time is open; call `await flush()` "
+                "before reading in batches"
+            )
+        return Batches(
+            self.consumer,
+            self.producer,
+            self.hopchain,
+            group=self.group,
+            max_records=max_records,
+            timeout=timeout,
+            transactional=True,
+            sender=self.sender,
+        )
+
     # -- the transaction ---------------------------------------------------------------------
 
     async def _read(self) -> Any:
@@ -260,6 +280,8 @@ class TransactionalConsumer(EnvelopeConsumer):
         A record still being handled is given up (it is read again), with the transaction
         that holds its outputs.
         """
+        if self.batched is not None:
+            await self.batched.close()
         if self._handling is not None:
             self.abandon()
         if self._doomed:
