@@ -19,7 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.pipeline_roles import BATCH_RECORDS, Progress, _wait_for_signal
+from bench.pipeline_roles import BATCH_RECORDS, Progress, Role, _wait_for_signal
 from bench.txn_roles import TXN_LINGER_MS
 from bench.workload import Item, Variant, registry_for
 from hopchain import EnvelopeConsumer, Hopchain, HopchainConfig, TransactionalConsumer
@@ -100,5 +100,5 @@ async def batch_sink(args: argparse.Namespace, progress: Progress) -> None:
     await _batches(args, progress, sink=True)
 
 
-BATCH_ROLES: dict[str, Any] = {"stage": batch_stage, "sink": batch_sink}
+BATCH_ROLES: dict[str, Role] = {"stage": batch_stage, "sink": batch_sink}
 """Role name -> coroutine function, as :data:`bench.pipeline_roles.ROLES`."""
