@@ -56,7 +56,6 @@ from hopchain.tracing import batch_receive_span, mark_error, process_span, traci
 
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
-    from prometheus_client.metrics import Counter, Histogram
 
     from hopchain.middleware.context import HopContext
 
@@ -104,7 +103,6 @@ class Batches:
         self.aborted = False
         """A stage aborted on a record: no more batches are read."""
         self._doomed = False
-        self._children: dict[str, tuple[Counter, Histogram]] = {}
         self._span_of: dict[int, Any] = {}
 
     def __aiter__(self) -> Batches:
@@ -323,16 +321,10 @@ class Batches:
             counts[record.topic] = counts.get(record.topic, 0) + 1
         metrics = hopchain.metrics
         for topic, count in counts.items():
-            children = self._children.get(topic)
-            if children is None:
-                children = (
-                    metrics.consumed.labels(topic, component),
-                    metrics.processing.labels(topic, component),
-                )
-                self._children[topic] = children
-            children[0].inc(count)
+            metrics.child(metrics.consumed, topic, component).inc(count)
+            timing = metrics.child(metrics.processing, topic, component)
             for _ in range(count):
-                children[1].observe(elapsed)
+                timing.observe(elapsed)
 
     def _end_spans(self, batch: Batch, *, committed: bool) -> None:
         for hop in batch.hops:
