@@ -6,7 +6,9 @@ one list per ``getmany``, outputs queued without waiting, one offset commit per 
 every output is acknowledged. ``txnbatches``: the same batches of a
 :class:`~hopchain.TransactionalConsumer`, one Kafka transaction each. Each process reads its
 input topic's one partition as the aiokafka floor does (up to :data:`BATCH_RECORDS` records
-per read); the producer is the FastStream hopchain producer of the other hopchain variants.
+per read). The producer sends through hopchain's aiokafka :class:`~hopchain.EnvelopeProducer`
+(``send_soon``, up to ``PRODUCER_WINDOW`` records unacknowledged), as the floor's producer
+sends through aiokafka.
 """
 
 from __future__ import annotations
@@ -19,14 +21,31 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.pipeline_roles import BATCH_RECORDS, Progress, Role, _wait_for_signal
+from bench.pipeline_roles import (
+    BATCH_RECORDS,
+    PRODUCER_WINDOW,
+    Progress,
+    Role,
+    _wait_for_signal,
+)
 from bench.txn_roles import TXN_LINGER_MS
-from bench.workload import Item, Variant, registry_for
-from hopchain import EnvelopeConsumer, Hopchain, HopchainConfig, TransactionalConsumer
+from bench.workload import Item, Variant, make_item, registry_for
+from hopchain import (
+    EnvelopeConsumer,
+    EnvelopeProducer,
+    Hopchain,
+    HopchainConfig,
+    TransactionalConsumer,
+    origin,
+)
 from hopchain.schemas import WireMode
 
 BATCH_TIMEOUT = 0.1
 """Seconds a read waits for the first record (the floor's ``getmany`` timeout)."""
+PRODUCE_BATCH_BYTES = 512 * 1024
+"""The producer's ``max_batch_size``: a record with its envelope is 2.5-3 KiB here, so
+aiokafka's default of 16 KiB would send a batch's outputs 5 or 6 records per request, one
+request in flight at a time."""
 
 
 async def _batches(args: argparse.Namespace, progress: Progress, *, sink: bool) -> None:
@@ -43,7 +62,10 @@ async def _batches(args: argparse.Namespace, progress: Progress, *, sink: bool) 
         else {"acks": "all", "enable_idempotence": True}
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=args.bootstrap, client_id=f"bench-{args.name}", **options
+        bootstrap_servers=args.bootstrap,
+        client_id=f"bench-{args.name}",
+        max_batch_size=PRODUCE_BATCH_BYTES,
+        **options,
     )
     await producer.start()
     consumer = AIOKafkaConsumer(
@@ -100,5 +122,45 @@ async def batch_sink(args: argparse.Namespace, progress: Progress) -> None:
     await _batches(args, progress, sink=True)
 
 
-BATCH_ROLES: dict[str, Role] = {"stage": batch_stage, "sink": batch_sink}
+async def batch_producer(args: argparse.Namespace, progress: Progress) -> None:
+    """Send every record through hopchain's aiokafka producer, a window at a time."""
+    hopchain = Hopchain(
+        registry_for(args.topics.split(","), WireMode.HEADERS),
+        component="producer",
+        config=HopchainConfig(kafka_bootstrap=args.bootstrap),
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=args.bootstrap,
+        client_id="bench-producer",
+        acks="all",
+        enable_idempotence=True,
+        max_batch_size=PRODUCE_BATCH_BYTES,
+    )
+    await producer.start()
+    sender = EnvelopeProducer(producer, hopchain)
+    try:
+        pending: list[asyncio.Future[Any]] = []
+        started = time.perf_counter()
+        for seq in range(args.count):
+            if args.rate:
+                delay = started + seq / args.rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            item = make_item(seq)
+            with origin(run_id="bench", work_item_id=f"item-{seq}"):
+                pending.append(await sender.send_soon(args.output, item))
+            progress.tick(item.sent_ns)
+            if len(pending) >= PRODUCER_WINDOW:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+
+
+BATCH_ROLES: dict[str, Role] = {
+    "producer": batch_producer,
+    "stage": batch_stage,
+    "sink": batch_sink,
+}
 """Role name -> coroutine function, as :data:`bench.pipeline_roles.ROLES`."""

@@ -316,7 +316,7 @@ def _role(role: str, variant: Variant) -> Role:
         from bench.txn_roles import TXN_ROLES  # noqa: PLC0415
 
         return TXN_ROLES[role]
-    if variant in {Variant.BATCHES, Variant.TXN_BATCHES} and role != "producer":
+    if variant in {Variant.BATCHES, Variant.TXN_BATCHES}:
         from bench.batch_roles import BATCH_ROLES  # noqa: PLC0415
 
         return BATCH_ROLES[role]

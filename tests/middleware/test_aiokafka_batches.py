@@ -25,12 +25,15 @@ from middleware_helpers import (
     envelope_consumer_client,
     header,
     mixed_plan,
+    parent_of,
     raw_producer,
     read_topic,
     registry,
     send_mixed,
+    span_exporter,
     wait_until,
 )
+from opentelemetry import trace
 from txn_worker import Doc as CrashDoc
 from txn_worker import read_all
 from txn_worker import registry as crash_registry
@@ -40,9 +43,13 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.aiokafka import Batch, Batches
 from hopchain.schemas import ENVELOPE_HEADER, Limits
 from hopchain.schemas.text_v2 import load_envelope
-from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing import create_topics, span_id_of, unique_topic_name
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     from hopchain.testing import TopicFactory
 
 MIXED_TOTAL = 150
@@ -286,6 +293,76 @@ async def test_a_batch_left_unsettled_stops_the_next_read(
         with pytest.raises(ConfigurationError, match="after its batch was committed"):
             await again.fail(again.hops[0], RuntimeError("late"))
     assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 5}
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = span_exporter()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
+
+
+@pytest.mark.kafka
+async def test_a_span_per_record_only_when_it_records_else_links_on_the_batch_span(
+    kafka_bootstrap: str, new_topic: TopicFactory, spans: InMemorySpanExporter
+) -> None:
+    source, output = await topics_with_dlq(kafka_bootstrap, new_topic, partitions=1)
+    group = unique_topic_name("traced")
+    contracts = registry(contract(source), contract(output))
+    feeder = Hopchain(contracts, component="feeder")
+    unsampled = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=int("ab" * 16, 16),
+            span_id=int("cd" * 8, 16),
+            is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+        )
+    )
+    async with raw_producer(kafka_bootstrap) as producer:
+        sender = EnvelopeProducer(producer, feeder)
+        for number in range(6):
+            if number % 2:  # sampled out upstream: its hop's span does not record either
+                with trace.use_span(unsampled), origin(run_id="t", work_item_id=f"d{number}"):
+                    await sender.send(source, doc(number))
+            else:
+                with origin(run_id="t", work_item_id=f"d{number}"):
+                    await sender.send(source, doc(number))
+    producers = {
+        span_id_of(span): span
+        for span in spans.get_finished_spans()
+        if span.name.startswith("send")
+    }
+    spans.clear()
+    runtime = Hopchain(contracts, component="traced")
+    async with (
+        raw_producer(kafka_bootstrap) as producer,
+        envelope_consumer_client(kafka_bootstrap, source, group) as consumer,
+    ):
+        records = EnvelopeConsumer(consumer, producer, runtime, group=group)
+        batch = await anext(records.batches(max_records=100, timeout=10))
+        assert len(batch.hops) == 6
+        for hop in batch.hops:
+            await batch.send(hop, output, hop.payload)
+        await batch.commit()
+    finished = spans.get_finished_spans()
+    process = [span for span in finished if span.name == f"process {source}"]
+    [receive] = [span for span in finished if span.name.startswith("receive")]
+    # The sampled records have a span each, child of the span that sent the record ...
+    assert len(process) == 3
+    assert {parent_of(span) for span in process} <= set(producers)
+    assert {span_id_of(span) for span in process} == {
+        hop.span_id
+        for hop in batch.hops
+        if isinstance(hop.payload, Doc) and hop.payload.id % 2 == 0
+    }
+    # ... the others are links of the batch's receive span, to their upstream context.
+    assert receive.attributes is not None
+    assert receive.attributes["messaging.operation.type"] == "receive"
+    assert receive.attributes["messaging.batch.message_count"] == 6
+    links = [link.context for link in receive.links]
+    assert len(links) == 3
+    assert {link.trace_id for link in links} == {int("ab" * 16, 16)}
 
 
 # -- kill -9 during the feed -------------------------------------------------------------------
