@@ -69,7 +69,11 @@ class Batch:
         """Whether the batch was committed or given up."""
         return self._settled
 
-    def _check(self, hop: HopContext, what: str) -> None:
+    def _check(self, hop: HopContext, what: str, topic: str = "") -> None:
+        if self._settled or id(hop) not in self.ledger.members or id(hop) in self.ledger.failed:
+            self._refuse(hop, f"{what} {topic!r}" if topic else what)
+
+    def _refuse(self, hop: HopContext, what: str) -> None:
         if self._settled:
             raise ConfigurationError(
                 f"{what} for {hop.record.describe()} after its batch was committed or given "
@@ -102,7 +106,7 @@ class Batch:
                 nothing was queued (fail the record, or send something else).
             ConfigurationError: ``hop`` is not a record of this open batch.
         """
-        self._check(hop, f"an output to {topic!r}")
+        self._check(hop, "an output to", topic)
         future = await self._batches.sender.send_soon(
             topic, payload, key=key, hop=hop, headers=headers, partition=partition
         )
