@@ -288,7 +288,9 @@ class Batches:
 
     async def _commit_transaction(self, batch: Batch, error: BaseException | None) -> None:
         ledger = batch.ledger
-        if error is not None or ledger.aborted:  # all or nothing
+        if error is not None or ledger.stops:
+            # All or nothing: a record that is not settled (an output or a dead letter not
+            # acknowledged, a stage that aborted) takes the whole transaction with it.
             ledger.stops.update(ledger.starts)
             await self._abort_transaction()
             if error is not None:

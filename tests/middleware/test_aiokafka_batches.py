@@ -38,7 +38,14 @@ from txn_worker import Doc as CrashDoc
 from txn_worker import read_all
 from txn_worker import registry as crash_registry
 
-from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext, origin
+from hopchain import (
+    EnvelopeConsumer,
+    EnvelopeProducer,
+    Hopchain,
+    HopContext,
+    TransactionalConsumer,
+    origin,
+)
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.aiokafka import Batch, Batches
 from hopchain.schemas import ENVELOPE_HEADER, Limits
@@ -293,6 +300,40 @@ async def test_a_batch_left_unsettled_stops_the_next_read(
         with pytest.raises(ConfigurationError, match="after its batch was committed"):
             await again.fail(again.hops[0], RuntimeError("late"))
     assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 5}
+
+
+@pytest.mark.kafka
+async def test_a_transactional_batch_shows_its_outputs_once_or_not_at_all(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    source, output = await topics_with_dlq(kafka_bootstrap, new_topic, partitions=1)
+    group = unique_topic_name("txn-batches")
+    contracts = registry(contract(source), contract(output))
+    await feed_docs(kafka_bootstrap, source, Hopchain(contracts, component="feeder"), 10)
+    runtime = Hopchain(contracts, component="txn-batches")
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=group)
+    await producer.start()
+    try:
+        async with envelope_consumer_client(kafka_bootstrap, source, group) as consumer:
+            stage = TransactionalConsumer(consumer, producer, runtime, group=group)
+            batches = stage.batches(max_records=100, timeout=10)
+            first = await anext(batches)
+            for hop in first.hops:
+                await first.send(hop, output, hop.payload)
+            first.abandon()  # as after an exception in the body: its transaction is aborted
+            again = await anext(batches)
+            assert [hop.record.offset for hop in again.hops] == list(range(10))
+            for hop in again.hops:
+                await again.send(hop, output, hop.payload)
+            await again.commit()
+            await stage.close()
+        assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 10}
+    finally:
+        await producer.stop()
+    shown = await read_all(kafka_bootstrap, [output], "read_committed")
+    everything = await read_all(kafka_bootstrap, [output], "read_uncommitted")
+    assert sorted(Doc.model_validate_json(r.value).id for r in shown) == list(range(10))
+    assert len(everything) == 20  # the aborted outputs are in the log, never shown
 
 
 @pytest.fixture
