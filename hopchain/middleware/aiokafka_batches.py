@@ -177,17 +177,16 @@ class Batches:
                 record = ConsumedRecord.from_aiokafka(message)
                 try:
                     received = hopchain.receive(record, group=group)
+                    hop, received = self._hop_of(received, traced=traced, links=links)
                 except ConfigurationError:
                     self._rewind(ledger.starts)
                     batch.close()
                     self._doomed = self.transactional
                     raise
-                hop, received = self._hop_of(received, traced=traced, links=links)
                 if hop is not None:
                     hops.append(hop)
-                elif received.verdict is Verdict.PARK:
+                else:
                     parks.append((partition, record.offset, received))
-                # SKIP: a dead-letter topic's record is not for this consumer (refused at start).
         ledger.members = {id(hop) for hop in hops}
         if traced:
             topics = sorted({partition.topic for partition in fetched})
@@ -218,6 +217,12 @@ class Batches:
             with ExitStack() as scope:
                 received = self.hopchain.pass_on(received, group=self.group, scope=scope)
             return received.hop, received
+        if received.verdict is Verdict.SKIP:
+            # Assigned by hand, so not refused when the consumer was built: refuse it now.
+            raise ConfigurationError(
+                f"topic {received.record.topic!r} is a dead-letter topic; read it with the "
+                "dead-letter consumer (hopchain.consumers), not through the envelope middleware"
+            )
         return None, received
 
     def _open(

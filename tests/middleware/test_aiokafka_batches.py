@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from middleware_helpers import (
     Doc,
@@ -334,6 +334,33 @@ async def test_a_transactional_batch_shows_its_outputs_once_or_not_at_all(
     everything = await read_all(kafka_bootstrap, [output], "read_uncommitted")
     assert sorted(Doc.model_validate_json(r.value).id for r in shown) == list(range(10))
     assert len(everything) == 20  # the aborted outputs are in the log, never shown
+
+
+@pytest.mark.kafka
+async def test_batches_refuse_a_dead_letter_topic_assigned_by_hand(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    source, _ = await topics_with_dlq(kafka_bootstrap, new_topic, partitions=1)
+    dlq, group = f"{source}.dlq", unique_topic_name("dlq-by-hand")
+    runtime = Hopchain(registry(contract(source)), component="by-hand")
+    async with raw_producer(kafka_bootstrap) as producer:
+        await producer.send_and_wait(dlq, b"a dead letter")
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka_bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            records = EnvelopeConsumer(consumer, producer, runtime, group=group)
+            consumer.assign([TopicPartition(dlq, 0)])
+            with pytest.raises(ConfigurationError, match="is a dead-letter topic"):
+                await records.batches(timeout=10).read()
+            assert await consumer.position(TopicPartition(dlq, 0)) == 0  # rewound
+        finally:
+            await consumer.stop()
+    assert await committed_offsets(kafka_bootstrap, group) == {}
 
 
 @pytest.fixture
