@@ -180,6 +180,7 @@ class Batches:
                     hop, received = self._hop_of(received, traced=traced, links=links)
                 except ConfigurationError:
                     self._rewind(ledger.starts)
+                    self._end_spans(batch, committed=False)
                     batch.close()
                     self._doomed = self.transactional
                     raise
