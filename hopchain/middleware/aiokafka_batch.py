@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka import TopicPartition
 
@@ -21,11 +21,32 @@ from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error
 
 if TYPE_CHECKING:
-    from hopchain.middleware.aiokafka_batches import Batches
+    from hopchain.middleware.aiokafka_producer import EnvelopeProducer
     from hopchain.middleware.context import HopContext
+    from hopchain.middleware.engine import Hopchain, RecordWriter
     from hopchain.schemas.deadletter import DeadLetterInfo
 
-__all__ = ["Batch", "Ledger"]
+__all__ = ["Batch", "BatchSource", "Ledger"]
+
+
+class BatchSource(Protocol):
+    """What a batch needs of the reader that made it (``Batches``): sending, settling, spans."""
+
+    hopchain: Hopchain
+    sender: EnvelopeProducer
+    writer: RecordWriter
+
+    def span_of(self, hop: HopContext) -> Any:
+        """The recording span of ``hop``, if it has one."""
+        ...
+
+    async def finish(self, batch: Batch) -> None:
+        """Wait for the batch's writes, then commit."""
+        ...
+
+    def give_up(self, batch: Batch) -> None:
+        """Rewind to the batch's first records."""
+        ...
 
 
 @dataclass(slots=True)
@@ -57,7 +78,7 @@ class Batch:
         parked: how many records of the read were parked (their writes may be in flight).
     """
 
-    def __init__(self, batches: Batches, hops: list[HopContext], started: float) -> None:
+    def __init__(self, batches: BatchSource, hops: list[HopContext], started: float) -> None:
         self.hops = hops
         self.parked = 0
         self.ledger = Ledger(started)

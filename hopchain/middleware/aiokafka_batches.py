@@ -46,7 +46,7 @@ from aiokafka.errors import ConsumerStoppedError, IllegalOperation, IllegalState
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.aiokafka_batch import Batch
 from hopchain.middleware.aiokafka_producer import EnvelopeProducer
-from hopchain.middleware.engine import Hopchain, Received, Verdict
+from hopchain.middleware.engine import Hopchain, Received, RecordWriter, Verdict
 from hopchain.middleware.engine.consume import internal_error
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import TRACEPARENT_HEADER
@@ -97,7 +97,7 @@ class Batches:
         self.timeout_ms = int(timeout * 1000)
         self.transactional = transactional
         self.sender = sender if sender is not None else EnvelopeProducer(producer, hopchain)
-        self.writer = ProducerWriter(producer)
+        self.writer: RecordWriter = ProducerWriter(producer)
         self.current: Batch | None = None
         """The batch handed over last."""
         self.aborted = False
