@@ -48,6 +48,9 @@ KNOWN_CRASHES: dict[str, str] = {
     "TypeError in schemas/strict.py:decode_strict: Integer exceeds N-bit range": (
         "codec-big-integer-in-legacy"
     ),
+    "TypeError in schemas/strict.py:decode_strict: Recursion limit reached": (
+        "codec-legacy-300-deep-not-canonical"
+    ),
     "UnicodeEncodeError in schemas/strict.py:decode_strict: 'utf-N' codec can't encode "
     "character '?' in position N: surrogates not allowed": "codec-surrogate-for-a-number",
 }

@@ -23,6 +23,7 @@ CRASHING_TODAY: dict[str, type[Exception]] = {
     "codec-surrogate-for-a-number": UnicodeEncodeError,
     "codec-surrogate-in-legacy": TypeError,
     "codec-big-integer-in-legacy": TypeError,
+    "codec-legacy-300-deep-not-canonical": TypeError,
 }
 """The schema-2 reader (hopchain/schemas/strict.py) crashes on these; it is being rewritten."""
 
