@@ -39,7 +39,7 @@ from hopchain.schemas import (
     append_hop,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record, reference_record
-from hopchain.schemas.integrity import genesis_digest
+from hopchain.schemas.v1.digest import genesis_digest
 
 VECTORS = Path(__file__).parents[1] / "vectors"
 CRASH_VECTORS = VECTORS / "crashes"
