@@ -316,6 +316,10 @@ def _role(role: str, variant: Variant) -> Role:
         from bench.txn_roles import TXN_ROLES  # noqa: PLC0415
 
         return TXN_ROLES[role]
+    if variant in {Variant.BATCHES, Variant.TXN_BATCHES}:
+        from bench.batch_roles import BATCH_ROLES  # noqa: PLC0415
+
+        return BATCH_ROLES[role]
     return ROLES[role, variant is Variant.AIOKAFKA]
 
 

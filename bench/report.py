@@ -35,6 +35,8 @@ LABELS = {
     Variant.BODY: "c. FastStream + hopchain, body mode, per-record commits",
     Variant.BATCHED: "d. FastStream + hopchain, headers mode, batched commits",
     Variant.TXN: "e. hopchain transactional (aiokafka), headers mode",
+    Variant.BATCHES: "f. hopchain aiokafka batches, headers mode",
+    Variant.TXN_BATCHES: "g. hopchain transactional batches (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
 }
 
@@ -70,10 +72,14 @@ default: offsets auto-committed as records are taken, before handling). d is b w
 `HOPCHAIN_COMMITS=batched` (hopchain commits per partition what is settled, coalesced by count
 and time). e runs both stages and the sink on aiokafka with hopchain's `TransactionalConsumer`
 (outputs and offsets in one transaction per up to 500 records or 0.1 s, `read_committed`
-readers, producer `linger_ms=5`), fed by b's producer. No tracing SDK is installed (hopchain's
-spans are non-recording). The ceiling runs the same four processes on plain aiokafka, batched
-(`getmany` of up to 500, one commit per batch), validating and re-serialising each record
-with pydantic.
+readers, producer `linger_ms=5`), fed by b's producer. f runs all four processes on
+hopchain's aiokafka batch path (`EnvelopeConsumer.batches()`, `getmany` of up to 500, outputs
+queued and one commit per batch once they are acknowledged; producers idempotent with
+`acks="all"` and `max_batch_size` 512 KiB; the producer sends with `EnvelopeProducer`); g is f
+with `TransactionalConsumer.batches()` (one transaction per batch). No tracing SDK is
+installed (hopchain's spans are non-recording). The ceiling runs the same four processes on
+plain aiokafka, batched (`getmany` of up to 500, one commit per batch), validating and
+re-serialising each record with pydantic.
 """
 PIPELINE_MEASURES = """
 Runs alternate within each round (a, b, c, ceiling; {rounds} rounds). Throughput: records /

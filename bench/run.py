@@ -19,8 +19,8 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
     BENCH_STEPS            which steps, by commas: micro,pipeline,latency,ceiling,lookup,profile,
                            crash
     BENCH_VARIANTS         pipeline variants, by commas (default: plain,ackfirst,headers,batched,
-                           txn,aiokafka; body too on request; batched only when hopchain has
-                           batched commits, HOPCHAIN_COMMITS)
+                           txn,batches,txnbatches,aiokafka; body too on request; batched only
+                           when hopchain has batched commits, HOPCHAIN_COMMITS)
     BENCH_CRASH_RECORDS    records per kill -9 crash run (3000)
     BENCH_CRASH_RATE       records/s the producer sends during a crash run (150)
     BENCH_CRASH_KILLS      kill -9 of a stage per crash run, at least (8)
@@ -67,6 +67,8 @@ VARIANTS = (
     Variant.HEADERS,
     Variant.BATCHED,
     Variant.TXN,
+    Variant.BATCHES,
+    Variant.TXN_BATCHES,
     Variant.AIOKAFKA,
 )
 CRASHED = (Variant.ACK_FIRST, Variant.HEADERS, Variant.BATCHED, Variant.TXN)

@@ -36,13 +36,23 @@ class Variant(StrEnum):
     """hopchain's transactional stages on aiokafka (``TransactionalConsumer``), headers mode."""
     AIOKAFKA = "aiokafka"
     """Plain aiokafka, batched: the ceiling."""
+    BATCHES = "batches"
+    """hopchain's batch path on aiokafka (``EnvelopeConsumer.batches``), headers mode."""
+    TXN_BATCHES = "txnbatches"
+    """hopchain's transactional batches (``TransactionalConsumer.batches``), headers mode."""
 
     @property
     def hopchain_mode(self) -> WireMode | None:
         """The wire mode when the variant runs hopchain."""
         if self is Variant.BODY:
             return WireMode.BODY
-        hopchain = (Variant.HEADERS, Variant.BATCHED, Variant.TXN)
+        hopchain = (
+            Variant.HEADERS,
+            Variant.BATCHED,
+            Variant.TXN,
+            Variant.BATCHES,
+            Variant.TXN_BATCHES,
+        )
         return WireMode.HEADERS if self in hopchain else None
 
     @property

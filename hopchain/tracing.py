@@ -23,14 +23,17 @@ from hopchain.schemas.record import ConsumedRecord
 __all__ = [
     "HopSpan",
     "KafkaHeadersGetter",
+    "batch_receive_span",
     "consume_span",
     "forward_span",
     "hop_span",
     "mark_error",
     "note_sent",
     "parking_span",
+    "process_span",
     "publish_span",
     "rejection_span",
+    "tracing_active",
 ]
 
 _TRACER_NAME = "hopchain"
@@ -46,6 +49,11 @@ def _tracing_is_noop() -> bool:
     has been set (in code or through the environment).
     """
     return isinstance(trace.get_tracer_provider(), _NOOP_PROVIDERS)
+
+
+def tracing_active() -> bool:
+    """Whether a tracing SDK is installed, so that a span started now may record."""
+    return not _tracing_is_noop()
 
 
 @contextmanager
@@ -158,6 +166,87 @@ def consume_span(
     ) as span:
         trace_hex, span_hex = _ids(span, trace_id)
         yield HopSpan(trace_hex, span_hex, span)
+
+
+def process_span(
+    record: ConsumedRecord,
+    *,
+    trace_id: str,
+    group: str,
+    envelope_id: str,
+    component: str,
+    carrier: Sequence[tuple[str, bytes | None]],
+) -> tuple[HopSpan, trace.SpanContext | None]:
+    """A CONSUMER span for one hop of a batch, started but not made current; end it yourself.
+
+    Kept only when the sampler records it. A span that does not record is dropped at once:
+    the hop gets ids of its own, and the record's upstream context is returned, for the
+    batch's :func:`batch_receive_span` to link to (the messaging conventions for a batch
+    receive). Call only when :func:`tracing_active`.
+    """
+    parent = propagate.extract(carrier, getter=_GETTER)
+    attributes = _attributes(
+        record.topic,
+        "process",
+        {
+            "messaging.destination.partition.id": str(record.partition),
+            "messaging.kafka.offset": record.offset,
+            "messaging.consumer.group.name": group,
+            "messaging.message.id": envelope_id,
+            "hopchain.component": component,
+        },
+    )
+    span = trace.get_tracer(_TRACER_NAME).start_span(
+        f"process {record.topic}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+    if span.is_recording():
+        trace_hex, span_hex = _ids(span, trace_id)
+        return HopSpan(trace_hex, span_hex, span), None
+    span.end()
+    upstream = trace.get_current_span(parent).get_span_context()
+    hop = HopSpan(trace_id or new_trace_id(), new_span_id(), trace.INVALID_SPAN)
+    return hop, upstream if upstream.is_valid else None
+
+
+def batch_receive_span(
+    topics: Sequence[str],
+    *,
+    count: int,
+    group: str,
+    component: str,
+    links: Sequence[trace.SpanContext],
+    start_ns: int,
+) -> None:
+    """One CONSUMER ``receive`` span for a batch, linked to the records' upstream contexts.
+
+    It stands for the records whose own ``process`` span is not recorded (sampled out):
+    the OpenTelemetry messaging conventions describe a batch receive this way. It starts
+    when the batch was requested (``start_ns``) and ends now. Does nothing without an SDK.
+    """
+    if _tracing_is_noop():
+        return
+    extra: dict[str, str | int | bool] = {
+        "messaging.batch.message_count": count,
+        "messaging.consumer.group.name": group,
+        "hopchain.component": component,
+    }
+    name = f"receive {topics[0]}" if len(topics) == 1 else "receive"
+    attributes = _attributes(topics[0] if len(topics) == 1 else "", "receive", extra)
+    if len(topics) != 1:
+        del attributes["messaging.destination.name"]
+    span = trace.get_tracer(_TRACER_NAME).start_span(
+        name,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=[Link(context) for context in links],
+        start_time=start_ns,
+    )
+    span.end()
 
 
 def _send_attributes(

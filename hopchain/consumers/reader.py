@@ -167,7 +167,7 @@ class IndexReader:
         count = 0
         for records in batch.values():
             for record in records:
-                self._apply(record)
+                self.apply(record)
             count += len(records)
         self.records_read += count
         if self._pending:
@@ -229,7 +229,14 @@ class IndexReader:
 
     # -- applying ----------------------------------------------------------------------------
 
-    def _apply(self, raw: Any) -> None:
+    def apply(self, raw: Any) -> None:
+        """Index one consumed record (an ``aiokafka.ConsumerRecord``), as the loop does.
+
+        Never raises: a dead letter whose headers cannot be read is indexed with what can be
+        salvaged, an unreadable record of the resolutions topic is skipped and counted. An
+        exception of hopchain's own is logged, counted as unreadable, and skipped, so that
+        no input stops the loop.
+        """
         try:
             if raw.topic == self.plan.resolutions_topic:
                 self._apply_resolution(raw)

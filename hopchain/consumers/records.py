@@ -44,6 +44,8 @@ UNKNOWN = "unknown"
 """Owner (and source topic) of a dead letter nobody can be named for."""
 
 _MAX_ID_LENGTH = 200
+_LATEST_SECONDS = datetime(9999, 12, 31, tzinfo=UTC).timestamp()
+"""A parking time must name a datetime: later Kafka timestamps or header times are ignored."""
 
 
 DeadLetterRecord = ConsumedRecord
@@ -233,16 +235,24 @@ def _from_info(
     )
 
 
-def _broker_time(record: DeadLetterRecord, header_time: float) -> float:
+def _broker_time(record: DeadLetterRecord, header_time: float | None = None) -> float:
     """When the record was parked, by its Kafka timestamp.
 
     That is the create time hopchain sets when it parks, or the broker's append time on a
     topic with ``message.timestamp.type=LogAppendTime``; the ``hopchain-dlq-parked-at``
     header (the parking host's clock, as text) only stands in when the record has none.
+    A time no datetime can hold (a producer may set any 64-bit timestamp, a header any
+    offset) counts as none; with neither, the letter is as old as the Unix epoch.
     """
-    if record.timestamp_ms >= 0:
-        return record.timestamp_ms / 1000
-    return header_time
+    broker = _plausible(record.timestamp_ms / 1000) if record.timestamp_ms >= 0 else None
+    if broker is not None:
+        return broker
+    return _plausible(header_time) or 0.0
+
+
+def _plausible(seconds: float | None) -> float | None:
+    """``seconds`` when it names a datetime between the Unix epoch and the year 9999."""
+    return seconds if seconds is not None and 0 <= seconds < _LATEST_SECONDS else None
 
 
 def _identity_from_text(text: str) -> tuple[tuple[str | None, str | None, str | None], int]:
@@ -267,7 +277,7 @@ def _identity_from_text(text: str) -> tuple[tuple[str | None, str | None, str | 
 def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) -> ParkedLetter:
     """What can be said about a record whose ``hopchain-dlq-*`` headers cannot be read."""
     headers = record.headers
-    parked_at = record.timestamp_ms / 1000 if record.timestamp_ms >= 0 else 0.0
+    header_time: float | None = None
     raw_parked = _last_header(headers, DLQ_PARKED_AT_HEADER)
     if raw_parked is not None and record.timestamp_ms < 0:
         try:
@@ -276,7 +286,8 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
             pass
         else:
             if parsed.tzinfo is not None:
-                parked_at = parsed.timestamp()
+                header_time = parsed.timestamp()
+    parked_at = _broker_time(record, header_time)
     envelope_id, trace_id, intent_key = _lenient_identity(record)
     return ParkedLetter(
         dead_letter_id=_identifier(_last_header(headers, DLQ_ID_HEADER))
@@ -308,7 +319,7 @@ def _from_foreign(
         source_topic=_identifier(foreign.source_topic) or UNKNOWN,
         error_type=foreign.error_type,
         reason=None,
-        parked_at=max(record.timestamp_ms, 0) / 1000,
+        parked_at=_broker_time(record),
         topic=record.topic,
         partition=record.partition,
         offset=record.offset,
@@ -345,7 +356,7 @@ def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) 
             source_topic=UNKNOWN,
             error_type=ErrorType.MALFORMED.value,
             reason=None,
-            parked_at=max(record.timestamp_ms, 0) / 1000,
+            parked_at=_broker_time(record),
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,

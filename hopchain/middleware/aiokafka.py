@@ -57,6 +57,12 @@ from hopchain.exceptions import (
     ConfigurationError,
     DeadLetterWriteError,
 )
+from hopchain.middleware.aiokafka_batches import (
+    DEFAULT_BATCH_RECORDS,
+    DEFAULT_BATCH_TIMEOUT,
+    Batch,
+    Batches,
+)
 from hopchain.middleware.aiokafka_producer import EnvelopeProducer
 from hopchain.middleware.context import (
     HopContext,
@@ -73,7 +79,7 @@ from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import HopSpan, mark_error
 
-__all__ = ["EnvelopeConsumer", "EnvelopeProducer"]
+__all__ = ["Batch", "Batches", "EnvelopeConsumer", "EnvelopeProducer"]
 
 logger = logging.getLogger("hopchain")
 
@@ -131,6 +137,8 @@ class EnvelopeConsumer:
         self.group = group
         self._handling: _Handling | None = None
         self._aborted = False
+        self.batched: Batches | None = None
+        """The batches being read, once :meth:`batches` was called."""
         self._check_topics(consumer.subscription())
 
     def _check_topics(self, topics: Collection[str]) -> None:
@@ -144,6 +152,48 @@ class EnvelopeConsumer:
         self.hopchain.check_topics(topics)
 
     # -- reading -----------------------------------------------------------------------------
+
+    def batches(
+        self, *, max_records: int = DEFAULT_BATCH_RECORDS, timeout: float = DEFAULT_BATCH_TIMEOUT
+    ) -> Batches:
+        """Read in batches: ``async for batch in consumer.batches(): ...``.
+
+        See :mod:`hopchain.middleware.aiokafka_batches`.
+
+        Args:
+            max_records: records read at most per batch (one ``getmany``).
+            timeout: seconds a read waits for the first record.
+
+        Raises:
+            ConfigurationError: a record read with :meth:`next` is not settled yet.
+        """
+        self._refuse_unsettled()
+        self.batched = self._batches(max_records, timeout)
+        return self.batched
+
+    def _batches(self, max_records: int, timeout: float) -> Batches:
+        return Batches(
+            self.consumer,
+            self.producer,
+            self.hopchain,
+            group=self.group,
+            max_records=max_records,
+            timeout=timeout,
+        )
+
+    def _refuse_unsettled(self) -> None:
+        if self._handling is not None:
+            raise ConfigurationError(
+                f"{self._handling.hop.record.describe()} was neither committed nor failed; "
+                "call commit(hop) or fail(hop, exc) before reading the next record "
+                "(a later commit would skip it)"
+            )
+        current: Batch | None = self.batched.current if self.batched else None
+        if current is not None and not current.settled:
+            raise ConfigurationError(
+                f"a batch of {len(current.hops)} records is neither committed nor given up; "
+                "call `await batch.commit()` or `batch.abandon()` before reading on"
+            )
 
     def __aiter__(self) -> EnvelopeConsumer:
         return self
@@ -170,12 +220,7 @@ class EnvelopeConsumer:
         """
         if self._aborted:
             raise ConsumerStoppedError
-        if self._handling is not None:
-            raise ConfigurationError(
-                f"{self._handling.hop.record.describe()} was neither committed nor failed; "
-                "call commit(hop) or fail(hop, exc) before reading the next record "
-                "(a later commit would skip it)"
-            )
+        self._refuse_unsettled()
         while True:
             message = await self._read()
             record = ConsumedRecord.from_aiokafka(message)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 __all__ = ["MiddlewareMetrics"]
+
+MetricT = TypeVar("MetricT", Counter, Histogram)
 
 
 class MiddlewareMetrics:
@@ -12,6 +16,7 @@ class MiddlewareMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Counter | Histogram] = {}
         self.consumed = Counter(
             "hopchain_consumed_total",
             "Records that passed validation and were handled successfully.",
@@ -74,3 +79,15 @@ class MiddlewareMetrics:
             ["topic", "component"],
             registry=self.registry,
         )
+
+    def child(self, metric: MetricT, *labels: str) -> MetricT:
+        """``metric.labels(*labels)``, resolved once per label set and then remembered.
+
+        For the per-record paths: the label sets are small and bounded (topics, components,
+        decisions, reason codes), and a lookup here skips the client's lock and checks.
+        """
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found  # type: ignore[return-value]

@@ -66,7 +66,7 @@ from aiokafka.errors import IllegalOperation, IllegalStateError
 from aiokafka.structs import RecordMetadata
 
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
+from hopchain.middleware.aiokafka import Batches, EnvelopeConsumer, EnvelopeProducer
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain
 from hopchain.schemas.record import ConsumedRecord
@@ -168,6 +168,26 @@ class TransactionalConsumer(EnvelopeConsumer):
             )
         )
 
+    # -- batches -----------------------------------------------------------------------------
+
+    def _batches(self, max_records: int, timeout: float) -> Batches:
+        """Batches of one transaction each: outputs, dead letters and offsets."""
+        if self._open:
+            raise ConfigurationError(
+                "a transaction of records read one at a time is open; call `await flush()` "
+                "before reading in batches"
+            )
+        return Batches(
+            self.consumer,
+            self.producer,
+            self.hopchain,
+            group=self.group,
+            max_records=max_records,
+            timeout=timeout,
+            transactional=True,
+            sender=self.sender,
+        )
+
     # -- the transaction ---------------------------------------------------------------------
 
     async def _read(self) -> Any:
@@ -175,37 +195,23 @@ class TransactionalConsumer(EnvelopeConsumer):
             await self._abort()
         if self._open and time.monotonic() - self._began >= self.max_seconds:
             await self.flush()
-        reading = asyncio.ensure_future(self.consumer.getone())
-        try:
-            # A record already fetched is returned within this one step of the loop.
-            await asyncio.sleep(0)
-            if not reading.done() and self._open:
-                if not self.commit_when_idle:
-                    await asyncio.wait(
-                        {reading}, timeout=self._began + self.max_seconds - time.monotonic()
-                    )
-                if not reading.done():
-                    # Caught up (or out of time): commit now rather than hold the outputs.
-                    await self.flush()
-            message = await reading
-        except BaseException:
-            self._unread(reading)
-            raise
+        # A record fetched already is taken at once: no task, no future per record.
+        fetched = await self.consumer.getmany(timeout_ms=0, max_records=1)
+        if not fetched and self._open:
+            if not self.commit_when_idle:
+                wait = max(0.0, self._began + self.max_seconds - time.monotonic())
+                fetched = await self.consumer.getmany(timeout_ms=int(wait * 1000), max_records=1)
+            if not fetched:
+                # Caught up (or out of time): commit now rather than hold the outputs.
+                await self.flush()
+        if fetched:
+            [[message]] = fetched.values()
+        else:
+            message = await self.consumer.getone()
         self._starts.setdefault(TopicPartition(message.topic, message.partition), message.offset)
         if not self._open:
             await self._begin()
         return message
-
-    def _unread(self, reading: asyncio.Future[Any]) -> None:
-        """Stop a read cut short; a record it already took is read again, not skipped."""
-        if not reading.done():
-            reading.cancel()
-            return
-        if reading.cancelled() or reading.exception() is not None:
-            return
-        message = reading.result()
-        with contextlib.suppress(IllegalStateError):
-            self.consumer.seek(TopicPartition(message.topic, message.partition), message.offset)
 
     async def _begin(self) -> None:
         try:
@@ -260,6 +266,8 @@ class TransactionalConsumer(EnvelopeConsumer):
         A record still being handled is given up (it is read again), with the transaction
         that holds its outputs.
         """
+        if self.batched is not None:
+            await self.batched.close()
         if self._handling is not None:
             self.abandon()
         if self._doomed:

@@ -284,22 +284,51 @@ class LocalKafkaCluster:
 
 
 async def describe_partitions(
-    bootstrap: str, topics: list[str], *, within: float = 30.0, **client: Any
+    bootstrap: str,
+    topics: list[str],
+    *,
+    within: float = 30.0,
+    complete: bool = False,
+    **client: Any,
 ) -> dict[tuple[str, int], dict[str, Any]]:
     """Each partition's ``leader``, ``replicas`` and ``isr`` (node ids), by (topic, partition).
 
     Retries for up to ``within`` seconds while the node asked is down (a killed node stays in
     the metadata until it is fenced).
+
+    Args:
+        bootstrap: the cluster's bootstrap servers.
+        topics: the topics to describe.
+        within: how long to keep asking.
+        complete: also keep asking until every topic is described with partitions, each with
+            a leader, replicas and in-sync replicas. Right after a topic is created, a node the
+            metadata has not reached yet describes it with none; ask for this then.
+        **client: keyword arguments for the admin client.
+
+    Raises:
+        LocalKafkaError: ``complete``, and some partition was still not fully described after
+            ``within`` seconds; the message names what was missing.
     """
     deadline = time.monotonic() + within
     while True:
         try:
             described = await _describe(bootstrap, topics, **client)
-            break
         except (KafkaError, OSError):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+            continue
+        missing = _incomplete(described, topics) if complete else []
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise LocalKafkaError(
+                f"the cluster at {bootstrap} did not describe every partition of "
+                f"{', '.join(topics)} within {within:.0f} s: {'; '.join(missing)}. "
+                "The topic's metadata did not reach the node asked, or a node is down: "
+                "see the nodes' logs"
+            )
+        await asyncio.sleep(0.2)
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for topic in described:
         for partition in topic["partitions"]:
@@ -309,6 +338,31 @@ async def describe_partitions(
                 "isr": list(partition["isr"]),
             }
     return found
+
+
+def _incomplete(described: list[Any], topics: list[str]) -> list[str]:
+    """What a description lacks, one line per topic or partition (none when complete).
+
+    Topics unknown or without partitions; partitions without a leader, replicas or in-sync
+    replicas.
+    """
+    by_name = {topic["topic"]: topic for topic in described}
+    missing: list[str] = []
+    for name in topics:
+        topic = by_name.get(name)
+        if topic is None or topic["error_code"] != 0:
+            code = "not described" if topic is None else f"error code {topic['error_code']}"
+            missing.append(f"{name}: {code}")
+            continue
+        if not topic["partitions"]:
+            missing.append(f"{name}: no partitions")
+        missing.extend(
+            f"{name}[{p['partition']}]: leader {p['leader']}, replicas {list(p['replicas'])}, "
+            f"isr {list(p['isr'])}"
+            for p in topic["partitions"]
+            if p["leader"] < 0 or not p["replicas"] or not p["isr"]
+        )
+    return missing
 
 
 async def _describe(bootstrap: str, topics: list[str], **client: Any) -> list[Any]:

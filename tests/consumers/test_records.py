@@ -115,6 +115,25 @@ def test_age_comes_from_the_kafka_timestamp_not_the_parked_at_header() -> None:
     assert parse_dead_letter(as_record(made.headers, timestamp_ms=-1)).parked_at == 100.0
 
 
+def test_a_time_no_datetime_holds_falls_back_and_the_letter_still_renders() -> None:
+    made = synthetic_dead_letter(owner="payments", source_topic="orders", parked_at=100.0)
+    # A producer may set any 64-bit timestamp; 253402300800000 ms is in the year 10000.
+    late = parse_dead_letter(as_record(made.headers, timestamp_ms=253_402_300_800_000))
+    largest = parse_dead_letter(as_record(made.headers, timestamp_ms=2**63 - 1))
+    far_offset = tuple(
+        (name, b"9999-12-31T23:59:59-23:59" if name == "hopchain-dlq-parked-at" else raw)
+        for name, raw in made.headers
+    )
+    header_only = parse_dead_letter(as_record(far_offset, timestamp_ms=-1))
+
+    assert late.parked_at == 100.0  # the parked-at header stands in
+    assert largest.parked_at == 100.0
+    assert header_only.parked_at == 0.0  # neither names a datetime: as old as can be
+    assert late.as_json()["parked_at"] == "1970-01-01T00:01:40+00:00"
+    assert largest.as_json()["parked_at"] == "1970-01-01T00:01:40+00:00"
+    assert header_only.as_json()["parked_at"] == "1970-01-01T00:00:00+00:00"
+
+
 def test_the_redrive_count_comes_from_the_header_or_the_chain() -> None:
     made = synthetic_dead_letter(
         owner="payments",
@@ -155,7 +174,7 @@ header_values = st.one_of(
 @given(
     headers=st.lists(st.tuples(header_names, header_values), max_size=12),
     value=st.one_of(st.none(), st.binary(max_size=60), st.just(b'{"intent_key": "x"')),
-    timestamp_ms=st.integers(min_value=-1, max_value=2**41),
+    timestamp_ms=st.integers(min_value=-(2**63), max_value=2**63 - 1),
 )
 def test_any_record_at_all_is_indexed_and_never_raises(
     headers: list[tuple[str, bytes | None]], value: bytes | None, timestamp_ms: int
@@ -166,3 +185,4 @@ def test_any_record_at_all_is_indexed_and_never_raises(
     assert letter.owner
     assert letter.topic == "orders.dlq"
     assert letter.error_type in {member.value for member in ErrorType}
+    assert letter.as_json()["parked_at"]  # what the HTTP API and the console show

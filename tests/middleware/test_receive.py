@@ -8,6 +8,7 @@ hopchain, a contract or a collaborator never escapes to the client: the record i
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from typing import Any
 
@@ -392,3 +393,148 @@ def test_a_configuration_error_is_not_a_reader_error(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(Receiver, "accept", misconfigured)
     with pytest.raises(ConfigurationError):
         runtime.receive(valid_record(runtime), group="g")
+
+
+# -- what the verdicts carry, and what operators read ------------------------------------------
+
+
+def test_every_verdict_carries_its_record() -> None:
+    runtime = engine(TopicContract(topic=TOPIC, model=Doc, owner="o"))
+    valid, bare, parked = valid_record(runtime), consumed(TOPIC, b"{}"), consumed(DLQ, b"x")
+    assert runtime.receive(valid, group="g").record is valid
+    assert runtime.receive(bare, group="g").record is bare
+    assert runtime.receive(parked, group="g").record is parked
+    reporting = engine(report_only=True)
+    assert reporting.receive(bare, group="g").record is bare
+
+
+def test_a_reader_error_carries_its_cause_on_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    failure = RecursionError("deep")
+
+    def broken(self: Receiver, record: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(Receiver, "accept", broken)
+    for runtime, verdict in ((engine(), Verdict.PARK), (engine(report_only=True), Verdict.REPORT)):
+        received = runtime.receive(consumed(TOPIC, b"{}"), group="g")
+        assert (received.verdict, received.cause) == (verdict, failure)
+
+
+def test_opening_failures_carry_their_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    failure = OSError("store down")
+
+    def broken(self: Receiver, *args: Any, **kwargs: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(Receiver, "open", broken)
+    runtime = engine()
+    record = valid_record(runtime)
+    with ExitStack() as scope:
+        received = runtime.receive(record, group="g", scope=scope)
+    assert (received.record, received.cause) == (record, failure)
+
+
+def test_a_reader_error_is_logged_with_the_fields_operators_filter_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: Receiver, record: Any) -> Any:
+        raise KeyError("zz")
+
+    monkeypatch.setattr(Receiver, "accept", broken)
+    caplog.set_level(logging.ERROR, logger="hopchain")
+    runtime = engine()
+    runtime.receive(consumed(TOPIC, b"{}", offset=12, partition=3), group="g")
+    [line] = [r for r in caplog.records if getattr(r, "hopchain_event", None) == "reader_error"]
+    assert line.levelno == logging.ERROR
+    assert line.getMessage() == (
+        f"accept raised KeyError while reading {TOPIC}[3]@12; parking it as reader_error"
+    )
+    fields = {name: getattr(line, name) for name in ("topic", "partition", "offset", "step")}
+    assert fields == {"topic": TOPIC, "partition": 3, "offset": 12, "step": "accept"}
+    assert line.exception_type == "KeyError"  # type: ignore[attr-defined]
+    assert line.exc_info is not None
+
+
+def test_a_report_only_refusal_is_logged_counted_and_handed_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="hopchain")
+    runtime = engine(report_only=True)
+    runtime.receive(consumed(TOPIC, b"{}", offset=4, partition=1), group="g")
+    [line] = [r for r in caplog.records if getattr(r, "hopchain_event", None) == "would_reject"]
+    assert line.levelno == logging.WARNING
+    assert line.getMessage() == (
+        f"report-only: {TOPIC}[1]@4 would be parked: missing_header at "
+        "$.headers.hopchain-envelope; handing it on"
+    )
+    fields = {n: getattr(line, n) for n in ("topic", "partition", "offset", "reason", "path")}
+    assert fields == {
+        "topic": TOPIC,
+        "partition": 1,
+        "offset": 4,
+        "reason": "missing_header",
+        "path": "$.headers.hopchain-envelope",
+    }
+    assert line.component == "receiver"  # type: ignore[attr-defined]
+
+
+async def test_a_parked_record_is_logged_with_where_it_went(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="hopchain")
+    runtime = engine()
+    received = runtime.receive(consumed(TOPIC, b"{}", offset=8), group="g")
+    info = await runtime.park(received, group="g", writer=MemoryWriter())
+    [line] = [r for r in caplog.records if getattr(r, "hopchain_event", None) == "rejected"]
+    assert line.getMessage() == (
+        f"rejected {TOPIC}[0]@8: missing_header at $.headers.hopchain-envelope; parking in {DLQ}"
+    )
+    assert line.dead_letter_topic == DLQ  # type: ignore[attr-defined]
+    assert line.dead_letter_id == info.dead_letter_id  # type: ignore[attr-defined]
+    assert (line.offset, line.reason) == (8, "missing_header")  # type: ignore[attr-defined]
+    assert info.group == "g"
+    assert info.failure.error_type is ErrorType.MALFORMED
+    assert info.failure.description == (
+        "refused at the consumer boundary: missing_header at $.headers.hopchain-envelope"
+    )
+    assert rejected(runtime, "missing_header") == 1
+
+
+# -- report-only for a client that hands its caller a hop ----------------------------------------
+
+
+def test_a_reported_record_is_passed_on_as_a_hop_saying_what_would_be_parked() -> None:
+    runtime = engine(report_only=True)
+    record = consumed(TOPIC, b'{"id": 3, "text": "as sent"}', offset=5)
+    with ExitStack() as scope:
+        reported = runtime.receive(record, group="g")
+        received = runtime.pass_on(reported, group="g", scope=scope)
+        assert received.verdict is Verdict.HANDLE
+        assert received.record is record
+        assert received.hop is not None
+        assert received.span is not None
+        assert received.hop.payload == Doc(id=3, text="as sent")
+        assert received.hop.reported is not None
+        assert received.hop.reported.code is ReasonCode.MISSING_HEADER
+        assert received.hop.reported.path == "$.headers.hopchain-envelope"
+
+
+def test_a_reported_record_that_cannot_be_passed_on_is_parked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = engine(report_only=True)
+    record = consumed(TOPIC, b"{}", offset=6)
+    reported = runtime.receive(record, group="g")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("origin")
+
+    monkeypatch.setattr("hopchain.middleware.engine.consume.passed_on", broken)
+    with ExitStack() as scope:
+        received = runtime.pass_on(reported, group="g", scope=scope)
+    assert received.verdict is Verdict.PARK
+    assert received.record is record
+    assert received.error is not None
+    assert received.error.code is ReasonCode.READER_ERROR
+    assert received.error.detail == "report raised builtins.ValueError"
+    assert isinstance(received.cause, ValueError)

@@ -1,12 +1,15 @@
-"""A transactional forwarding stage in a process of its own, for ``test_transactional_crash.py``.
+"""A transactional forwarding stage in a process of its own, for the kill -9 tests.
 
     python txn_worker.py --bootstrap HOST:PORT --input IN --output OUT --group G --txn-id T
+        [--batches] [--plain]
 
 It reads ``--input`` (partition 0, assigned: one copy of the stage per partition, so a
 restart takes over at once) with ``read_committed``, forwards each valid document to
 ``--output`` and parks invalid records in the input's dead-letter topic, all in transactions
-of a :class:`~hopchain.TransactionalConsumer`. It prints ``ready`` once it reads, and stops
-cleanly on SIGTERM; the test kills it with SIGKILL at random moments.
+of a :class:`~hopchain.TransactionalConsumer`, one record at a time, or a batch at a time with
+``--batches``; with ``--plain`` it is an :class:`~hopchain.EnvelopeConsumer` on an idempotent
+producer instead (no transactions: at least once). It prints ``ready`` once it reads, and
+stops cleanly on SIGTERM; the test kills it with SIGKILL at random moments.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import BaseModel
 
-from hopchain import Hopchain, HopchainConfig, TransactionalConsumer
+from hopchain import EnvelopeConsumer, Hopchain, HopchainConfig, TransactionalConsumer
 from hopchain.schemas import ContractRegistry, TopicContract
 
 READ_SECONDS = 120.0
@@ -67,7 +70,11 @@ async def run(args: argparse.Namespace) -> None:
     )
     # The producer first: its start fences the killed copy and ends its open transaction,
     # so the offsets the consumer then fetches are settled.
-    producer = AIOKafkaProducer(bootstrap_servers=args.bootstrap, transactional_id=args.txn_id)
+    producer = (
+        AIOKafkaProducer(bootstrap_servers=args.bootstrap, acks="all", enable_idempotence=True)
+        if args.plain
+        else AIOKafkaProducer(bootstrap_servers=args.bootstrap, transactional_id=args.txn_id)
+    )
     await producer.start()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=args.bootstrap,
@@ -78,14 +85,24 @@ async def run(args: argparse.Namespace) -> None:
     )
     await consumer.start()
     consumer.assign([TopicPartition(args.input, 0)])
-    stage = TransactionalConsumer(
-        consumer, producer, hopchain, group=args.group, max_records=args.max_records
+    stage = (
+        EnvelopeConsumer(consumer, producer, hopchain, group=args.group)
+        if args.plain
+        else TransactionalConsumer(
+            consumer, producer, hopchain, group=args.group, max_records=args.max_records
+        )
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
 
     async def forward() -> None:
+        if args.batches:
+            async for batch in stage.batches(max_records=args.max_records, timeout=0.2):
+                for hop in batch.hops:
+                    await batch.send(hop, args.output, Doc.model_validate(hop.payload))
+            return
+        assert isinstance(stage, TransactionalConsumer)
         async for hop in stage:
             await stage.send(args.output, Doc.model_validate(hop.payload))
             await stage.commit(hop)
@@ -99,7 +116,10 @@ async def run(args: argparse.Namespace) -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     stopping.cancel()
-    await stage.close()
+    if isinstance(stage, TransactionalConsumer):
+        await stage.close()
+    elif stage.batched is not None:
+        await stage.batched.close()
     await consumer.stop()
     await producer.stop()
 
@@ -109,6 +129,8 @@ def main() -> int:
     for name in ("--bootstrap", "--input", "--output", "--group", "--txn-id"):
         parser.add_argument(name, required=True)
     parser.add_argument("--max-records", type=int, default=100)
+    parser.add_argument("--batches", action="store_true", help="read a batch at a time")
+    parser.add_argument("--plain", action="store_true", help="no transactions: at least once")
     asyncio.run(run(parser.parse_args()))
     return 0
 

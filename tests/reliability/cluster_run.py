@@ -64,7 +64,11 @@ async def wait_fully_replicated(bootstrap: str, topics: list[str], *, within: fl
 
     async def in_sync() -> bool:
         described = await describe_partitions(bootstrap, topics)
-        return all(len(p["isr"]) == len(p["replicas"]) for p in described.values())
+        # An empty description (metadata not there yet) is not "all in sync".
+        known = {topic for topic, _ in described}
+        return known == set(topics) and all(
+            len(p["isr"]) == len(p["replicas"]) for p in described.values()
+        )
 
     await wait_until(in_sync, within=within, what="every replica back in sync", every=0.5)
     return time.monotonic() - started

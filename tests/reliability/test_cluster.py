@@ -199,7 +199,10 @@ async def test_the_cluster_replicates_three_ways_and_needs_two_in_sync(
     bootstrap = kafka_cluster.bootstrap
     spread = unique_topic_name("cluster-spread")
     await create_topics(bootstrap, spread, partitions=3, replication_factor=3)
-    described = await describe_partitions(bootstrap, [spread])
+    # Right after creation, the node asked may not have the topic's metadata yet: wait for
+    # every partition to be described with its leader, replicas and in-sync replicas.
+    described = await describe_partitions(bootstrap, [spread], complete=True)
+    assert len(described) == 3
     assert {len(p["isr"]) for p in described.values()} == {3}
     # Leadership is spread over the nodes: each leads one of the three partitions.
     assert sorted(p["leader"] for p in described.values()) == [1, 2, 3]
@@ -211,7 +214,7 @@ async def test_the_cluster_replicates_three_ways_and_needs_two_in_sync(
         await producer.send_and_wait(topic, b"first")
     finally:
         await producer.stop()
-    described = await describe_partitions(bootstrap, [topic])
+    described = await describe_partitions(bootstrap, [topic], complete=True)
     assert [len(p["replicas"]) for p in described.values()] == [3]
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()

@@ -91,7 +91,8 @@ class Publisher:
         """
         parts = self.parts
         decided = decision or hop.effective_decision
-        parts.metrics.stage_decisions.labels(hop.stage or parts.component, decided.value).inc()
+        metrics = parts.metrics
+        metrics.child(metrics.stage_decisions, hop.stage or parts.component, decided.value).inc()
         hop.hops_appended += 1
         base = hop.envelope
         if contract is not None:
@@ -224,7 +225,8 @@ class Publisher:
                 )
                 with propagation.sending():
                     yield _propagated(record, span.trace_id, span.span_id)
-        self.parts.metrics.published.labels(topic, component).inc()
+        metrics = self.parts.metrics
+        metrics.child(metrics.published, topic, component).inc()
 
     def _originate(self, topic: str, trace_id: str, span_id: str, observation: str) -> Envelope:
         parts = self.parts

@@ -212,7 +212,8 @@ class Settler:
             return
         parts = self.parts
         decided = hop.effective_decision
-        parts.metrics.stage_decisions.labels(hop.stage or parts.component, decided.value).inc()
+        metrics = parts.metrics
+        metrics.child(metrics.stage_decisions, hop.stage or parts.component, decided.value).inc()
         if hop.degradation is not None:
             logger.warning(
                 "%s degraded %s at a sink: %s",

@@ -1,0 +1,213 @@
+"""One batch of valid records read by :class:`~hopchain.middleware.aiokafka_batches.Batches`.
+
+What the body of ``async for batch in consumer.batches()`` settles: outputs queued with
+:meth:`Batch.send`, failures taken with :meth:`Batch.fail`, and the commit
+(:meth:`Batch.commit`, or the next step of the loop). The reading and the commit itself are
+:class:`~hopchain.middleware.aiokafka_batches.Batches`' work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiokafka import TopicPartition
+
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
+from hopchain.middleware.failures import ExceptionMapper
+from hopchain.schemas import ErrorType
+from hopchain.schemas.record import ConsumedRecord
+from hopchain.tracing import mark_error
+
+if TYPE_CHECKING:
+    from hopchain.middleware.aiokafka_producer import EnvelopeProducer
+    from hopchain.middleware.context import HopContext
+    from hopchain.middleware.engine import Hopchain, RecordWriter
+    from hopchain.schemas.deadletter import DeadLetterInfo
+
+__all__ = ["Batch", "BatchSource", "Ledger"]
+
+
+class BatchSource(Protocol):
+    """What a batch needs of the reader that made it (``Batches``): sending, settling, spans."""
+
+    hopchain: Hopchain
+    sender: EnvelopeProducer
+    writer: RecordWriter
+
+    def span_of(self, hop: HopContext) -> Any:
+        """The recording span of ``hop``, if it has one."""
+        ...
+
+    async def finish(self, batch: Batch) -> None:
+        """Wait for the batch's writes, then commit."""
+        ...
+
+    def give_up(self, batch: Batch) -> None:
+        """Rewind to the batch's first records."""
+        ...
+
+
+@dataclass(slots=True)
+class Ledger:
+    """What a batch must settle before its offsets move: kept by :class:`Batches`."""
+
+    started: float
+    pending: list[tuple[TopicPartition, int, Awaitable[Any]]] = field(default_factory=list)
+    """Outputs and dead letters in flight: (partition, offset of their record, ack)."""
+    starts: dict[TopicPartition, int] = field(default_factory=dict)
+    """The first offset read, per partition."""
+    ends: dict[TopicPartition, int] = field(default_factory=dict)
+    """One past the last offset read, per partition."""
+    stops: dict[TopicPartition, int] = field(default_factory=dict)
+    """The first offset that may not be committed, per partition (when one may not)."""
+    failed: set[int] = field(default_factory=set)
+    """``id()`` of the hops failed with :meth:`Batch.fail`."""
+    members: set[int] = field(default_factory=set)
+    """``id()`` of the batch's hops."""
+    aborted: bool = False
+    """A stage aborted on one of its records."""
+
+
+class Batch:
+    """The valid records of one read, settled together.
+
+    Attributes:
+        hops: the valid records, in the order read (partition by partition).
+        parked: how many records of the read were parked (their writes may be in flight).
+    """
+
+    def __init__(self, batches: BatchSource, hops: list[HopContext], started: float) -> None:
+        self.hops = hops
+        self.parked = 0
+        self.ledger = Ledger(started)
+        self._batches = batches
+        self._settled = False
+
+    @property
+    def settled(self) -> bool:
+        """Whether the batch was committed or given up."""
+        return self._settled
+
+    def _check(self, hop: HopContext, what: str, topic: str = "") -> None:
+        if self._settled or id(hop) not in self.ledger.members or id(hop) in self.ledger.failed:
+            self._refuse(hop, f"{what} {topic!r}" if topic else what)
+
+    def _refuse(self, hop: HopContext, what: str) -> None:
+        if self._settled:
+            raise ConfigurationError(
+                f"{what} for {hop.record.describe()} after its batch was committed or given "
+                "up; settle every record inside the body of the `async for`"
+            )
+        if id(hop) not in self.ledger.members:
+            raise ConfigurationError(
+                f"{what}: {hop.record.describe()} is not a record of this batch"
+            )
+        if id(hop) in self.ledger.failed:
+            raise ConfigurationError(
+                f"{what}: {hop.record.describe()} was failed already; fail a record once, "
+                "and send nothing for it afterwards"
+            )
+
+    async def send(
+        self,
+        hop: HopContext,
+        topic: str,
+        payload: Any,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        partition: int | None = None,
+    ) -> None:
+        """Validate, envelope and queue one output of ``hop``; its ack is awaited at commit.
+
+        Raises:
+            EnvelopeRejected: the payload, the envelope or a header breaks the contract;
+                nothing was queued (fail the record, or send something else).
+            ConfigurationError: ``hop`` is not a record of this open batch.
+        """
+        self._check(hop, "an output to", topic)
+        future = await self._batches.sender.send_soon(
+            topic, payload, key=key, hop=hop, headers=headers, partition=partition
+        )
+        record = hop.record
+        partition = TopicPartition(record.topic, record.partition)
+        self.ledger.pending.append((partition, record.offset, future))
+
+    async def fail(
+        self,
+        hop: HopContext,
+        exc: BaseException,
+        *,
+        mappers: tuple[ExceptionMapper, ...] = (),
+        error_type: ErrorType | None = None,
+    ) -> DeadLetterInfo | None:
+        """Take the failure's exit for ``hop`` (as :meth:`EnvelopeConsumer.fail`).
+
+        Returns:
+            What was written to the dead-letter topic; None when the record was rerouted
+            or the stage aborted (then the batch commits nothing from this record on, and
+            the consumer reads no more).
+
+        Raises:
+            ConfigurationError: ``hop`` is not a record of this open batch, or was failed.
+            DeadLetterWriteError: the record could not be parked; it and the records after
+                it in its partition are not committed (they are read again).
+        """
+        self._check(hop, "fail()")
+        self.ledger.failed.add(id(hop))
+        record = hop.record
+        span = self._batches.span_of(hop)
+        try:
+            settled = await self._batches.hopchain.settle(
+                hop, exc, writer=self._batches.writer, mappers=mappers, error_type=error_type
+            )
+        except DeadLetterWriteError:
+            if span is not None:
+                mark_error(span, "dead_letter_write_failed")
+            self._stop_at(record)
+            raise
+        if span is not None:
+            mark_error(span, settled.failure.error_type.value)
+        if settled.aborted:
+            self.ledger.aborted = True
+            self._stop_at(record)
+            return None
+        return settled.dead_letter
+
+    def _stop_at(self, record: ConsumedRecord) -> None:
+        partition = TopicPartition(record.topic, record.partition)
+        stops = self.ledger.stops
+        stops[partition] = min(stops.get(partition, record.offset), record.offset)
+
+    async def commit(self) -> None:
+        """Wait for every output and dead letter of the batch, then commit what is settled.
+
+        Does nothing when the batch is settled already.
+
+        Raises:
+            aiokafka.errors.KafkaError: an output or dead letter was not acknowledged, or
+                the commit failed; the consumer is rewound to the first record of each
+                partition that is not committed (it is read again), and the batch is over.
+            DeadLetterWriteError: an invalid record could not be parked (likewise).
+        """
+        if self._settled:
+            return
+        self._settled = True
+        await self._batches.finish(self)
+
+    def abandon(self) -> None:
+        """Give the batch up: commit nothing, and read its records again.
+
+        For an exception in the body: a later read would otherwise be refused. In the
+        transactional mode the open transaction is aborted before the next read.
+        """
+        if self._settled:
+            return
+        self._settled = True
+        self._batches.give_up(self)
+
+    def close(self) -> None:
+        """Mark the batch settled (for :class:`Batches`, once it has settled it)."""
+        self._settled = True
