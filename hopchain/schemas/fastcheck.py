@@ -48,7 +48,7 @@ def _twin_type(hint: Any, *, timestamps: bool) -> Any:
         twin = _twin_type(base, timestamps=timestamps)
         return typing.Annotated[(twin, *metas)] if metas else twin
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
-        return chain_twin(hint)[2] if timestamps else fast_twin(hint)[0]
+        return _chain_struct(hint) if timestamps else fast_twin(hint)[0]
     if origin is list:
         return list[_twin_type(typing.get_args(hint)[0], timestamps=timestamps)]  # type: ignore[misc]
     if origin in {types.UnionType, typing.Union}:
@@ -98,8 +98,9 @@ class _Compiler:
     checked inline, in the same function, for the same reason.
     """
 
-    def __init__(self, *, timestamps: bool = False) -> None:
+    def __init__(self, *, timestamps: bool = False, plain: bool = False) -> None:
         self.timestamps = timestamps
+        self.plain = plain
         self.names: dict[str, Any] = {}
 
     def constant(self, value: Any) -> str:
@@ -131,6 +132,8 @@ class _Compiler:
         """
         if isinstance(info, mi.IntType) or not info.pattern:
             return []
+        if self.plain and info.pattern == NAME_PATTERN:
+            return []  # plain text: no control character anywhere (see chain_twin)
         if self.timestamps and info.pattern == TIMESTAMP_PATTERN:
             return [f"{var}.tzinfo is not {self.constant(UTC)}"]
         if info.pattern in _RECURRING:
@@ -178,23 +181,33 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
 
 
 @cache
-def chain_twin(
-    kind: type[msgspec.Struct],
-) -> tuple[msgspec.json.Decoder[list[Any]], Check, type[msgspec.Struct]]:
-    """For a whole chain read at once: a decoder of a list of twins, their check, the twin.
-
-    These twins read timestamps as :class:`~datetime.datetime` (see ``_AWARE``): only for
-    checking a chain whose text is then compared with their encoding; their values are not
-    handed out.
-    """
+def _chain_struct(kind: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    """The twin of ``kind`` whose timestamps are datetimes (see ``_AWARE``)."""
     hints = typing.get_type_hints(kind, include_extras=True)
     fields = [(name, _twin_type(hints[name], timestamps=True)) for name in kind.__struct_fields__]
-    twin = msgspec.defstruct(
+    return msgspec.defstruct(
         f"Chain{kind.__name__}",
         fields,
         forbid_unknown_fields=True,
         frozen=True,
         module=kind.__module__,
     )
-    check = _Compiler(timestamps=True).build(typing.cast("mi.StructType", mi.type_info(kind)))
-    return msgspec.json.Decoder(list[twin]), check, twin  # type: ignore[valid-type]
+
+
+@cache
+def chain_twin(
+    kind: type[msgspec.Struct],
+) -> tuple[msgspec.json.Decoder[list[Any]], Check, Check]:
+    """For a whole chain read at once: a list decoder, the twins' check, the plain one.
+
+    These twins read timestamps as :class:`~datetime.datetime` (see ``_AWARE``): only for
+    checking a chain whose text is then compared with their encoding; their values are not
+    handed out. Canonical text without a backslash and without U+007F holds no control
+    character in any string (RFC 8785 escapes U+0000-U+001F), so names meet their pattern
+    there: the check for plain text leaves it out.
+    """
+    twin = _chain_struct(kind)
+    info = typing.cast("mi.StructType", mi.type_info(kind))
+    check = _Compiler(timestamps=True).build(info)
+    plain = _Compiler(timestamps=True, plain=True).build(info)
+    return msgspec.json.Decoder(list[twin]), check, plain  # type: ignore[valid-type]

@@ -342,3 +342,25 @@ def test_the_exported_schema_accepts_a_carried_schema_1_chain_and_refuses_legacy
     others: list[Any] = [{}, [], {**document["legacy"], "schema_version": "2.0"}]
     for legacy in others:
         assert list(validator.iter_errors({**document, "legacy": legacy})), legacy
+
+
+@pytest.mark.parametrize(
+    ("observation", "instance", "expected"),
+    [
+        ("plain", "stage\x01", (ReasonCode.INVALID_VALUE, "$.chain[0].instance")),
+        ("a\nline", "stage\x7f", (ReasonCode.INVALID_VALUE, "$.chain[0].instance")),
+        ("plain", "stage\x7f", (ReasonCode.INVALID_VALUE, "$.chain[0].instance")),
+        ('a "quoted"\tline', "stage-0", None),
+    ],
+)
+def test_names_are_checked_for_control_characters_whatever_else_the_chain_holds(
+    observation: str, instance: str, expected: tuple[ReasonCode, str] | None
+) -> None:
+    text = edited_hop(0, lambda hop: hop.update(observation=observation, instance=instance))
+    value, headers = with_text(RECORD, text)
+
+    if expected is None:
+        decoded = v2_codec().decode(HEADERS_TOPIC, value, headers)
+        assert decoded.envelope.chain[0].observation == observation
+    else:
+        assert refusal(text) == expected
