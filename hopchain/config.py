@@ -181,12 +181,14 @@ class HopchainConfig(BaseSettings):
     handler as if hopchain were not there. For switching hopchain on in a live estate;
     ``TopicContract(report_only=True)`` does the same for one topic."""
 
-    commits: Literal["record", "batched"] = "record"
+    commits: Literal["auto", "record", "batched"] = "auto"
     """Who commits the offsets of the FastStream subscribers hopchain wraps (HOPCHAIN_COMMITS).
-    ``record``: FastStream commits after each record (subscribers use ``AckPolicy.ACK``).
+    ``auto``: the subscribers' ``ack_policy`` says: ``AckPolicy.MANUAL`` (what
+    ``HopchainMiddleware.ack_policy`` gives) means batched, ``AckPolicy.ACK`` per record.
     ``batched``: hopchain commits, per partition, every offset below which all records are
     settled (outputs or dead letters acknowledged), without waiting per record
-    (subscribers use ``AckPolicy.MANUAL``; see ``HopchainMiddleware.ack_policy``)."""
+    (subscribers use ``AckPolicy.MANUAL``). ``record``: FastStream commits after each
+    record (subscribers use ``AckPolicy.ACK``)."""
 
     commit_interval_seconds: float = Field(default=0.5, gt=0)
     """In batched mode, the longest a settled record waits for its commit

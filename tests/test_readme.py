@@ -37,7 +37,8 @@ def test_the_readme_has_the_snippets_this_test_runs() -> None:
     blocks = _python_blocks()
     assert len(blocks) == 3
     assert "Hopchain" in blocks[0]
-    assert "middleware.prepare" in blocks[1]
+    assert "middleware.app(broker)" in blocks[0]
+    assert "middleware.app(broker)" in blocks[1]
     assert "pipeline.stage(" in blocks[2]
 
 
@@ -52,12 +53,14 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
     namespace: dict[str, Any] = {"__name__": "readme_snippet"}
     exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - our own README
 
-    broker = namespace["broker"]
+    app, middleware = namespace["app"], namespace["middleware"]
     feeder_runtime = Hopchain(namespace["contracts"], component="checkout")
     from faststream.kafka import KafkaBroker  # noqa: PLC0415
 
     feeder = KafkaBroker(kafka_bootstrap, middlewares=[HopchainMiddleware(feeder_runtime)])
-    await broker.start()
+    await app.start()
+    # Copied as it is, the snippet commits in batches, hopchain's way.
+    assert middleware.owns_commits
     await feeder.start()
     raw = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await raw.start()
@@ -70,8 +73,7 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
     finally:
         await raw.stop()
         await feeder.stop()
-        await broker.stop()
-        await namespace["middleware"].close()
+        await app.stop()
 
     assert invoice.value == b'{"order_id":"o-1","total_cents":1250}'
     envelope = load_envelope(dict(invoice.headers)[ENVELOPE_HEADER])
@@ -96,9 +98,20 @@ def test_the_rollout_snippet_exposes_the_metrics_and_prepares_dead_letter_topics
     first, rollout, _ = _python_blocks()
     namespace: dict[str, Any] = {"__name__": "readme_snippet"}
     exec(compile(first + "\n" + rollout, "README.md", "exec"), namespace)  # noqa: S102
-    from faststream import FastStream  # noqa: PLC0415
+    from faststream import AckPolicy, FastStream  # noqa: PLC0415
 
     app = namespace["app"]
     assert isinstance(app, FastStream)
+    assert namespace["middleware"].ack_policy is AckPolicy.MANUAL
     assert namespace["hopchain"].metrics.registry is namespace["registry"]
     assert list(namespace["broker"].middlewares) == [namespace["middleware"]]
+
+
+def test_the_first_snippet_needs_three_hopchain_lines_beyond_imports_and_contracts() -> None:
+    first = _python_blocks()[0]
+    after_contracts = first.split("\n)\n", 1)[1]
+    service = after_contracts.split("\n\n\n@", 1)[0]
+    hopchain_lines = [
+        line for line in service.splitlines() if re.search(r"\b(Hopchain|middleware)\b", line)
+    ]
+    assert len(hopchain_lines) == 3, hopchain_lines

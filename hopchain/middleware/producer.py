@@ -10,6 +10,8 @@ dead letter is on every in-sync replica and a retried send is not written twice.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -21,6 +23,8 @@ from hopchain.exceptions import RecordTooLargeError
 from hopchain.middleware.engine.writer import OutgoingRecord
 
 __all__ = ["KafkaWriter", "ProducerWriter"]
+
+logger = logging.getLogger("hopchain")
 
 
 async def _send(producer: AIOKafkaProducer, record: OutgoingRecord) -> None:
@@ -58,6 +62,10 @@ class KafkaWriter:
         max_request_size: the largest record the producer sends, in bytes.
         options: further ``AIOKafkaProducer`` arguments; they override the login settings
             of ``config`` (e.g. those of ``hopchain.security.client_security(security)``).
+        before_first_write: awaited once per topic before the first record is written to it
+            (the FastStream middleware creates a missing dead-letter topic there, with
+            unlimited retention, rather than leave it to the broker's auto-creation). A
+            failure is logged and the write goes ahead.
     """
 
     def __init__(
@@ -66,9 +74,12 @@ class KafkaWriter:
         *,
         client_id: str = "hopchain",
         max_request_size: int = 1_048_576,
+        before_first_write: Callable[[str], Awaitable[object]] | None = None,
         **options: Any,
     ) -> None:
         self.config = config
+        self.before_first_write = before_first_write
+        self._prepared: set[str] = set()
         self.client_id = client_id
         self.max_request_size = max_request_size
         self.options = options
@@ -96,6 +107,12 @@ class KafkaWriter:
 
     async def write(self, record: OutgoingRecord) -> None:
         """Send one record and wait until every in-sync replica has it."""
+        if self.before_first_write is not None and record.topic not in self._prepared:
+            self._prepared.add(record.topic)
+            try:
+                await self.before_first_write(record.topic)
+            except Exception:
+                logger.exception("preparing topic %s before writing to it failed", record.topic)
         await _send(await self._started(), record)
 
     async def close(self) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from aiokafka.errors import KafkaConnectionError
 from faststream import AckPolicy, BaseMiddleware, ContextRepo
+from faststream.exceptions import NackMessage
 from faststream.kafka import KafkaBroker, TestKafkaBroker
 from middleware_helpers import (
     MARKER,
@@ -560,17 +561,26 @@ async def test_in_memory_publish_refusal_names_the_field(
 
 async def test_ack_first_subscribers_are_refused() -> None:
     contracts = registry(contract("in"))
-    broker = KafkaBroker(middlewares=[HopchainMiddleware(Hopchain(contracts, component="stage"))])
+    middleware = HopchainMiddleware(Hopchain(contracts, component="stage"))
+    broker = KafkaBroker(middlewares=[middleware])
     calls: list[Doc] = []
 
     @broker.subscriber("in", group_id="stage", ack_policy=AckPolicy.ACK_FIRST)
     async def stage(item: Doc) -> None:
         calls.append(item)
 
+    with pytest.raises(ConfigurationError, match=r"AckPolicy\.ACK_FIRST"):
+        middleware.check(broker)
+    # Never checked, the middleware checks at the first record and refuses it: not handled.
+    unchecked = HopchainMiddleware(Hopchain(contracts, component="stage"))
+    broker = KafkaBroker(middlewares=[unchecked])
+    broker.subscriber("in", group_id="stage", ack_policy=AckPolicy.ACK_FIRST)(stage)
     async with TestKafkaBroker(broker) as test_broker:
-        with pytest.raises(ConfigurationError, match=r"AckPolicy\.ACK"):
+        with pytest.raises(NackMessage):
             await test_broker.publish(doc(1), "in")
     assert calls == []
+    assert unchecked.refusal is not None
+    assert "ACK_FIRST" in str(unchecked.refusal)
 
 
 async def test_dead_letter_topics_pass_through_unvalidated() -> None:

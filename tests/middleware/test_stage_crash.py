@@ -39,8 +39,9 @@ WAIT = 90.0
 
 CLAIMS = ("claim-1", "claim-2", "claim-3")
 KILLED_AT = "claim-2"
-BATCHED = os.environ.get("HOPCHAIN_COMMITS") == "batched"
-"""hopchain commits in batches: outputs leave without waiting, offsets follow later."""
+BATCHED = os.environ.get("HOPCHAIN_COMMITS", "auto") != "record"
+"""hopchain commits in batches (the worker's subscriber is on ``middleware.ack_policy``):
+outputs leave without waiting, offsets follow later."""
 
 
 @dataclass

@@ -1,29 +1,29 @@
 """The FastStream adapter: validate before the handler, park what fails, append on publish.
 
-Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) whose
-subscribers commit after processing::
+Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``), and let
+:meth:`HopchainMiddleware.app` build the application::
 
-    hopchain = Hopchain(registry, component="classify")
-    middleware = HopchainMiddleware(hopchain)
-    broker = KafkaBroker(bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
-    middleware.check(broker)  # after declaring subscribers: refuses ACK_FIRST, MANUAL, batch
-    app = FastStream(broker, after_shutdown=[middleware.close])
+    middleware = HopchainMiddleware(Hopchain(registry, component="classify"))
+    broker = KafkaBroker(bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy)
+    app = middleware.app(broker)  # check + prepare on start-up, close on shutdown
 
-Commit behaviour, on FastStream's public acknowledgement API: a record's offset is
-committed (``AckMessage``) after its handler returned and its outputs were acknowledged, or
-after it was parked and the dead-letter write was acknowledged. A record that could not be
-parked is not committed: FastStream's ``NackMessage`` rewinds the consumer to it, and its
-partition alone is paused for a second before it is tried again (the subscriber's other
-partitions keep flowing), so it is never dropped. When a stage aborts, the record is
-rewound and every partition of that consumer is paused: nothing later is read or committed,
-and a restart resumes at the record.
+Commits, by default (``HOPCHAIN_COMMITS=auto`` with subscribers on ``AckPolicy.MANUAL``,
+which ``middleware.ack_policy`` gives): hopchain commits. Outputs and dead letters are sent
+without waiting (a ``broker.publish`` in a handler returns the send's future), and per
+partition the offset below which every record is settled is committed in batches, on
+revocation (``listener=middleware.listener()``), on :meth:`~HopchainMiddleware.close` and on
+abort (see :mod:`hopchain.middleware.commits`). A failed send pauses and rewinds its
+partition only. A middleware that was never checked refuses its first record, in one line,
+and reads no further.
 
-With ``HOPCHAIN_COMMITS=batched`` hopchain commits instead (subscribers declared with
-``ack_policy=middleware.ack_policy``, i.e. ``AckPolicy.MANUAL``, and checked): outputs and
-dead letters are sent without waiting (a ``broker.publish`` in a handler returns the send's
-future), and per partition the offset below which every record is settled is committed in
-batches, on revocation (``listener=middleware.listener()``), on :meth:`close` and on abort
-(see :mod:`hopchain.middleware.commits`). A failed send pauses and rewinds its partition only.
+Per record (``HOPCHAIN_COMMITS=record``, or subscribers on ``AckPolicy.ACK``), on
+FastStream's public acknowledgement API: a record's offset is committed (``AckMessage``)
+after its handler returned and its outputs were acknowledged, or after it was parked and
+the dead-letter write was acknowledged. A record that could not be parked is not committed:
+FastStream's ``NackMessage`` rewinds the consumer to it, and its partition alone is paused
+for a second before it is tried again (the subscriber's other partitions keep flowing), so
+it is never dropped. When a stage aborts, the record is rewound and every partition of that
+consumer is paused: nothing later is read or committed, and a restart resumes at the record.
 
 On a report-only topic (``TopicContract(report_only=True)`` or ``HOPCHAIN_REPORT_ONLY``), a
 record that breaks its contract is counted (``hopchain_would_reject_total``), logged and

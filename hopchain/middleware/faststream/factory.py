@@ -7,10 +7,11 @@ for every record and publish FastStream runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from faststream import AckPolicy, BaseMiddleware, ContextRepo
+from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
 from hopchain.exceptions import ConfigurationError
@@ -30,6 +31,8 @@ from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 
 __all__ = ["BrokerWriter", "HopchainMiddleware"]
+
+logger = logging.getLogger("hopchain")
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
 
@@ -77,7 +80,11 @@ class HopchainMiddleware:
     ) -> None:
         self.hopchain = hopchain
         self._owned = (
-            KafkaWriter(hopchain.config, client_id=f"hopchain-{hopchain.component}")
+            KafkaWriter(
+                hopchain.config,
+                client_id=f"hopchain-{hopchain.component}",
+                before_first_write=self._prepare_dead_letter_topic,
+            )
             if writer is None
             else None
         )
@@ -85,8 +92,14 @@ class HopchainMiddleware:
         self.group = group or hopchain.component
         self.topics: list[str] = []
         """The topics the checked broker's subscribers read (see :meth:`check`)."""
-        self.batched = hopchain.config.commits == "batched"
+        self.commits_setting = hopchain.config.commits
+        self.batched = self.commits_setting == "batched"
+        """Whether hopchain commits in batches; with ``auto``, :meth:`check` decides."""
         self._checked = False
+        self.refusal: ConfigurationError | None = None
+        """Why this middleware refuses to handle records: it was not checked before the
+        broker started and its subscribers need that (see :meth:`check`). Records are then
+        neither handled nor committed; the consumer is halted."""
         self.commits = BatchedCommits(hopchain.config, retry_pause=RETRY_PAUSE_SECONDS)
         self.holds = PartitionHolds(RETRY_PAUSE_SECONDS)
         self.server_address: str | None = None
@@ -106,10 +119,38 @@ class HopchainMiddleware:
     def ack_policy(self) -> AckPolicy:
         """The subscribers' acknowledgement policy for ``HOPCHAIN_COMMITS``.
 
-        ``ACK`` per record, ``MANUAL`` when hopchain commits in batches:
+        ``MANUAL`` (hopchain commits in batches) unless ``HOPCHAIN_COMMITS=record``, then
+        ``ACK`` (FastStream commits after each record):
         ``KafkaBroker(..., ack_policy=middleware.ack_policy)``.
         """
-        return AckPolicy.MANUAL if self.batched else AckPolicy.ACK
+        return AckPolicy.ACK if self.commits_setting == "record" else AckPolicy.MANUAL
+
+    def app(self, broker: KafkaBroker, **options: Any) -> FastStream:
+        """A ``FastStream`` application for ``broker`` with hopchain in its lifecycle.
+
+        On start-up, before the broker connects: :meth:`check` (a subscriber that could
+        lose records stops start-up with one line) and :meth:`prepare` (dead-letter topics
+        with unlimited retention); on shutdown, before the consumers stop: :meth:`close`
+        (what is settled is committed). ``options`` go to ``FastStream`` (its own hooks run
+        first).
+
+        Raises:
+            ConfigurationError: ``broker`` is not a faststream.kafka broker.
+        """
+        if not isinstance(broker, KafkaBroker):
+            raise ConfigurationError(
+                "middleware.app(broker) takes the faststream.kafka KafkaBroker the "
+                f"middleware is on, not a {type(broker).__name__}"
+            )
+        application = FastStream(broker, **options)
+
+        async def start() -> None:
+            self.check(broker)
+            await self.prepare()
+
+        application.on_startup(start)
+        application.on_shutdown(self.close)
+        return application
 
     def listener(self, inner: Any = None) -> CommitOnRevoke:
         """A rebalance listener committing settled records before their partitions move.
@@ -121,7 +162,39 @@ class HopchainMiddleware:
 
     def __call__(self, msg: Any | None, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
         """The per-message middleware FastStream enters for each record and publish."""
+        if msg is not None and not self._checked and self.refusal is None:
+            self._check_late(context.get("broker"))
         return RecordMiddleware(msg, context=context, owner=self)
+
+    def _check_late(self, broker: Any) -> None:
+        """A record arrived and :meth:`check` was never called: check now, or refuse.
+
+        Subscribers FastStream commits after each record (``AckPolicy.ACK``) are safe
+        unchecked, as before. Anything else stops the stage with one line: batched commits
+        need the check before the broker connects (its producer must write with
+        ``acks="all"``), and a refused subscriber must not read on.
+        """
+        if not isinstance(broker, KafkaBroker):
+            return
+        try:
+            self.check(broker)
+        except ConfigurationError as exc:
+            self.refusal = exc
+        else:
+            if self.batched:
+                self._checked = False
+                self.refusal = ConfigurationError(
+                    "HopchainMiddleware was not checked before the broker started, and its "
+                    "subscribers leave the commits to hopchain (AckPolicy.MANUAL): build the "
+                    "app with app = middleware.app(broker), or call middleware.check(broker) "
+                    "after declaring the subscribers"
+                )
+        if self.refusal is not None:
+            logger.critical(
+                "hopchain refuses to handle records: %s",
+                self.refusal,
+                extra={"hopchain_event": "not_checked"},
+            )
 
     def check(self, broker: KafkaBroker | KafkaRouter) -> None:
         """Refuse subscribers that could lose records; call it after declaring them.
@@ -142,25 +215,45 @@ class HopchainMiddleware:
             )
         if isinstance(broker, KafkaBroker):
             require_safe_producer(broker, self._connecting)
-        for subscriber in broker.subscribers:
-            topics = [topic.name for topic in getattr(subscriber, "topics", ())]
-            policy = getattr(subscriber, "ack_policy", None)
-            if self.batched and policy is not AckPolicy.MANUAL:
-                raise ConfigurationError(
-                    f"subscriber of {topics or 'its topics'} uses ack_policy={policy}, but "
-                    "with HOPCHAIN_COMMITS=batched hopchain commits the offsets itself: use "
-                    "AckPolicy.MANUAL (KafkaBroker(..., ack_policy=middleware.ack_policy))"
-                )
-            if not self.batched and policy in _REFUSED_ACK_POLICIES:
-                raise ConfigurationError(
-                    f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; "
-                    "hopchain needs offsets committed after processing: use AckPolicy.ACK "
-                    "(e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK)), or AckPolicy.MANUAL "
-                    "with HOPCHAIN_COMMITS=batched"
-                )
+        declared = [
+            ([topic.name for topic in getattr(subscriber, "topics", ())], subscriber)
+            for subscriber in broker.subscribers
+        ]
+        policies = {getattr(subscriber, "ack_policy", None) for _, subscriber in declared}
+        if self.commits_setting == "auto":
+            self.batched = self._auto_mode(policies)
+        for topics, subscriber in declared:
+            self._check_policy(topics, getattr(subscriber, "ack_policy", None))
             self.hopchain.check_topics(topics)
             self.topics += [topic for topic in topics if topic not in self.topics]
         self._checked = True
+        self.refusal = None
+
+    @staticmethod
+    def _auto_mode(policies: set[Any]) -> bool:
+        """``HOPCHAIN_COMMITS=auto``: batched when the subscribers leave commits to hopchain."""
+        if AckPolicy.MANUAL in policies and AckPolicy.ACK in policies:
+            raise ConfigurationError(
+                "some subscribers use AckPolicy.MANUAL (hopchain commits in batches) and "
+                "others AckPolicy.ACK (FastStream commits per record): give them all "
+                "ack_policy=middleware.ack_policy, or set HOPCHAIN_COMMITS=record"
+            )
+        return AckPolicy.MANUAL in policies
+
+    def _check_policy(self, topics: list[str], policy: Any) -> None:
+        if self.batched and policy is not AckPolicy.MANUAL:
+            raise ConfigurationError(
+                f"subscriber of {topics or 'its topics'} uses ack_policy={policy}, but "
+                "hopchain commits the offsets itself (HOPCHAIN_COMMITS=batched): use "
+                "AckPolicy.MANUAL (KafkaBroker(..., ack_policy=middleware.ack_policy))"
+            )
+        if not self.batched and policy in _REFUSED_ACK_POLICIES:
+            raise ConfigurationError(
+                f"subscriber of {topics or 'its topics'} uses ack_policy={policy}; "
+                "hopchain needs offsets committed after processing: use "
+                "ack_policy=middleware.ack_policy (hopchain commits in batches), or "
+                "AckPolicy.ACK with HOPCHAIN_COMMITS=record"
+            )
 
     def _connecting(self, options: Mapping[str, Any]) -> None:
         servers = options.get("bootstrap_servers")
@@ -183,6 +276,22 @@ class HopchainMiddleware:
         return await ensure_dead_letter_topics(
             self.hopchain.config, self.hopchain.registry, self.topics
         )
+
+    async def _prepare_dead_letter_topic(self, topic: str) -> None:
+        """Before the first park in ``topic``: create it, if missing, as :meth:`prepare` does.
+
+        So a service that never ran :meth:`prepare` does not park into a topic the broker
+        auto-created with its default retention (often 7 days).
+        """
+        registry = self.hopchain.registry
+        sources = [
+            contract.topic
+            for contract in registry
+            if contract.dead_letter_topic == topic
+            and not registry.is_dead_letter_topic(contract.topic)
+        ]
+        if sources:
+            await ensure_dead_letter_topics(self.hopchain.config, registry, sources[:1])
 
     async def close(self) -> None:
         """Commit what is settled (batched mode), then stop the dead-letter producer.

@@ -63,6 +63,7 @@ class MiddlewareOwner(Protocol):
 
     hopchain: Hopchain
     writer: RecordWriter
+    refusal: ConfigurationError | None
     group: str
     commits: BatchedCommits
     holds: PartitionHolds
@@ -107,7 +108,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
 
     async def on_receive(self) -> None:
         """Validate the raw record before FastStream parses it; park it if it is invalid."""
-        if self.msg is None:
+        if self.msg is None or self.owner.refusal is not None:
             return
         if isinstance(self.msg, tuple):
             self._batch = await receive_batch(self, self.msg)
@@ -184,6 +185,11 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
 
     async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Hand the typed payload to the handler; park the record if the handler fails."""
+        if self.owner.refusal is not None:
+            # Neither handled nor committed: the stage stops here, loudly (logged once).
+            self.message = msg
+            self._halt()
+            raise NackMessage from self.owner.refusal
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
         if self._unwritten is not None and self._record is not None:
