@@ -2,8 +2,10 @@
 
 One hop is what the middleware does for every record: decode (parse, validate the envelope
 and the payload, verify the chain), append the service's hop, encode (verifying only the new
-hop). Payload 1 KiB; chains of 1, 10 and 50 hops; headers and body mode; envelope schema 1
-and schema 2 side by side in one run. Then, at 10 hops, the same work in its parts.
+hop). Payload 1 KiB; chains of 1, 10 and 30 hops; headers and body mode; envelope schema 1
+and schema 2 side by side in one run, and beside them the lean reference reader of
+``bench/lean_reader.py`` doing the same hop (headers mode): the ratio at 10 hops and the cost
+of each further earlier hop are the figures to watch. Then, at 10 hops, the work in its parts.
 
 Times are CPU microseconds per operation (the machine is shared: CPU time is what one hop
 costs, wall time also counts waiting for a core): the median of several repeats, each repeat
@@ -25,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from bench.lean_reader import LeanHop, lean_cycle
 from hopchain.schemas import (
     Attempt,
     AttemptKind,
@@ -46,13 +49,13 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, link
-from hopchain.schemas.strict import decode_strict
+from hopchain.schemas.strict import decode_hops, decode_strict
 from hopchain.schemas.text_v2 import load_envelope, read_envelope_text
-from hopchain.schemas.wire import HopWire, IdentityWire
+from hopchain.schemas.wire import IdentityWire
 
 HEADERS_TOPIC = "bench.documents"
 BODY_TOPIC = "bench.documents.body"
-CHAIN_LENGTHS = (1, 10, 50)
+CHAIN_LENGTHS = (1, 10, 30)
 SCHEMAS = (1, 2)
 BREAKDOWN_HOPS = 10
 TARGET_REPEAT_NS = 15_000_000
@@ -221,6 +224,34 @@ def hop_cycle(codec: EnvelopeCodec, topic: str, hops: int) -> Callable[[], objec
     return cycle
 
 
+def lean_hop_cycle(hops: int) -> Callable[[], object]:
+    """The same hop as :func:`hop_cycle` (headers mode) by the lean reference reader."""
+    codec = EnvelopeCodec(registry())
+    payload = payload_of_one_kib()
+    record = codec.encode(HEADERS_TOPIC, chain_of(hops, destination=HEADERS_TOPIC), payload)
+    text = dict(record.headers)[ENVELOPE_HEADER]
+    value = record.value
+    new = LeanHop(
+        component="bench-stage",
+        contract="documents",
+        contract_version=1,
+        decided_at="2025-03-01T12:00:00Z",
+        decision="forwarded",
+        degradation=None,
+        destination=HEADERS_TOPIC,
+        effects=[],
+        failure=None,
+        instance="bench-0",
+        observation="",
+        payload_digest=None,
+        received_at="2025-03-01T12:00:00Z",
+        received_from=None,
+        span_id="b000000000000001",
+        tries=[],
+    )
+    return lambda: lean_cycle(text, value, Document, new)
+
+
 def parts(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable[[], object]]:
     """The parts of one hop at ``hops`` hops, for the codec's envelope schema."""
     if codec.schema == 2:  # noqa: PLR2004
@@ -272,7 +303,8 @@ def _parts_v2(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable
     text = dict(record.headers).get(ENVELOPE_HEADER, value)
     decoded = codec.decode(topic, value, headers)
     identity = text[: text.index(CHAIN_START)] + b"}"
-    sealed = text[text.index(CHAIN_START) + len(CHAIN_START) : text.index(CHAIN_END)].split(b",\n")
+    chain = text[text.index(CHAIN_START) + len(CHAIN_START) : text.index(CHAIN_END)]
+    sealed = chain.split(b",\n")
 
     def append() -> Envelope:
         return append_hop(
@@ -294,10 +326,10 @@ def _parts_v2(codec: EnvelopeCodec, topic: str, hops: int) -> dict[str, Callable
         return previous
 
     return {
-        "decode (read, check last hop, payload)": lambda: codec.decode(topic, value, headers),
+        "decode (read, check every hop, payload)": lambda: codec.decode(topic, value, headers),
         "  of which envelope text read": lambda: read_envelope_text(text, keyring=None),
         "  of which identity parse + check": lambda: decode_strict(identity, IdentityWire, "$"),
-        "  of which last hop parse + check": lambda: decode_strict(sealed[-1], HopWire, "$"),
+        "  of which every hop parse + check": lambda: decode_hops(chain, sealed),
         "  of which digests of every hop": link_all,
         "  of which payload validate": lambda: Document.model_validate_json(
             value if contract_mode(codec, topic) is WireMode.HEADERS else payload_json(payload)
@@ -345,6 +377,19 @@ def main() -> None:
             print(f"{schema:>6} {hops:>5} {_cell(times[0])} {_cell(times[1])} {size:>13}")
 
     first, last = CHAIN_LENGTHS[1], CHAIN_LENGTHS[-1]
+    lean = {hops: measure(lean_hop_cycle(hops), repeats)[0] for hops in CHAIN_LENGTHS}
+    print("\nschema 2, headers mode, beside the lean reference reader (bench/lean_reader.py)")
+    print(f"{'hops':>5} {'hop_cycle':>10} {'lean':>8} {'ratio':>6}")
+    for hops in CHAIN_LENGTHS:
+        ours = medians[2, hops, "headers"]
+        print(f"{hops:>5} {ours:>10.1f} {lean[hops]:>8.1f} {ours / lean[hops]:>6.2f}")
+    ours_slope = (medians[2, last, "headers"] - medians[2, first, "headers"]) / (last - first)
+    lean_slope = (lean[last] - lean[first]) / (last - first)
+    print(
+        f"  ratio at {first} hops {medians[2, first, 'headers'] / lean[first]:.2f} (target <= 2.0);"
+        f" per further earlier hop ({first}->{last}): hop_cycle {ours_slope:.2f} µs "
+        f"(target <= 2), lean {lean_slope:.2f} µs"
+    )
     print("\nper additional earlier hop, between", first, "and", last, "hops (median µs):")
     for schema in SCHEMAS:
         slopes = [

@@ -9,6 +9,7 @@ by :mod:`hopchain.schemas.v1`, reached from the places marked ``Schema 1``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -146,7 +147,7 @@ class EnvelopeCodec:
         keyring: Keyring | None = None,
         limits: Limits | None = None,
         schema: int = WIRE_MAJOR,
-        full_check: bool = False,
+        full_check: bool | None = None,
     ) -> None:
         """Build a codec for the registry's topics.
 
@@ -156,14 +157,21 @@ class EnvelopeCodec:
             limits: bounds on records.
             schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
                 for readers that know no other. Both are read.
-            full_check: schema 2: parse and check every hop of every record read, not only
-                the last (earlier hops are otherwise authenticated by the digest chain).
+            full_check: deprecated, and ignored: every hop of every record read is parsed
+                and checked (there is one reading). Accepted so that callers written for
+                hopchain 2.x before it keep working; passing it warns.
         """
+        if full_check is not None:
+            warnings.warn(
+                "EnvelopeCodec(full_check=...) is deprecated and has no effect: every hop is "
+                "checked",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self.registry = registry
         self.keyring = keyring
         self.limits = limits or Limits()
         self.schema = schema
-        self.full_check = full_check
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -229,9 +237,7 @@ class EnvelopeCodec:
         headers: RawHeaders,
     ) -> tuple[Envelope, BaseModel]:
         if contract.mode is WireMode.BODY and is_v2(value):
-            envelope, payload_bytes = read_v2(
-                contract, value, keyring=self.keyring, full=self.full_check
-            )
+            envelope, payload_bytes = self._read_v2(contract, value)
             # Only the payload is searched: the envelope's objects are parsed strictly.
             refuse_non_finite(payload_bytes or b"", "$.payload")
             return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
@@ -249,9 +255,7 @@ class EnvelopeCodec:
             # The bytes as received (their text was checked to be UTF-8 when read).
             envelope_bytes = next(raw for name, raw in headers if name == ENVELOPE_HEADER) or b""
             if is_v2(envelope_bytes):
-                envelope, _ = read_v2(
-                    contract, envelope_bytes, keyring=self.keyring, full=self.full_check
-                )
+                envelope, _ = self._read_v2(contract, envelope_bytes)
                 return envelope, self._payload_v2(contract, envelope, value)
         # Schema 1: read and checked by hopchain.schemas.v1.
         envelope, payload = v1.read_record(
@@ -265,6 +269,19 @@ class EnvelopeCodec:
             # Carried over: the received schema-1 hops travel on inside the identity.
             envelope = upgrade(envelope, keep=len(envelope.chain))
         return envelope, payload
+
+    def _read_v2(self, contract: TopicContract, text: bytes) -> tuple[Envelope, bytes | None]:
+        try:
+            return read_v2(contract, text, keyring=self.keyring)
+        except EnvelopeError:
+            raise
+        except Exception as exc:
+            # A last line: the reader raises EnvelopeError only, for every input known.
+            raise EnvelopeError(
+                ReasonCode.READER_ERROR,
+                f"the schema-2 reader failed: {type(exc).__name__}: {exc}"[:500],
+                "$",
+            ) from exc
 
     def _payload_v2(self, contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
         try:

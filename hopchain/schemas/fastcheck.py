@@ -13,29 +13,54 @@ import re
 import types
 import typing
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
 
-from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TOPIC_PATTERN
+from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TIMESTAMP_PATTERN, TOPIC_PATTERN
 
-__all__ = ["fast_twin"]
+__all__ = ["chain_twin", "fast_twin"]
 
 Check = Callable[[Any], bool]
 
 
-def _twin_type(hint: Any) -> Any:
+def _without_pattern(meta: msgspec.Meta) -> msgspec.Meta:
+    """The bounds msgspec checks in C (lengths, ranges); patterns are left to the checker."""
+    kept = {
+        name: getattr(meta, name)
+        for name in ("ge", "le", "gt", "lt", "min_length", "max_length")
+        if getattr(meta, name) is not None
+    }
+    return msgspec.Meta(**kept)
+
+
+def _twin_type(hint: Any, *, timestamps: bool) -> Any:
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        metas = [m for m in extras if isinstance(m, msgspec.Meta)]
+        if timestamps and any(m.pattern == TIMESTAMP_PATTERN for m in metas):
+            return _AWARE
+        metas = [_without_pattern(m) for m in metas]
+        twin = _twin_type(base, timestamps=timestamps)
+        return typing.Annotated[(twin, *metas)] if metas else twin
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
-        return fast_twin(hint)[0]
+        return _chain_struct(hint) if timestamps else fast_twin(hint)[0]
     if origin is list:
-        return list[_twin_type(typing.get_args(hint)[0])]  # type: ignore[misc]
+        return list[_twin_type(typing.get_args(hint)[0], timestamps=timestamps)]  # type: ignore[misc]
     if origin in {types.UnionType, typing.Union}:
-        twins = tuple(_twin_type(arg) for arg in typing.get_args(hint))
+        twins = tuple(_twin_type(arg, timestamps=timestamps) for arg in typing.get_args(hint))
         return typing.Union[twins]  # noqa: UP007 - built from a tuple of types
     return hint
+
+
+_AWARE = typing.Annotated[datetime, msgspec.Meta(tz=True)]
+"""A timestamp read by msgspec (in C, calendar included); encoded again, it is spelled
+``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` exactly when its offset is UTC and the text had that
+spelling, so the canonical comparison and an offset check stand for the pattern."""
 
 
 _RECURRING = frozenset({NAME_PATTERN, COMPONENT_PATTERN, TOPIC_PATTERN})
@@ -69,13 +94,14 @@ class _Compiler:
     """Writes one Python function per struct that checks its constraints, inline.
 
     Generated code, not closures: a chain of closures costs a call per field, which on a hop
-    with a failure and retries is most of the time spent reading it.
+    with a failure and retries is most of the time spent reading it. Nested structs are
+    checked inline, in the same function, for the same reason.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, timestamps: bool = False, plain: bool = False) -> None:
+        self.timestamps = timestamps
+        self.plain = plain
         self.names: dict[str, Any] = {}
-        self.lines: list[str] = []
-        self.done: dict[type, str] = {}
 
     def constant(self, value: Any) -> str:
         name = f"_c{len(self.names)}"
@@ -88,7 +114,7 @@ class _Compiler:
             tests = self.scalar(info, var)
             return [f"if {' or '.join(tests)}: return False"] if tests else []
         if isinstance(info, mi.StructType):
-            return [f"if not {self.struct(info)}({var}): return False"]
+            return self.fields(info, var, depth)
         if isinstance(info, mi.ListType):
             item = f"_i{depth}"
             body = self.value(info.item_type, item, depth + 1)
@@ -100,12 +126,16 @@ class _Compiler:
         return []
 
     def scalar(self, info: mi.StrType | mi.IntType, var: str) -> list[str]:
-        """Conditions under which a string or integer breaks its constraints."""
-        if isinstance(info, mi.IntType):
-            return [
-                *([f"{var} < {info.ge}"] if info.ge is not None else []),
-                *([f"{var} > {info.le}"] if info.le is not None else []),
-            ]
+        """Conditions under which a string or integer breaks its constraints.
+
+        Bounds are the twin's (msgspec checks them while decoding): only patterns are left.
+        """
+        if isinstance(info, mi.IntType) or not info.pattern:
+            return []
+        if self.plain and info.pattern == NAME_PATTERN:
+            return []  # plain text: no control character anywhere (see chain_twin)
+        if self.timestamps and info.pattern == TIMESTAMP_PATTERN:
+            return [f"{var}.tzinfo is not {self.constant(UTC)}"]
         if info.pattern in _RECURRING:
             # Names (components, topics, contracts) recur from record to record: a string
             # that passed once is remembered, and found again by a set lookup.
@@ -113,32 +143,24 @@ class _Compiler:
             return [
                 f"{var} not in {self.constant(passed)} and not {self.constant(passed.check)}({var})"
             ]
-        tests = []
-        if info.min_length is not None:
-            tests.append(f"len({var}) < {info.min_length}")
-        if info.max_length is not None:
-            tests.append(f"len({var}) > {info.max_length}")
-        if info.pattern:
-            tests.append(f"{self.constant(re.compile(info.pattern).search)}({var}) is None")
-        return tests
+        return [f"{self.constant(re.compile(info.pattern).search)}({var}) is None"]
 
-    def struct(self, info: mi.StructType) -> str:
-        if info.cls in self.done:
-            return self.done[info.cls]
-        name = f"_check_{info.cls.__name__}"
-        self.done[info.cls] = name
+    def fields(self, info: mi.StructType, var: str, depth: int) -> list[str]:
+        """Statements that check each member of the struct ``var`` (its own names per depth)."""
+        member = f"_v{depth}"
         body: list[str] = []
         for field in info.fields:
-            statements = self.value(field.type, "_v", 0)
+            statements = self.value(field.type, member, depth + 1)
             if statements:
-                body += [f"_v = value.{field.name}", *statements]
-        self.lines += [f"def {name}(value):", *(f"    {line}" for line in body), "    return True"]
-        return name
+                body += [f"{member} = {var}.{field.name}", *statements]
+        return body
 
     def build(self, info: mi.StructType) -> Check:
-        name = self.struct(info)
+        name = f"_check_{info.cls.__name__}"
+        body = self.fields(info, "value", 0)
+        lines = [f"def {name}(value):", *(f"    {line}" for line in body), "    return True"]
         namespace = dict(self.names)
-        exec("\n".join(self.lines), namespace)  # noqa: S102 - code written above, no input
+        exec("\n".join(lines), namespace)  # noqa: S102 - code written above, no input
         check: Check = namespace[name]
         return check
 
@@ -146,8 +168,8 @@ class _Compiler:
 @cache
 def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
     """The unconstrained twin of a wire struct, and the check of its constraints."""
-    hints = typing.get_type_hints(kind)
-    fields = [(name, _twin_type(hints[name])) for name in kind.__struct_fields__]
+    hints = typing.get_type_hints(kind, include_extras=True)
+    fields = [(name, _twin_type(hints[name], timestamps=False)) for name in kind.__struct_fields__]
     twin = msgspec.defstruct(
         f"Fast{kind.__name__}",
         fields,
@@ -156,3 +178,36 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
         module=kind.__module__,
     )
     return twin, _Compiler().build(typing.cast("mi.StructType", mi.type_info(kind)))
+
+
+@cache
+def _chain_struct(kind: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    """The twin of ``kind`` whose timestamps are datetimes (see ``_AWARE``)."""
+    hints = typing.get_type_hints(kind, include_extras=True)
+    fields = [(name, _twin_type(hints[name], timestamps=True)) for name in kind.__struct_fields__]
+    return msgspec.defstruct(
+        f"Chain{kind.__name__}",
+        fields,
+        forbid_unknown_fields=True,
+        frozen=True,
+        module=kind.__module__,
+    )
+
+
+@cache
+def chain_twin(
+    kind: type[msgspec.Struct],
+) -> tuple[msgspec.json.Decoder[list[Any]], Check, Check]:
+    """For a whole chain read at once: a list decoder, the twins' check, the plain one.
+
+    These twins read timestamps as :class:`~datetime.datetime` (see ``_AWARE``): only for
+    checking a chain whose text is then compared with their encoding; their values are not
+    handed out. Canonical text without a backslash and without U+007F holds no control
+    character in any string (RFC 8785 escapes U+0000-U+001F), so names meet their pattern
+    there: the check for plain text leaves it out.
+    """
+    twin = _chain_struct(kind)
+    info = typing.cast("mi.StructType", mi.type_info(kind))
+    check = _Compiler(timestamps=True).build(info)
+    plain = _Compiler(timestamps=True, plain=True).build(info)
+    return msgspec.json.Decoder(list[twin]), check, plain  # type: ignore[valid-type]

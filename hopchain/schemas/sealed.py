@@ -59,7 +59,6 @@ CHAIN_END = b'\n],"digests":'
 SIGNATURES = b',"signatures":'
 HOP_START = b'{"component":"'
 _COMPONENT = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_DEGRADATION_NONE = b'"degradation":null'
 
 _REAL_DICT: Any = BaseModel.__dict__["__dict__"]
 """The slot that holds a model's field values (SealedHop's ``__dict__`` property wraps it)."""
@@ -320,11 +319,6 @@ def timestamp_text(value: datetime) -> str:
     if value.utcoffset():
         value = value.astimezone(UTC)
     return value.replace(tzinfo=None).isoformat() + "Z"
-
-
-def has_marker(hop: bytes) -> bool:
-    """Whether a hop may carry a degradation marker (its bytes lack ``"degradation":null``)."""
-    return _DEGRADATION_NONE not in hop
 
 
 def settle_pending(

@@ -10,26 +10,79 @@ from __future__ import annotations
 import json
 import re
 import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, TypeVar
 
 import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.fastcheck import fast_twin
+from hopchain.schemas.fastcheck import chain_twin, fast_twin
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
-__all__ = ["check_timestamps", "convert_strict", "decode_strict", "jcs"]
+__all__ = [
+    "MAX_DEPTH",
+    "ChainRead",
+    "check_timestamps",
+    "convert_strict",
+    "decode_hops",
+    "decode_strict",
+    "exact_integers",
+    "jcs",
+    "nesting",
+]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
 
+MAX_DEPTH = 64
+"""Arrays and objects nested deeper than this are refused (``too_deep``): no schema-2 object
+comes near it, and a parser's own limit (or the interpreter's stack) is never reached."""
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _AT = re.compile(r" - at `(\$[^`]*)`$")
 _VOCABULARY = {"error_type": ReasonCode.UNKNOWN_ERROR_TYPE, "decision": ReasonCode.UNKNOWN_DECISION}
 
 
 class _DuplicateKeyError(ValueError):
     pass
+
+
+class _NonFiniteError(ValueError):
+    pass
+
+
+def _no_constants(name: str) -> Any:
+    raise _NonFiniteError(name)
+
+
+def nesting(raw: bytes) -> int:
+    """How deeply arrays and objects nest in a JSON text (brackets in strings not counted)."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub(b"", raw)):
+        if bracket in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(item) for item in value)
+    return False
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -58,6 +111,17 @@ def _check_numbers(value: object) -> None:
             _check_numbers(item)
 
 
+def exact_integers(value: object) -> bool:
+    """Whether every integer in a JSON value is within +-(2**53 - 1) (SPEC.md section 2)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= MAX_INT
+    if isinstance(value, dict):
+        return all(exact_integers(item) for item in value.values())
+    if isinstance(value, list):
+        return all(exact_integers(item) for item in value)
+    return True
+
+
 def jcs(value: object) -> bytes:
     """RFC 8785 canonical bytes of a JSON value whose numbers are integers and keys ASCII.
 
@@ -68,18 +132,32 @@ def jcs(value: object) -> bytes:
 
 
 def _parse(raw: bytes, path: str) -> Any:
+    if nesting(raw) > MAX_DEPTH:
+        raise EnvelopeError(
+            ReasonCode.TOO_DEEP, f"JSON nested more than {MAX_DEPTH} levels deep", path
+        )
     try:
-        return json.loads(raw, object_pairs_hook=_no_duplicates)
+        document = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
     except _DuplicateKeyError as exc:
         raise EnvelopeError(
             ReasonCode.BAD_JSON,
             f"duplicate key {exc.args[0]!r}: which one counts is ambiguous",
             path,
         ) from None
+    except _NonFiniteError as exc:
+        raise EnvelopeError(ReasonCode.BAD_JSON, f"{exc} is not JSON", path) from None
     except RecursionError:
         raise EnvelopeError(ReasonCode.TOO_DEEP, "JSON nested too deeply", path) from None
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError included
         raise EnvelopeError(ReasonCode.BAD_JSON, f"not JSON: {exc}", path) from None
+    if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(document):
+        raise EnvelopeError(
+            ReasonCode.BAD_JSON,
+            "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff not in a pair): it is "
+            "no Unicode text and has no UTF-8 form (RFC 7493, RFC 8785)",
+            path,
+        )
+    return document
 
 
 def _reason(message: str) -> tuple[ReasonCode, str]:
@@ -115,15 +193,16 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
     twin, check = fast_twin(kind)
     try:
         fast = msgspec.json.decode(raw, type=twin)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         fast = None
     if fast is not None and msgspec.json.encode(fast) == raw and check(fast):
         # The twin has the same members: callers read it as the wire struct.
         return typing.cast("StructT", fast)
+    # Refused: find out why.
     document = _parse(raw, path)
     if isinstance(document, dict) and "legacy" in document:
         # Kept as raw text by the struct, and checked on its own.
-        document["legacy"] = msgspec.Raw(orjson.dumps(document["legacy"]))
+        document["legacy"] = msgspec.Raw(b"null")
     try:
         msgspec.convert(document, type=kind, strict=True)
     except msgspec.ValidationError as exc:
@@ -139,6 +218,83 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
         "every member present); its digest would depend on how it was spelled",
         path,
     )
+
+
+_HOP_START = b'{"component":"'
+
+
+_ENCODE = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRead:
+    """What a reader keeps of a chain it checked: the last hop, and what it needs of the rest.
+
+    Attributes:
+        last: the last hop.
+        hops: every hop as read (read-only; their timestamps may be datetimes).
+        markers: the degradation marker's stage of each hop that has one, by index.
+    """
+
+    last: HopWire
+    hops: Sequence[Any]
+    markers: dict[int, str]
+
+    def component(self, index: int) -> str:
+        """The component of hop ``index``."""
+        component: str = self.hops[index].component
+        return component
+
+
+@cache
+def _hop_decoder() -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(fast_twin(HopWire)[0])
+
+
+def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
+    """Decode and check every hop of a chain, oldest first: step 6 of SPEC.md, for each hop.
+
+    ``chain`` is the text between ``[`` LF and LF ``]``, ``hops`` its pieces between ``,`` LF.
+    One decode of the whole chain and one encode check the usual, valid chain; only a chain
+    that fails is read hop by hop, to find the first refusal and where it is.
+
+    Raises:
+        EnvelopeError: the first hop that breaks schema 2, with the reason and its path
+            (``$.chain[i]...``).
+    """
+    decoder, check, plain = chain_twin(HopWire)
+    if b"\\" not in chain and b"\x7f" not in chain:
+        check = plain
+    try:
+        fast = decoder.decode(b"[%s]" % chain)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        fast = None
+    # Equal counts, and every piece opening a hop (nothing nested opens one), put the pieces'
+    # bounds where the hops' are: then one comparison proves each hop canonical.
+    if (
+        fast is not None
+        and len(fast) == len(hops)
+        and all(hop.startswith(_HOP_START) for hop in hops)
+        and _ENCODE(fast) == b"[%s]" % b",".join(hops)
+        and all(map(check, fast))
+    ):
+        parsed: Sequence[Any] = fast
+        # Checked above; read again with timestamps as text, as the wire struct has them.
+        last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
+    else:
+        parsed = []
+        for index, hop in enumerate(hops):
+            path = f"$.chain[{index}]"
+            wire = decode_strict(hop, HopWire, path)
+            check_timestamps(wire, path)
+            parsed.append(wire)
+        last = parsed[-1]
+    markers = {
+        index: hop.degradation.stage
+        for index, hop in enumerate(parsed)
+        if hop.degradation is not None
+    }
+    return ChainRead(last, parsed, markers)
 
 
 def _attempt_times(attempts: list[AttemptWire], path: str) -> list[tuple[str, str]]:

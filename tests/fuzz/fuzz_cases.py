@@ -74,7 +74,8 @@ class Case:
         timestamp_ms: the record's Kafka timestamp (-1: none).
         keyed: the reader holds keys (HMAC and Ed25519 keys of the vectors; the resolution
             key for the dead-letter service).
-        full_check: the codec parses every hop, not only the last.
+        full_check: kept in the case's bytes for the corpus; the codec parses every hop
+            whatever it says (``EnvelopeCodec(full_check=...)`` is deprecated, a no-op).
     """
 
     target: str

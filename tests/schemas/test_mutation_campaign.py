@@ -28,7 +28,6 @@ from mutation_judges import (
     summary,
     validators_for,
 )
-from mutation_pending import EVERY_HOP, READER_CRASHES, READER_GAPS, pending_reason
 from mutation_records import bases
 from mutations import RANDOM_SEED, Mutation, campaign, random_mutations
 
@@ -49,13 +48,7 @@ def judgements() -> dict[str, Judgement]:
     return {mutation.name: judge(mutation, validators, ajv) for mutation in CAMPAIGN}
 
 
-def _case(mutation: Mutation) -> object:
-    reason = pending_reason(mutation.name)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason is not None else []
-    return pytest.param(mutation.name, id=mutation.name, marks=marks)
-
-
-@pytest.mark.parametrize("name", [_case(mutation) for mutation in CAMPAIGN])
+@pytest.mark.parametrize("name", [mutation.name for mutation in CAMPAIGN])
 def test_the_schema_and_the_reader_disagree_only_on_what_spec_leaves_to_the_reader(
     name: str, judgements: dict[str, Judgement]
 ) -> None:
@@ -85,15 +78,10 @@ def test_the_campaign_is_large_reproducible_and_its_figures_are_printed(
     assert sum(j.python == "accept" for j in found) >= 150
     assert sum(j.reader.accepted for j in found) >= 150
     assert set(LEFT_TO_READER) <= set(classes)
-    # The only disagreements outside SPEC.md's list are the ones marked pending.
-    pending = EVERY_HOP | READER_CRASHES | READER_GAPS
-    unexplained = [
-        j.describe()
-        for j in found
-        if j.verdict_class not in {AGREE, *LEFT_TO_READER} and j.mutation.name not in pending
-    ]
+    # No disagreement outside SPEC.md's list, and no crash.
+    unexplained = [j.describe() for j in found if j.verdict_class not in {AGREE, *LEFT_TO_READER}]
     assert unexplained == []
-    assert classes[EXPRESSIBLE] <= len(READER_GAPS)
+    assert classes[EXPRESSIBLE] == 0
     with capsys.disabled():
         print("\n" + summary(found))  # noqa: T201
 

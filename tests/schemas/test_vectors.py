@@ -43,13 +43,13 @@ def load(path: Path) -> dict[str, Any]:
     return vector
 
 
-def verdict(vector: dict[str, Any], *, full_check: bool) -> dict[str, Any]:
+def verdict(vector: dict[str, Any]) -> dict[str, Any]:
     keys = {name: bytes.fromhex(key) for name, key in vector["keys"].items()}
     public = {
         name: [bytes.fromhex(key) for key in hexes] for name, hexes in vector["public_keys"].items()
     }
     keyring = Keyring(keys, verifying=public) if keys or public else None
-    codec = EnvelopeCodec(GENERATOR.registry(), keyring=keyring, full_check=full_check)
+    codec = EnvelopeCodec(GENERATOR.registry(), keyring=keyring)
     headers = [(name, raw.encode()) for name, raw in vector["headers"]]
     try:
         codec.decode(vector["topic"], vector["value"].encode(), headers)
@@ -74,14 +74,18 @@ def test_the_vectors_are_what_the_generator_writes() -> None:
 def test_the_reader_reaches_each_vectors_verdict(path: Path) -> None:
     vector = load(path)
 
-    assert verdict(vector, full_check=False) == vector["expect"]
-    assert verdict(vector, full_check=True) == vector["expect"]
+    assert verdict(vector) == vector["expect"]
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(name)
 
 
 def _document(vector: dict[str, Any]) -> Any:
+    """The envelope document, or None where it is not JSON (NaN included, as in ECMAScript)."""
     text = dict(vector["headers"]).get("hopchain-envelope", vector["value"])
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constants)
     except ValueError:
         return None
 

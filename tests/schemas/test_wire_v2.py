@@ -416,7 +416,7 @@ def test_any_hop_is_sealed_in_rfc_8785_form_and_reads_back_as_written(
         assume(False)
     record = v2_codec().encode(topic, envelope, sample_payload())
 
-    decoded = v2_codec(full_check=True).decode(topic, record.value, list(record.headers))
+    decoded = v2_codec().decode(topic, record.value, list(record.headers))
 
     sealed = parts_of(record).hops[0]
     assert rfc8785.dumps(json.loads(sealed)) == sealed

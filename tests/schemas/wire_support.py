@@ -119,6 +119,15 @@ def canonical(document: Any) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _component(hop: bytes) -> str:
+    try:
+        document = json.loads(hop)
+    except (ValueError, RecursionError):
+        return ""
+    component = document.get("component", "") if isinstance(document, dict) else ""
+    return component if isinstance(component, str) else ""
+
+
 def reseal(
     parts: Parts, *, keys: dict[str, bytes] | None = None, identity: bytes | None = None
 ) -> bytes:
@@ -130,7 +139,7 @@ def reseal(
     for index, hop in enumerate(parts.hops):
         previous = hashlib.sha256(previous.encode() + b"\n" + hop).hexdigest()
         digests.append(previous)
-        component = json.loads(hop).get("component", "") if hop.startswith(b"{") else ""
+        component = _component(hop)
         key = (keys or {}).get(component)
         if key is not None:
             signatures.append(

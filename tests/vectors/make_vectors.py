@@ -39,6 +39,7 @@ from hopchain.schemas.chain_v2 import mint_v2
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.failure import Attempt
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
+from hopchain.schemas.strict import MAX_DEPTH
 from hopchain.schemas.vocabulary import AttemptKind, AttemptOutcome
 
 HERE = Path(__file__).parent / "v2"
@@ -47,6 +48,8 @@ KEYS = {"ingest": bytes(range(32)), "enrich": bytes(range(32, 64))}
 SEEDS = {"ingest": bytes(range(64, 96)), "enrich": bytes(range(96, 128))}
 """Ed25519 private keys (seeds) of the signing pipeline; readers get the public keys only."""
 HEADERS_TOPIC, BODY_TOPIC, RAW_TOPIC = "claims", "claims.body", "claims.raw"
+DEEP = 200
+"""Nesting of the deep vector: past MAX_DEPTH, and within every JSON parser's own limit."""
 CONTRACT = ("claims", 1)
 STRUCTURAL = {
     "missing_field",
@@ -203,6 +206,7 @@ class Text:
         rest = tail[close + 1 :]
         self.payload = rest[len(b',"payload":') : -1].decode() if rest != b"}" else None
         self.raw_hops: list[str | None] = [None] * len(self.hops)
+        self.raw_identity: str | None = None
 
     def hop_text(self, index: int) -> str:
         raw = self.raw_hops[index]
@@ -211,7 +215,7 @@ class Text:
     def write(
         self, *, sign: dict[str, bytes] | None = None, digests: list[str] | None = None
     ) -> str:
-        identity = canonical(self.identity)
+        identity = self.raw_identity or canonical(self.identity)
         previous = hashlib.sha256(GENESIS_PREFIX + identity.encode()).hexdigest()
         computed, signatures = [], list(self.signatures)
         for index in range(len(self.hops)):
@@ -510,6 +514,28 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
         schema="accept",
     )
 
+    earlier_hops(add)
+    add(
+        "legacy-empty-object",
+        "legacy is an object but no schema-1 envelope",
+        _set(["identity", "legacy"], {}),
+        "invalid_value",
+        "$.legacy",
+    )
+
+    def deep(text: Text) -> None:
+        nested = "[" * DEEP + "]" * DEEP
+        text.raw_identity = canonical(text.identity).replace('"legacy":null', f'"legacy":{nested}')
+
+    add(
+        "legacy-nested-too-deep",
+        f"legacy nested {DEEP} arrays deep (more than {MAX_DEPTH})",
+        deep,
+        "too_deep",
+        "$",
+        schema="reject",
+    )
+
     def empty(text: Text) -> None:
         text.hops, text.signatures, text.raw_hops = [], [], []
 
@@ -641,7 +667,100 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
             public=public_keys(),
         )
     )
+    value, headers = pipeline(BODY_TOPIC)
+    text = Text(value.decode())
+    text.payload = None
+    out.append(
+        vector(
+            "body-without-payload",
+            "body mode, the payload member left out",
+            BODY_TOPIC,
+            text.write(),
+            headers,
+            "not_canonical",
+            "$.payload",
+            schema="reject",
+        )
+    )
     return out
+
+
+def _raw(index: int, change: Callable[[str], str]) -> Callable[[Text], None]:
+    def edit(text: Text) -> None:
+        text.raw_hops[index] = change(canonical(text.hops[index]))
+
+    return edit
+
+
+def earlier_hops(add: Callable[..., None]) -> None:
+    """An earlier hop (not the last) broken in one way each, digests recomputed."""
+    add(
+        "earlier-hop-unknown-member",
+        "the first hop has a member schema 2 does not define",
+        _set(["hop", 0, "approved_by"], "mallory"),
+        "unknown_field",
+        "$.chain[0]",
+    )
+    add(
+        "earlier-hop-missing-member",
+        "the second hop lacks instance",
+        lambda t: t.hops[1].pop("instance"),
+        "missing_field",
+        "$.chain[1]",
+    )
+    add(
+        "earlier-hop-impossible-date",
+        "29 February 2023 in the first hop",
+        _set(["hop", 0, "decided_at"], "2023-02-29T09:30:00Z"),
+        "invalid_value",
+        "$.chain[0].decided_at",
+    )
+    add(
+        "earlier-hop-unknown-decision",
+        "a decision outside the vocabulary in the first hop",
+        _set(["hop", 0, "decision"], "approved"),
+        "unknown_decision",
+        "$.chain[0].decision",
+    )
+    add(
+        "earlier-hop-wrong-type",
+        "contract_version as text in the second hop",
+        _set(["hop", 1, "contract_version"], "1"),
+        "wrong_type",
+        "$.chain[1].contract_version",
+    )
+    add(
+        "earlier-hop-not-json",
+        "the first hop cut short: not JSON",
+        _raw(0, lambda hop: hop[: hop.index(',"contract"')]),
+        "bad_json",
+        "$.chain[0]",
+        schema="unparsed",
+    )
+    add(
+        "earlier-hop-nan",
+        "NaN for contract_version in the first hop",
+        _raw(0, lambda hop: hop.replace('"contract_version":1', '"contract_version":NaN')),
+        "bad_json",
+        "$.chain[0]",
+        schema="unparsed",
+    )
+    add(
+        "earlier-hop-lone-surrogate-text",
+        "a lone UTF-16 surrogate escape in the first hop's observation: no UTF-8 form",
+        _raw(0, lambda hop: hop.replace('"observation":"', '"observation":"\\ud800', 1)),
+        "bad_json",
+        "$.chain[0]",
+        schema="reject",
+    )
+    add(
+        "earlier-hop-lone-surrogate-number",
+        "a lone surrogate escape where the second hop has a partition number",
+        _raw(1, lambda hop: hop.replace('"partition":0', '"partition":"\\ud800"', 1)),
+        "bad_json",
+        "$.chain[1]",
+        schema="reject",
+    )
 
 
 def _replace_payload(topic: str) -> tuple[str, list[list[str]]]:

@@ -1,8 +1,9 @@
 // An independent verifier of hopchain envelope schema 2 (SPEC.md), on Node's standard library.
 //
-// Written from SPEC.md alone, not from the Python reader: it parses every hop (as a full
-// reader does), checks canonical form by serialising with its own RFC 8785 writer, recomputes
-// every digest and HMAC, and refuses with the first reason code SPEC.md section 5 names.
+// Written from SPEC.md alone, not from the Python reader: it parses and checks every hop
+// (oldest first, before any digest), checks canonical form by serialising with its own RFC 8785
+// writer, recomputes every digest and signature, and refuses with the first reason code
+// SPEC.md section 5 names.
 //
 //   node tests/vectors/verify.mjs tests/vectors/v2
 //
@@ -25,6 +26,8 @@ const refuse = (reason, path, detail) => {
 
 // -- JSON: a parser that refuses duplicate members, and an RFC 8785 writer -------------------
 
+const MAX_DEPTH = 64; // arrays and objects nested deeper: too_deep (SPEC.md section 5)
+
 function parseJson(text, path) {
   let at = 0;
   const fail = (what) => refuse("bad_json", path, `${what} at character ${at}`);
@@ -32,9 +35,9 @@ function parseJson(text, path) {
     while (at < text.length && " \t\n\r".includes(text[at])) at += 1;
   };
   const value = (depth) => {
-    if (depth > 200) refuse("too_deep", path, "nested too deeply");
     space();
     const c = text[at];
+    if ((c === "{" || c === "[") && depth >= MAX_DEPTH) refuse("too_deep", path, "nested too deeply");
     if (c === "{") {
       at += 1;
       const object = {};
@@ -90,8 +93,16 @@ function parseJson(text, path) {
         const simple = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
         if (e in simple) (out += simple[e]), (at += 2);
         else if (e === "u" && /^[0-9a-fA-F]{4}$/.test(text.slice(at + 2, at + 6))) {
-          out += String.fromCharCode(parseInt(text.slice(at + 2, at + 6), 16));
+          const unit = parseInt(text.slice(at + 2, at + 6), 16);
           at += 6;
+          if (unit >= 0xdc00 && unit <= 0xdfff) fail("a lone surrogate (no UTF-8 form)");
+          if (unit >= 0xd800 && unit <= 0xdbff) {
+            // A surrogate pair is one character; half of one is no text at all.
+            const low = /^\\u([dD][c-fC-F][0-9a-fA-F]{2})/.exec(text.slice(at, at + 6));
+            if (!low) fail("a lone surrogate (no UTF-8 form)");
+            out += String.fromCharCode(unit, parseInt(low[1], 16));
+            at += 6;
+          } else out += String.fromCharCode(unit);
         } else fail("bad escape");
       } else (out += c), (at += 1);
     }
@@ -295,7 +306,16 @@ function verify(vector) {
   }
   const identityBytes = Buffer.concat([raw.subarray(0, start), Buffer.from("}")]);
   const identity = readObject(identityBytes, IDENTITY, "$");
-  if (identity.legacy !== null) throw new Error("legacy chains are not covered by this verifier");
+  if (identity.legacy !== null) {
+    // A schema-1 envelope (SPEC.md section 6); this verifier checks no more than that.
+    const legacy = identity.legacy;
+    if (typeof legacy !== "object" || Array.isArray(legacy) ||
+        !/^1\.[0-9]{1,4}$/.test(String(legacy.schema_version ?? "")) ||
+        !Array.isArray(legacy.chain) || typeof legacy.head !== "string") {
+      refuse("invalid_value", "$.legacy", "not a schema-1 envelope");
+    }
+    throw new Error("legacy chains are not covered by this verifier");
+  }
   const chainText = raw.subarray(start + CHAIN_START.length, end);
   const hops = [];
   for (let from = 0; ; ) {
@@ -306,8 +326,13 @@ function verify(vector) {
   }
   if (hops.length === 1 && hops[0].length === 0) refuse("invalid_value", "$.chain", "no hop");
   const n = hops.length - 1;
-  const last = readObject(hops[n], HOP, `$.chain[${n}]`);
-  checkCalendar(last, `$.chain[${n}]`);
+  // Step 6, for every hop, oldest first, before any digest.
+  const parsed = hops.map((bytes, i) => {
+    const hop = readObject(bytes, HOP, `$.chain[${i}]`);
+    checkCalendar(hop, `$.chain[${i}]`);
+    return hop;
+  });
+  const last = parsed[n];
   const digestsText = raw.subarray(end + CHAIN_END.length, middle + 1).toString("utf8");
   const digests = parseJson(digestsText, "$.digests");
   if (!Array.isArray(digests) || digests.length !== hops.length ||
@@ -352,8 +377,7 @@ function verify(vector) {
     const path = `$.chain[${i}]`;
     const digest = sha256(previous, "\n", bytes);
     if (digest !== digests[i]) refuse("bad_digest", `$.digests[${i}]`);
-    const hop = readObject(bytes, HOP, path); // a full reader parses every hop
-    checkCalendar(hop, path);
+    const hop = parsed[i];
     if (keys.has(hop.component) || publics.has(hop.component)) {
       if (signatures[i] === null) refuse("unsigned_hop", path);
       if (!signedBy(hop.component, digest, signatures[i])) refuse("bad_signature", path);
@@ -366,7 +390,7 @@ function verify(vector) {
   if (!body && !rest.equals(Buffer.from("}"))) refuse("not_canonical", "$.signatures");
   if (body) {
     if (!rest.subarray(0, PAYLOAD.length).equals(PAYLOAD) || rest[rest.length - 1] !== 0x7d) {
-      refuse(rest.includes(PAYLOAD) ? "not_canonical" : "missing_field", "$.payload");
+      refuse("not_canonical", "$.payload");
     }
     payload = rest.subarray(PAYLOAD.length, rest.length - 1);
   }
