@@ -81,7 +81,6 @@ from hopchain.middleware.partition_holds import PartitionHolds
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 from hopchain.propagation import KeptTraceContext
-from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error, note_sent
 
@@ -282,6 +281,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         self._scope = ExitStack()
         self._started = 0.0
         self._unsent: BaseException | None = None
+        self._body: bytes | None = None
         self._record: ConsumedRecord | None = None
         self._parking: Any = None
         """Batched mode: the dead-letter write of an invalid record, not waited for."""
@@ -302,10 +302,12 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             return
         record = ConsumedRecord.from_aiokafka(self.msg)
         self._record = record
-        received = self.hopchain.receive(record, group=self.owner.group, scope=self._scope)
+        received = self.hopchain.receive(
+            record, group=self.owner.group, scope=self._scope, body=True
+        )
         if received.verdict is Verdict.HANDLE:
             self._started = time.perf_counter()
-            self.hop = received.hop
+            self.hop, self._body = received.hop, received.body
         elif received.verdict is Verdict.PARK:
             if self.owner.owns_commits:
                 # Parked without waiting; the record settles when the write is acknowledged.
@@ -376,10 +378,9 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 f"({msg.committed}); hopchain needs offsets committed after processing: use "
                 "AckPolicy.ACK (e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK))"
             )
-        contract = self.hopchain.registry.get(hop.record.topic)
-        if contract.mode is WireMode.BODY:
-            # The handler sees the payload, whatever the wire mode.
-            msg.body = hop.payload.__pydantic_serializer__.to_json(hop.payload)
+        if self._body is not None:
+            # The handler sees the payload, whatever the wire mode (serialized on receipt).
+            msg.body = self._body
             msg.clear_cache()
         labels = (hop.record.topic, self.hopchain.component)
         try:

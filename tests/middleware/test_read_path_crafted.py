@@ -34,12 +34,20 @@ from middleware_helpers import (
     registry,
     wait_until,
 )
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, field_serializer, field_validator
+from txn_worker import read_all
 
-from hopchain import ContractRegistry, Hopchain, HopchainMiddleware, TopicContract
+from hopchain import (
+    ContractRegistry,
+    Hopchain,
+    HopchainConfig,
+    HopchainMiddleware,
+    TopicContract,
+)
 from hopchain.exceptions import ReasonCode
-from hopchain.schemas import ENVELOPE_HEADER, EncodedRecord
+from hopchain.schemas import ENVELOPE_HEADER, EncodedRecord, WireMode
 from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.ids import new_span_id, new_trace_id
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
 
@@ -97,7 +105,7 @@ async def run_until_committed(
     await wait_until(done, within=30, what=f"{group} to commit {count} records")
     # The commit passed every record only after its dead letter was acknowledged.
     assert watch.passed() == []
-    return await read_topic(bootstrap, f"{source}.dlq")
+    return await read_all(bootstrap, [f"{source}.dlq"], "read_committed")
 
 
 async def send_with_kcat(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -277,3 +285,85 @@ async def test_lone_surrogates_where_numbers_belong_are_parked(
     for _, headers, info in parked:
         assert b'"\\ud800"' in dict(headers)[ENVELOPE_HEADER]
         assert info.reason is not None  # a reason code, whichever check refused it
+
+
+# -- a contract's serializer, run to hand a body-mode record's payload to a FastStream handler --
+
+
+class Picky(BaseModel):
+    """A contract whose serializer raises ``KeyError`` on a value its validator accepts."""
+
+    id: int
+    text: str
+
+    @field_serializer("text")
+    def known_prefix(self, value: str) -> str:
+        return {"a": value, "b": value}[value[0]]
+
+
+@pytest.mark.parametrize("commits", ["record", "batched"])
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+async def test_a_serializer_raising_on_a_body_mode_record_parks_it(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    batch: bool,
+    commits: str,
+) -> None:
+    source = await new_topic(prefix="body")
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    group = unique_topic_name("picky")
+    watch = DeadLetterWatch(kafka_bootstrap, group)
+    watch.install(monkeypatch)
+    # The producer's contract has no serializer of its own: the record is valid on the wire.
+    feeder = Hopchain(registry(contract(source, mode=WireMode.BODY)), component="feeder")
+    sent: list[EncodedRecord] = []
+    async with raw_producer(kafka_bootstrap) as producer:
+        for number, text in enumerate(["a1", "zz", "b3"]):
+            record, _ = feeder.outgoing(
+                source,
+                Doc(id=number, text=text),
+                incoming=None,
+                trace_id=new_trace_id(),
+                span_id=new_span_id(),
+            )
+            await send(producer, source, record.value, list(record.headers))
+            sent.append(record)
+    contracts = registry(TopicContract(topic=source, model=Picky, owner=OWNER, mode=WireMode.BODY))
+    config = HopchainConfig(commits=commits, commit_interval_seconds=0.1)
+    middleware = HopchainMiddleware(Hopchain(contracts, component="picky", config=config))
+    broker = KafkaBroker(
+        kafka_bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
+    )
+    listener = middleware.listener() if commits == "batched" else None
+    seen: list[str] = []
+    if batch:
+
+        @broker.subscriber(
+            source, group_id=group, auto_offset_reset="earliest", listener=listener, batch=True
+        )
+        async def handle_batch(items: list[Picky]) -> None:
+            seen.extend(item.text for item in items)
+
+    else:
+
+        @broker.subscriber(source, group_id=group, auto_offset_reset="earliest", listener=listener)
+        async def handle(item: Picky) -> None:
+            seen.append(item.text)
+
+    middleware.check(broker)
+    await broker.start()
+    try:
+        [letter] = await run_until_committed(kafka_bootstrap, group, source, 3, watch)
+    finally:
+        await middleware.close()
+        await broker.stop()
+
+    assert seen == ["a1", "b3"]
+    assert (letter.value, letter.key) == (sent[1].value, None)
+    assert list(letter.headers)[: len(sent[1].headers)] == list(sent[1].headers)
+    info = read_dead_letter_headers(letter.headers)
+    assert info.reason in {ReasonCode.READER_ERROR, ReasonCode.CONTRACT_ERROR}
+    assert info.source_offset == 1
+    assert len(watch.observed) == 2

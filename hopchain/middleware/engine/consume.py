@@ -27,6 +27,7 @@ from hopchain.schemas import (
     ErrorType,
     Failure,
     ValidationIssue,
+    WireMode,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
@@ -78,12 +79,20 @@ class Receiver:
         self.parts = parts
 
     def receive(
-        self, record: ConsumedRecord, *, group: str, scope: ExitStack | None = None
+        self,
+        record: ConsumedRecord,
+        *,
+        group: str,
+        scope: ExitStack | None = None,
+        body: bool = False,
     ) -> Received:
         """Decide what happens to a record that was read: handle, park, report or skip.
 
         With ``scope``, a valid record's hop is opened in it (its span, ``current_hop()``):
         a failure to open it (a span processor, the dedupe store) parks the record too.
+        With ``body``, a valid body-mode record's payload is serialized for a handler that
+        takes bytes (``Received.body``): the contract's serializer runs here, where its
+        failure parks the record as one its validator failed on would be.
 
         Raises:
             ConfigurationError: the record's topic has no contract (a deployment error:
@@ -100,6 +109,13 @@ class Receiver:
         except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
             return self._refused(record, internal_error(record, exc, step="accept"), exc)
         received = Received(Verdict.HANDLE, record, decoded)
+        if body and decoded.contract.mode is WireMode.BODY:
+            try:
+                received.body = bytes(
+                    decoded.payload.__pydantic_serializer__.to_json(decoded.payload)
+                )
+            except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+                return self._refused(record, internal_error(record, exc, step="serialize"), exc)
         if scope is not None:
             try:
                 received.hop, received.span = scope.enter_context(
