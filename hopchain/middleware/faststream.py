@@ -75,6 +75,7 @@ from hopchain.middleware.faststream_commits import (
     Pending,
     consumer_of,
     pending,
+    read_again,
     require_safe_producer,
 )
 from hopchain.middleware.partition_holds import PartitionHolds
@@ -348,11 +349,17 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if not self.owner.holds.hold(self.message, record.topic, record.partition):
             await asyncio.sleep(_RETRY_PAUSE_SECONDS)
 
-    def _begin(self, msg: StreamMessage[Any]) -> None:
+    async def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
-        if not self.owner.owns_commits or self._record is None:
+        record = self._record
+        if not self.owner.owns_commits or record is None:
             return
-        self._pending = self.owner.commits.begin(consumer_of(msg), self._record)
+        try:
+            self._pending = self.owner.commits.begin(consumer_of(msg), record)
+        except Exception as exc:  # noqa: BLE001 - untracked, later commits would pass it
+            self.message, parking, self._parking = msg, self._parking, None
+            await read_again(msg, parking)
+            await self._retry_later(record, exc)
         self._token = pending.set(self._pending)
         if self._parking is not None:
             parking, self._parking = self._parking, None
@@ -366,7 +373,7 @@ class _RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self._unwritten is not None and self._record is not None:
             self.message = msg
             await self._retry_later(self._record, self._unwritten)
-        self._begin(msg)
+        await self._begin(msg)
         hop = self.hop
         if hop is None:
             return await call_next(msg)

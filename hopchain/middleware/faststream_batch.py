@@ -24,7 +24,7 @@ from faststream.kafka.response import KafkaPublishCommand
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
-from hopchain.middleware.faststream_commits import Pending, consumer_of
+from hopchain.middleware.faststream_commits import Pending, consumer_of, read_again
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["parseable", "receive_batch"]
@@ -88,8 +88,15 @@ class Batch:
         owner = self.middleware.owner
         if owner.owns_commits:
             consumer = consumer_of(msg)
-            for item in self.items:
-                item.pending = owner.commits.begin(consumer, item.record)
+            for index, item in enumerate(self.items):
+                try:
+                    item.pending = owner.commits.begin(consumer, item.record)
+                except Exception as exc:
+                    # Untracked, the batch would be committed past by the records after it.
+                    await read_again(msg, *(later.parking for later in self.items[index:]))
+                    logger.critical("%s is not tracked; reading it again", item.record.describe())
+                    await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                    raise NackMessage from exc
                 if item.parking is not None:
                     owner.commits.settle_in_background(item.parking, item.pending, lambda _: False)
         kept = self.kept
