@@ -47,6 +47,7 @@ from hopchain.middleware.commits import OffsetLedger
 from hopchain.middleware.engine import consume
 from hopchain.middleware.engine.adopt import adopt as adopt_bare
 from hopchain.middleware.engine.consume import Receiver
+from hopchain.middleware.engine.parts import dead_letter_info
 from hopchain.middleware.engine.publish import Publisher
 from hopchain.middleware.engine.settle import Settler
 from hopchain.schemas import ErrorType, TopicContract
@@ -66,7 +67,8 @@ COMMIT_INTERVAL = 0.1
 sent (:class:`DeadLetterWatch`): a commit that did not wait for it would show."""
 """Dead-letter writes that fail: more than one record's attempts (2), so it is read again."""
 
-STEPS = ("accept", "adopt", "open", "settle", "publish", "dead_letter")
+STEPS = ("accept", "adopt", "open", "settle", "publish", "park", "dead_letter")
+"""``park``: building the dead letter fails (the first times); ``dead_letter``: writing it."""
 ADAPTERS = (
     ("faststream", "record"),
     ("faststream", "batched"),
@@ -161,7 +163,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:  # noqa: C901 -
         case.fired[where] += 1
         raise InjectedError(f"injected fault at {where}")
 
-    if step in {"accept", "dead_letter"}:
+    if step in {"accept", "park", "dead_letter"}:
         accept = Receiver.accept
 
         def faulty_accept(self: Receiver, record: Any) -> Any:
@@ -194,6 +196,16 @@ def inject(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:  # noqa: C901 -
             fire("settle")
 
         monkeypatch.setattr(Settler, "settle", faulty_settle)
+    if step == "park":
+        building = dead_letter_info
+
+        def faulty_info(parts: Any, record: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_boom(record) and case.fired["park"] < WRITE_FAILURES:
+                case.fired["park"] += 1
+                raise InjectedError("injected fault while building the dead letter")
+            return building(parts, record, *args, **kwargs)
+
+        monkeypatch.setattr(consume, "dead_letter_info", faulty_info)
     if step == "track":
         begin = OffsetLedger.begin
 
@@ -351,11 +363,31 @@ def expected_parked(case: Case, sent: list[Sent]) -> tuple[set[int], set[int]]:
     return {BOOM_NUMBER}, {BOOM_NUMBER}
 
 
+async def parked_records(case: Case, sent: list[Sent], fault: str) -> set[int]:
+    """The records in the dead-letter topic, each checked to be there byte for byte."""
+    by_key = {item.key: item for item in sent}
+    parked: set[int] = set()
+    for record in await read_all(case.bootstrap, [case.dead_letter_topic], "read_committed"):
+        original = by_key[record.key]
+        info = read_dead_letter_headers(record.headers)
+        assert record.value == original.value
+        assert list(record.headers)[: len(original.headers)] == original.headers
+        assert (info.source_topic, info.source_offset) == (case.source, original.number)
+        assert info.reason is ReasonCode.READER_ERROR
+        assert info.error_type is ErrorType.INTERNAL
+        assert "InjectedError" in info.failure.validation_errors[0].message
+        assert info.exception is not None
+        assert f"injected fault at {fault}" in info.exception
+        parked.add(original.number)
+    return parked
+
+
 @pytest.mark.parametrize("cell", CELLS, ids="-".join)
 async def test_a_fault_at_any_step_loses_no_record(
     kafka_bootstrap: str,
     new_topic: TopicFactory,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
     cell: tuple[str, str, str],
 ) -> None:
     step, adapter, commits = cell
@@ -384,36 +416,27 @@ async def test_a_fault_at_any_step_loses_no_record(
     must, may = expected_parked(case, sent)
 
     # The fault fired (else this proves nothing), and the outcome is what a user relies on.
-    fault = "accept" if step == "dead_letter" else step
+    fault = "accept" if step in {"park", "dead_letter"} else step
     assert case.fired[fault] >= 1
+    assert case.fired["park"] == (WRITE_FAILURES if step == "park" else 0)
     assert watch.failed == failures
     assert await case.committed() == COUNT
 
-    by_key = {item.key: item for item in sent}
-    parked: set[int] = set()
-    for record in await read_all(kafka_bootstrap, [case.dead_letter_topic], "read_committed"):
-        original = by_key[record.key]
-        info = read_dead_letter_headers(record.headers)
-        assert record.value == original.value
-        assert list(record.headers)[: len(original.headers)] == original.headers
-        assert (info.source_topic, info.source_offset) == (source, original.number)
-        assert info.reason is ReasonCode.READER_ERROR
-        assert info.error_type is ErrorType.INTERNAL
-        assert "InjectedError" in info.failure.validation_errors[0].message
-        assert info.exception is not None
-        assert f"injected fault at {fault}" in info.exception
-        parked.add(original.number)
+    parked = await parked_records(case, sent, fault)
     assert must <= parked <= may
 
     outputs = await read_all(kafka_bootstrap, [output], "read_committed")
     written = {Doc.model_validate_json(record.value).id for record in outputs}
-    handled = {item.number for item in sent} - parked
-    assert written == handled  # every record not parked was handled, its output sent
+    handled = written & {doc.id for doc, _ in case.seen}
+    lost = {item.number for item in sent} - handled - parked
+    for name, count in (("sent", sent), ("handled", handled), ("parked", parked), ("lost", lost)):
+        request.node.user_properties.append((name, len(count)))  # for a report of the matrix
+    assert lost == set()
+    assert written == handled == {item.number for item in sent} - parked
     for number in handled:
         original = sent[number]
         views = [(doc, raw) for doc, raw in case.seen if doc.id == number]
-        assert views, f"record {number} never reached the handler"
-        assert all(doc == original.payload for doc, _ in views)
+        assert all(doc == original.payload for doc, _ in views)  # as sent
         assert all(raw in {None, original.value} for _, raw in views)
     if step != "settle":
         # Refused before the handler: a parked record never reached it.
