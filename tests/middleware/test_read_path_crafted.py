@@ -3,8 +3,9 @@
 Each is parked byte for byte, the records around it are handled, and the group's offset passes
 it only once the broker acknowledged its dead letter (:class:`DeadLetterWatch`): a contract's
 validator raising ``KeyError`` on a bare record, an envelope whose ``legacy`` member is nested
-3,000 deep, and lone surrogate escapes where the envelope holds numbers. The envelopes are
-otherwise intact: their digests are recomputed (SPEC.md sections 3 and 4).
+3,000 deep, lone surrogate escapes where the envelope holds numbers (the envelopes are
+otherwise intact: their digests are recomputed, SPEC.md sections 3 and 4), and a contract's
+serializer raising when a body-mode payload is handed to a FastStream handler.
 """
 
 from __future__ import annotations
