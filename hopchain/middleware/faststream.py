@@ -67,7 +67,8 @@ from hopchain.middleware.context import (
 )
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Hopchain, OutgoingRecord, Received, RecordWriter, Verdict
-from hopchain.middleware.faststream_batch import Batch, close_quietly, receive_batch
+from hopchain.middleware.engine.consume import close_quietly
+from hopchain.middleware.faststream_batch import Batch, receive_batch
 from hopchain.middleware.faststream_batch import parseable as _parseable
 from hopchain.middleware.faststream_commits import (
     BatchedCommits,

@@ -24,6 +24,7 @@ from faststream.kafka.response import KafkaPublishCommand
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
+from hopchain.middleware.engine.consume import close_quietly
 from hopchain.middleware.faststream_commits import Pending, consumer_of, read_again
 from hopchain.schemas.record import ConsumedRecord
 
@@ -235,13 +236,3 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
                 item.parking = True
         parseable(raw)
     return Batch(middleware, items, scope)
-
-
-def close_quietly(scope: ExitStack, record: ConsumedRecord | None) -> None:
-    """Close the hops' spans and contexts; a failure here is logged, the record is settled."""
-    try:
-        scope.close()
-    except Exception:
-        logger.exception(
-            "closing the hop of %s failed", record.describe() if record else "a record"
-        )

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -54,6 +54,7 @@ from hopchain.schemas import ErrorType, TopicContract
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
+from hopchain.tracing import consume_span
 
 pytestmark = pytest.mark.kafka
 
@@ -67,8 +68,9 @@ COMMIT_INTERVAL = 0.1
 sent (:class:`DeadLetterWatch`): a commit that did not wait for it would show."""
 """Dead-letter writes that fail: more than one record's attempts (2), so it is read again."""
 
-STEPS = ("accept", "adopt", "open", "settle", "publish", "park", "dead_letter")
-"""``park``: building the dead letter fails (the first times); ``dead_letter``: writing it."""
+STEPS = ("accept", "adopt", "open", "settle", "publish", "park", "dead_letter", "close")
+"""``park``: building the dead letter fails (the first times); ``dead_letter``: writing it;
+``close``: ending the hop's span, after the record was handled."""
 ADAPTERS = (
     ("faststream", "record"),
     ("faststream", "batched"),
@@ -144,6 +146,10 @@ class Case:
     async def committed_to(self, offset: int) -> bool:
         return await self.committed() >= offset
 
+    def fire(self, where: str) -> None:
+        self.fired[where] += 1
+        raise InjectedError(f"injected fault at {where}")
+
     def handled(self, payload: Doc, value: bytes | None) -> None:
         """What the handler saw; raises for the faulty record when the step is settle."""
         self.seen.append((payload, value))
@@ -155,14 +161,15 @@ def is_boom(record: Any) -> bool:
     return getattr(record, "key", None) == BOOM
 
 
-def inject(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:  # noqa: C901 - a fault per step
+def inject(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
     """The step's fault, for the faulty record only."""
-    step = case.step
+    inject_reading(monkeypatch, case)
+    inject_settling(monkeypatch, case)
 
-    def fire(where: str) -> None:
-        case.fired[where] += 1
-        raise InjectedError(f"injected fault at {where}")
 
+def inject_reading(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:  # noqa: C901 - per step
+    """Faults while the record is read, parked, or its hop closed."""
+    step, fire = case.step, case.fire
     if step in {"accept", "park", "dead_letter"}:
         accept = Receiver.accept
 
@@ -206,6 +213,21 @@ def inject(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:  # noqa: C901 -
             return building(parts, record, *args, **kwargs)
 
         monkeypatch.setattr(consume, "dead_letter_info", faulty_info)
+    if step == "close":
+        # A span processor raising as the hop's span ends, once the record was settled.
+        @contextmanager
+        def faulty_span(record: Any, **kwargs: Any) -> Iterator[Any]:
+            with consume_span(record, **kwargs) as span:
+                yield span
+            if is_boom(record):
+                fire("close")
+
+        monkeypatch.setattr(consume, "consume_span", faulty_span)
+
+
+def inject_settling(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
+    """Faults once the record was handed on: settling, tracking it, or sending its output."""
+    step, fire = case.step, case.fire
     if step == "track":
         begin = OffsetLedger.begin
 
@@ -355,8 +377,8 @@ def running(case: Case) -> Any:
 
 def expected_parked(case: Case, sent: list[Sent]) -> tuple[set[int], set[int]]:
     """The records that must be parked, and those that may be (all others: handled)."""
-    if case.step in {"publish", "track"}:
-        return set(), set()  # transient: the record is read, and handled, again
+    if case.step in {"publish", "track", "close"}:
+        return set(), set()  # handled (publish, track: read, and handled, again)
     if case.step == "settle" and case.adapter == "faststream_batch":
         # A failed batch handler fails every record of its batch (each settled, each parked).
         return {BOOM_NUMBER}, {item.number for item in sent}

@@ -33,7 +33,7 @@ from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import HopSpan, consume_span, rejection_span
 
-__all__ = ["Receiver", "internal_error"]
+__all__ = ["Receiver", "close_quietly", "closing", "internal_error"]
 
 logger = logging.getLogger("hopchain")
 
@@ -70,6 +70,29 @@ def internal_error(record: ConsumedRecord, exc: BaseException, *, step: str) -> 
         partition=record.partition,
         offset=record.offset,
     )
+
+
+def close_quietly(scope: ExitStack, record: ConsumedRecord | None) -> None:
+    """Close the hops' spans and contexts; a failure here is logged, the record is settled."""
+    try:
+        scope.close()
+    except Exception:
+        logger.exception(
+            "closing the hop of %s failed", record.describe() if record else "a record"
+        )
+
+
+@contextmanager
+def closing(scope: ExitStack, record: ConsumedRecord) -> Iterator[None]:
+    """Run a block, then close a hop's scope quietly.
+
+    A span processor that raises when the hop's span ends does not undo, or hide, how the
+    record was settled, and does not reach the caller's read loop.
+    """
+    try:
+        yield
+    finally:
+        close_quietly(scope, record)
 
 
 class Receiver:
