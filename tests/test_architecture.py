@@ -105,6 +105,20 @@ def test_importing_the_dead_letter_service_loads_no_adapter() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_importing_the_engine_loads_no_kafka_client() -> None:
+    # The engine's own imports (and what they import) must not pull a client in: a process
+    # that only validates records, or an adapter for another client, pays for none of them.
+    code = (
+        "import sys, hopchain.middleware.engine;"
+        "print(sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'faststream', 'aiokafka', 'confluent_kafka'}))"
+    )
+    result = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
 _PRIVATE = re.compile(
     r"faststream\._internal|_outer_config|_producer\._producer|"
     r"(consumer|client|producer|subscriber)\._[a-z]|\.running = False|\"handler_\""

@@ -68,6 +68,7 @@ from hopchain.middleware.context import (
     HopContext,
 )
 from hopchain.middleware.engine import Hopchain, Received, Verdict
+from hopchain.middleware.engine.consume import closing
 from hopchain.middleware.failures import ExceptionMapper
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
@@ -269,7 +270,7 @@ class EnvelopeConsumer:
                 reassigned); the record will be read again by whoever owns it.
         """
         handling = self._settle(hop)
-        with handling.scope:
+        with closing(handling.scope, hop.record):
             try:
                 await self._commit_past(hop.record)
             except Exception:
@@ -315,7 +316,7 @@ class EnvelopeConsumer:
                 is rewound to it and its offset is not committed.
         """
         handling = self._settle(hop)
-        with handling.scope:
+        with closing(handling.scope, hop.record):
             try:
                 settled = await self.hopchain.settle(
                     hop, exc, writer=self.writer, mappers=mappers, error_type=error_type
@@ -341,7 +342,7 @@ class EnvelopeConsumer:
         if handling is None:
             return
         self._handling = None
-        with handling.scope:
+        with closing(handling.scope, handling.hop.record):
             mark_error(handling.span.span, "abandoned")
             self._rewind(handling.hop.record)
 

@@ -24,8 +24,8 @@ from faststream.kafka.response import KafkaPublishCommand
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
-from hopchain.middleware.faststream_commits import Pending, consumer_of
-from hopchain.schemas import WireMode
+from hopchain.middleware.engine.consume import close_quietly
+from hopchain.middleware.faststream_commits import Pending, consumer_of, read_again
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["parseable", "receive_batch"]
@@ -61,6 +61,7 @@ class _Item:
     decoded: Any = None
     parking: Any = None
     hop: HopContext | None = None
+    body: bytes | None = None
     pending: Pending | None = None
 
 
@@ -88,14 +89,25 @@ class Batch:
         owner = self.middleware.owner
         if owner.owns_commits:
             consumer = consumer_of(msg)
-            for item in self.items:
-                item.pending = owner.commits.begin(consumer, item.record)
+            for index, item in enumerate(self.items):
+                try:
+                    item.pending = owner.commits.begin(consumer, item.record)
+                except Exception as exc:
+                    # Untracked, the batch would be committed past by the records after it.
+                    await read_again(msg, *(later.parking for later in self.items[index:]))
+                    logger.critical("%s is not tracked; reading it again", item.record.describe())
+                    await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                    raise NackMessage from exc
                 if item.parking is not None:
                     owner.commits.settle_in_background(item.parking, item.pending, lambda _: False)
         kept = self.kept
         if not kept:
             raise AckMessage
-        raws = [dataclasses.replace(item.raw, value=self._value(item)) for item in kept]
+        # The handler sees the payloads, whatever the wire mode (serialized on receipt).
+        raws = [
+            dataclasses.replace(item.raw, value=item.body or bytes(item.raw.value or b""))
+            for item in kept
+        ]
         msg.raw_message = tuple(raws)
         msg.body = [raw.value for raw in raws]
         msg.batch_headers = [{n: (v or b"").decode() for n, v in raw.headers} for raw in raws]
@@ -106,15 +118,6 @@ class Batch:
             raise
         except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
             await self._park_all(exc)
-
-    def _value(self, item: _Item) -> bytes:
-        hop = item.hop
-        if hop is None:
-            return bytes(item.raw.value or b"")
-        contract = self.middleware.hopchain.registry.get(hop.record.topic)
-        if contract.mode is WireMode.BODY:
-            return bytes(hop.payload.__pydantic_serializer__.to_json(hop.payload))
-        return bytes(item.raw.value or b"")
 
     async def _park_all(self, exc: BaseException) -> NoReturn:
         owner = self.middleware.owner
@@ -213,9 +216,9 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
         item = _Item(record, raw)
         items.append(item)
         # Each valid record's hop is opened now: one that cannot be opened is parked too.
-        received = hopchain.receive(record, group=owner.group, scope=scope)
+        received = hopchain.receive(record, group=owner.group, scope=scope, body=True)
         if received.verdict is Verdict.HANDLE:
-            item.decoded, item.hop = received.decoded, received.hop
+            item.decoded, item.hop, item.body = received.decoded, received.hop, received.body
         elif received.verdict is Verdict.PARK:
             parking = hopchain.park(received, group=owner.group, writer=owner.writer)
             if owner.owns_commits:
@@ -233,13 +236,3 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
                 item.parking = True
         parseable(raw)
     return Batch(middleware, items, scope)
-
-
-def close_quietly(scope: ExitStack, record: ConsumedRecord | None) -> None:
-    """Close the hops' spans and contexts; a failure here is logged, the record is settled."""
-    try:
-        scope.close()
-    except Exception:
-        logger.exception(
-            "closing the hop of %s failed", record.describe() if record else "a record"
-        )

@@ -27,6 +27,7 @@ __all__ = [
     "CommitOnRevoke",
     "Pending",
     "pending",
+    "read_again",
     "require_safe_producer",
 ]
 
@@ -215,6 +216,20 @@ def require_safe_producer(
     # FastStream exposes the producer's settings nowhere else: they arrive here when the
     # broker connects, before the producer is built.
     config.connect = checked  # type: ignore[method-assign]
+
+
+async def read_again(message: Any, *unstarted: Any) -> None:
+    """A record (or batch) the ledger could not track: rewind its consumer to it.
+
+    Untracked, it would be committed past with the records read after it. FastStream's nack
+    seeks each partition of the message back to its earliest record (under
+    ``AckPolicy.MANUAL`` nothing else does). ``unstarted``: dead-letter writes not started,
+    dropped (they are made again when the record is read again).
+    """
+    for work in unstarted:
+        if isinstance(work, Coroutine):
+            work.close()
+    await message.nack()
 
 
 def consumer_of(message: Any) -> OffsetConsumer | None:

@@ -31,6 +31,8 @@ from pydantic import BaseModel
 
 from hopchain import ConsumedRecord, EnvelopeProducer, Hopchain, HopContext
 from hopchain.exceptions import ReasonCode
+from hopchain.middleware.engine.writer import OutgoingRecord
+from hopchain.middleware.producer import KafkaWriter, ProducerWriter
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     TRACEPARENT_HEADER,
@@ -43,7 +45,7 @@ from hopchain.schemas import (
     WireMode,
     append_hop,
 )
-from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.deadletter import DLQ_ID_HEADER, read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id
 
 MARKER = f"payload-secret-{uuid.uuid4().hex}"
@@ -542,3 +544,74 @@ def header(record: Any, name: str) -> str | None:
         if key == name:
             found = value.decode()
     return found
+
+
+# -- dead letters and commits ------------------------------------------------------------------
+
+
+class DeadLetterWatch:
+    """Watches the dead letters a test's components write, and the group's commits meanwhile.
+
+    At each write of a dead letter (through either record writer), the group's committed
+    offset on the source partition is read from the broker twice: before the dead letter is
+    sent, and once the broker acknowledged it but before hopchain is told. Each must be at most
+    the record's offset: nothing past a record is committed until its dead letter is
+    acknowledged. The dead letter is held back ``hold`` seconds before it is sent, longer than
+    a batched commit interval, so a commit that does not wait for it shows.
+
+    Args:
+        bootstrap: the broker.
+        group: the consumer group whose commits are read.
+        failures: the first dead-letter writes of records with key ``failing_key`` (any key
+            when None) fail, as if the broker had not acknowledged them.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        *,
+        hold: float = 0.3,
+        failures: int = 0,
+        failing_key: bytes | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
+        self.hold = hold
+        self.failures = failures
+        self.failing_key = failing_key
+        self.failed = 0
+        self.observed: list[tuple[str, int, int, int]] = []
+        """(source topic, partition, offset, the group's committed offset there)."""
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for writer in (KafkaWriter, ProducerWriter):
+            monkeypatch.setattr(writer, "write", self._watching(writer.write))
+
+    async def _committed(self, topic: str, partition: int) -> int:
+        return (await committed_offsets(self.bootstrap, self.group)).get((topic, partition), 0)
+
+    def _watching(self, write: Callable[[Any, OutgoingRecord], Any]) -> Any:
+        async def watching(writer: Any, record: OutgoingRecord) -> None:
+            if not any(name == DLQ_ID_HEADER for name, _ in record.headers):
+                await write(writer, record)  # an output or a reroute: not watched
+                return
+            info = read_dead_letter_headers(record.headers, parse_envelope=False)
+            where = (info.source_topic, info.source_partition, info.source_offset)
+
+            async def observe() -> None:
+                self.observed.append((*where, await self._committed(*where[:2])))
+
+            await observe()
+            if self.failed < self.failures and self.failing_key in (None, record.key):
+                self.failed += 1
+                raise OSError("injected: the broker did not acknowledge the dead letter")
+            await asyncio.sleep(self.hold)
+            await write(writer, record)
+            await observe()
+
+        return watching
+
+    def passed(self) -> list[tuple[str, int, int, int]]:
+        """The observations where the commit had passed a record not yet parked."""
+        return [seen for seen in self.observed if seen[3] > seen[2]]

@@ -27,12 +27,13 @@ from hopchain.schemas import (
     ErrorType,
     Failure,
     ValidationIssue,
+    WireMode,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import HopSpan, consume_span, rejection_span
 
-__all__ = ["Receiver", "internal_error"]
+__all__ = ["Receiver", "close_quietly", "closing", "internal_error"]
 
 logger = logging.getLogger("hopchain")
 
@@ -71,6 +72,29 @@ def internal_error(record: ConsumedRecord, exc: BaseException, *, step: str) -> 
     )
 
 
+def close_quietly(scope: ExitStack, record: ConsumedRecord | None) -> None:
+    """Close the hops' spans and contexts; a failure here is logged, the record is settled."""
+    try:
+        scope.close()
+    except Exception:
+        logger.exception(
+            "closing the hop of %s failed", record.describe() if record else "a record"
+        )
+
+
+@contextmanager
+def closing(scope: ExitStack, record: ConsumedRecord) -> Iterator[None]:
+    """Run a block, then close a hop's scope quietly.
+
+    A span processor that raises when the hop's span ends does not undo, or hide, how the
+    record was settled, and does not reach the caller's read loop.
+    """
+    try:
+        yield
+    finally:
+        close_quietly(scope, record)
+
+
 class Receiver:
     """Validates what is read, and parks what fails validation byte for byte."""
 
@@ -78,12 +102,20 @@ class Receiver:
         self.parts = parts
 
     def receive(
-        self, record: ConsumedRecord, *, group: str, scope: ExitStack | None = None
+        self,
+        record: ConsumedRecord,
+        *,
+        group: str,
+        scope: ExitStack | None = None,
+        body: bool = False,
     ) -> Received:
         """Decide what happens to a record that was read: handle, park, report or skip.
 
         With ``scope``, a valid record's hop is opened in it (its span, ``current_hop()``):
         a failure to open it (a span processor, the dedupe store) parks the record too.
+        With ``body``, a valid body-mode record's payload is serialized for a handler that
+        takes bytes (``Received.body``): the contract's serializer runs here, where its
+        failure parks the record as one its validator failed on would be.
 
         Raises:
             ConfigurationError: the record's topic has no contract (a deployment error:
@@ -100,6 +132,13 @@ class Receiver:
         except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
             return self._refused(record, internal_error(record, exc, step="accept"), exc)
         received = Received(Verdict.HANDLE, record, decoded)
+        if body and decoded.contract.mode is WireMode.BODY:
+            try:
+                received.body = bytes(
+                    decoded.payload.__pydantic_serializer__.to_json(decoded.payload)
+                )
+            except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+                return self._refused(record, internal_error(record, exc, step="serialize"), exc)
         if scope is not None:
             try:
                 received.hop, received.span = scope.enter_context(

@@ -195,10 +195,15 @@ class Hopchain:
     # -- receiving (Receiver) ----------------------------------------------------------------
 
     def receive(
-        self, record: ConsumedRecord, *, group: str, scope: ExitStack | None = None
+        self,
+        record: ConsumedRecord,
+        *,
+        group: str,
+        scope: ExitStack | None = None,
+        body: bool = False,
     ) -> Received:
         """The receive decision: handle, park, report or skip (see :meth:`Receiver.receive`)."""
-        return self.receiver.receive(record, group=group, scope=scope)
+        return self.receiver.receive(record, group=group, scope=scope, body=body)
 
     def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
         """Report-only: a refused record as a hop (see :meth:`Receiver.pass_on`)."""

@@ -48,6 +48,9 @@ class Received:
     """Why it is parked or reported (``PARK``, ``REPORT``)."""
     cause: BaseException | None = None
     """The exception that made hopchain park it (``reader_error``, ``contract_error``)."""
+    body: bytes | None = None
+    """The payload as JSON for a handler that takes bytes, when asked for (body mode: the
+    record's value also holds the envelope)."""
     hop: HopContext | None = None
     """The handling context, opened when ``receive`` was given a scope (``HANDLE``)."""
     span: HopSpan | None = None

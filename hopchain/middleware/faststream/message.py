@@ -29,17 +29,18 @@ from hopchain.middleware.context import (
 )
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Hopchain, Received, RecordWriter, Verdict
-from hopchain.middleware.faststream_batch import Batch, close_quietly, receive_batch
+from hopchain.middleware.engine.consume import close_quietly
+from hopchain.middleware.faststream_batch import Batch, receive_batch
 from hopchain.middleware.faststream_batch import parseable as _parseable
 from hopchain.middleware.faststream_commits import (
     BatchedCommits,
     Pending,
     consumer_of,
     pending,
+    read_again,
 )
 from hopchain.middleware.partition_holds import PartitionHolds
 from hopchain.propagation import KeptTraceContext
-from hopchain.schemas import WireMode
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error, note_sent
 
@@ -95,6 +96,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         self._scope = ExitStack()
         self._started = 0.0
         self._unsent: BaseException | None = None
+        self._body: bytes | None = None
         self._record: ConsumedRecord | None = None
         self._parking: Any = None
         """Batched mode: the dead-letter write of an invalid record, not waited for."""
@@ -128,10 +130,12 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
             raise NackMessage from exc
         self._record = record
-        received = self.hopchain.receive(record, group=self.owner.group, scope=self._scope)
+        received = self.hopchain.receive(
+            record, group=self.owner.group, scope=self._scope, body=True
+        )
         if received.verdict is Verdict.HANDLE:
             self._started = time.perf_counter()
-            self.hop = received.hop
+            self.hop, self._body = received.hop, received.body
         elif received.verdict is Verdict.PARK:
             if self.owner.owns_commits:
                 # Parked without waiting; the record settles when the write is acknowledged.
@@ -172,11 +176,17 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if not self.owner.holds.hold(self.message, record.topic, record.partition):
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
 
-    def _begin(self, msg: StreamMessage[Any]) -> None:
+    async def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
-        if not self.owner.owns_commits or self._record is None:
+        record = self._record
+        if not self.owner.owns_commits or record is None:
             return
-        self._pending = self.owner.commits.begin(consumer_of(msg), self._record)
+        try:
+            self._pending = self.owner.commits.begin(consumer_of(msg), record)
+        except Exception as exc:  # noqa: BLE001 - untracked, later commits would pass it
+            self.message, parking, self._parking = msg, self._parking, None
+            await read_again(msg, parking)
+            await self._retry_later(record, exc)
         self._token = pending.set(self._pending)
         if self._parking is not None:
             parking, self._parking = self._parking, None
@@ -195,7 +205,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self._unwritten is not None and self._record is not None:
             self.message = msg
             await self._retry_later(self._record, self._unwritten)
-        self._begin(msg)
+        await self._begin(msg)
         hop = self.hop
         if hop is None:
             return await call_next(msg)
@@ -207,10 +217,9 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 f"({msg.committed}); hopchain needs offsets committed after processing: use "
                 "AckPolicy.ACK (e.g. KafkaBroker(..., ack_policy=AckPolicy.ACK))"
             )
-        contract = self.hopchain.registry.get(hop.record.topic)
-        if contract.mode is WireMode.BODY:
-            # The handler sees the payload, whatever the wire mode.
-            msg.body = hop.payload.__pydantic_serializer__.to_json(hop.payload)
+        if self._body is not None:
+            # The handler sees the payload, whatever the wire mode (serialized on receipt).
+            msg.body = self._body
             msg.clear_cache()
         labels = (hop.record.topic, self.hopchain.component)
         try:
