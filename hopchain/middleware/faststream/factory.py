@@ -16,17 +16,17 @@ from faststream.kafka import KafkaBroker, KafkaRouter
 
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
+from hopchain.middleware.faststream.commits import (
+    BatchedCommits,
+    CommitOnRevoke,
+    require_safe_producer,
+)
+from hopchain.middleware.faststream.holds import PartitionHolds
 from hopchain.middleware.faststream.message import (
     RETRY_PAUSE_SECONDS,
     RecordMiddleware,
     writing_raw,
 )
-from hopchain.middleware.faststream_commits import (
-    BatchedCommits,
-    CommitOnRevoke,
-    require_safe_producer,
-)
-from hopchain.middleware.partition_holds import PartitionHolds
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 

@@ -30,16 +30,16 @@ from hopchain.middleware.context import (
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Hopchain, Received, RecordWriter, Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream_batch import Batch, receive_batch
-from hopchain.middleware.faststream_batch import parseable as _parseable
-from hopchain.middleware.faststream_commits import (
+from hopchain.middleware.faststream.batch import Batch, receive_batch
+from hopchain.middleware.faststream.batch import parseable as _parseable
+from hopchain.middleware.faststream.commits import (
     BatchedCommits,
     Pending,
     consumer_of,
     pending,
     read_again,
 )
-from hopchain.middleware.partition_holds import PartitionHolds
+from hopchain.middleware.faststream.holds import PartitionHolds
 from hopchain.propagation import KeptTraceContext
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error, note_sent

@@ -25,7 +25,7 @@ from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream_commits import Pending, consumer_of, read_again
+from hopchain.middleware.faststream.commits import Pending, consumer_of, read_again
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["parseable", "receive_batch"]

@@ -15,8 +15,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from hopchain.middleware.commits import OffsetConsumer
-from hopchain.middleware.faststream_commits import consumer_of
+from hopchain.middleware.faststream.commits import consumer_of
+from hopchain.middleware.faststream.ledger import OffsetConsumer
 
 __all__ = ["PartitionHolds"]
 
