@@ -42,6 +42,7 @@ connected with ``HOPCHAIN_KAFKA_BOOTSTRAP`` and the login settings). Under FastS
 """
 
 from hopchain.middleware.faststream.factory import BrokerWriter, HopchainMiddleware
-from hopchain.middleware.faststream.message import RETRY_PAUSE_SECONDS, RecordMiddleware
+from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
+from hopchain.middleware.faststream.message import RecordMiddleware
 
 __all__ = ["RETRY_PAUSE_SECONDS", "BrokerWriter", "HopchainMiddleware", "RecordMiddleware"]

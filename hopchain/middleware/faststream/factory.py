@@ -21,12 +21,9 @@ from hopchain.middleware.faststream.commits import (
     CommitOnRevoke,
     require_safe_producer,
 )
-from hopchain.middleware.faststream.holds import PartitionHolds
-from hopchain.middleware.faststream.message import (
-    RETRY_PAUSE_SECONDS,
-    RecordMiddleware,
-    writing_raw,
-)
+from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
+from hopchain.middleware.faststream.message import RecordMiddleware
+from hopchain.middleware.faststream.publish import writing_raw
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 

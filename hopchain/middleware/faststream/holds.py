@@ -18,7 +18,11 @@ from aiokafka import TopicPartition
 from hopchain.middleware.faststream.commits import consumer_of
 from hopchain.middleware.faststream.ledger import OffsetConsumer
 
-__all__ = ["PartitionHolds"]
+__all__ = ["RETRY_PAUSE_SECONDS", "PartitionHolds"]
+
+RETRY_PAUSE_SECONDS = 1.0
+"""Pause before a record that could not be parked, or whose output was not sent, is read
+again: the rewind alone would retry it at once, in a tight loop."""
 
 
 class PartitionHolds:
