@@ -23,16 +23,15 @@ import asyncio
 import functools
 import inspect
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, ReasonCode
+from hopchain.middleware.attempts import AttemptClock, record_attempt
 from hopchain.middleware.context import HopContext, RetryFeedback, current_hop
 from hopchain.middleware.control import is_control_flow
 from hopchain.middleware.failures import (
@@ -49,7 +48,6 @@ from hopchain.middleware.policy import (
     default_exit,
 )
 from hopchain.schemas import (
-    Attempt,
     AttemptKind,
     AttemptOutcome,
     Decision,
@@ -207,8 +205,7 @@ class _Attempts:
     async def run(self, func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         kind = AttemptKind.FIRST
         while True:
-            started_at = datetime.now(UTC)
-            started = time.perf_counter()
+            clock = AttemptClock()
             try:
                 result = func(*args, **kwargs)
                 if inspect.isawaitable(result):
@@ -218,13 +215,13 @@ class _Attempts:
                 if is_control_flow(exc):
                     raise
                 error_type, issues = self._classify(exc)
-                self._record(kind, AttemptOutcome.FAILED, started_at, started, error_type, exc)
+                self._record(kind, AttemptOutcome.FAILED, clock, error_type, exc)
                 next_kind = await self._retry_kind(error_type, issues)
                 if next_kind is None:
                     return self._exhausted(exc, error_type)
                 kind = next_kind
             else:
-                self._record(kind, AttemptOutcome.SUCCEEDED, started_at, started)
+                self._record(kind, AttemptOutcome.SUCCEEDED, clock)
                 self.hop.feedback = None
                 return output
 
@@ -260,12 +257,11 @@ class _Attempts:
             return error_type, (issue,)
         return error_type, ()
 
-    def _record(  # noqa: PLR0917 - one call site per outcome, read side by side
+    def _record(
         self,
         kind: AttemptKind,
         outcome: AttemptOutcome,
-        started_at: datetime,
-        started: float,
+        clock: AttemptClock,
         error_type: ErrorType | None = None,
         exc: Exception | None = None,
     ) -> None:
@@ -276,20 +272,9 @@ class _Attempts:
                 if isinstance(exc, _OutputInvalid)
                 else type(exc).__name__
             )
-        self.hop.attempts.append(
-            Attempt(
-                description=description,
-                duration_ms=int((time.perf_counter() - started) * 1000),
-                error_type=error_type,
-                kind=kind,
-                number=len(self.hop.attempts) + 1,
-                outcome=outcome,
-                started_at=started_at,
-            )
+        record_attempt(
+            self.hop, kind, outcome, clock, error_type=error_type, description=description
         )
-        metrics = self.hop.metrics
-        if metrics is not None:
-            metrics.stage_attempts.labels(self.stage.name, kind.value, outcome.value).inc()
 
     async def _retry_kind(
         self, error_type: ErrorType, issues: tuple[ValidationIssue, ...]

@@ -3,24 +3,24 @@
 The vocabulary promises that a ``transient`` failure is backed off and retried in place
 (transport budget), whoever the handler is. A declared stage has its own budgets; a plain
 handler gets the configured default (``HOPCHAIN_TRANSPORT_RETRIES``). Each attempt is
-recorded on the hop, so a record that succeeded on a retry says so (``recovered``), and
-one that ran out says how many attempts it made.
+recorded on the hop and counted (:mod:`hopchain.middleware.attempts`), so a record that
+succeeded on a retry says so (``recovered``), and one that ran out says how many attempts it
+made. Only the attempts of a record whose handler failed ``transient`` are recorded: a first
+attempt that succeeds, or fails with another type, leaves no attempt on the hop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import TypeVar
 
+from hopchain.middleware.attempts import AttemptClock, record_attempt
 from hopchain.middleware.context import HopContext
-from hopchain.middleware.engine.parts import EngineParts
 from hopchain.middleware.failures import classify_exception
 from hopchain.middleware.policy import TransportRetry
 from hopchain.middleware.stage import StageExit
-from hopchain.schemas import Attempt, AttemptKind, AttemptOutcome, ErrorType
+from hopchain.schemas import AttemptKind, AttemptOutcome, ErrorType
 
 __all__ = ["DefaultRetry"]
 
@@ -30,8 +30,7 @@ T = TypeVar("T")
 class DefaultRetry:
     """Retries a plain handler's ``transient`` failures within the default budget."""
 
-    def __init__(self, parts: EngineParts, policy: TransportRetry) -> None:
-        self.parts = parts
+    def __init__(self, policy: TransportRetry) -> None:
         self.policy = policy
 
     async def run(self, hop: HopContext, call: Callable[[], Awaitable[T]]) -> T:
@@ -43,7 +42,7 @@ class DefaultRetry:
         kind = AttemptKind.FIRST
         retries = 0
         while True:
-            started_at, started = datetime.now(UTC), time.perf_counter()
+            clock = AttemptClock()
             try:
                 result = await call()
             except StageExit:
@@ -54,9 +53,9 @@ class DefaultRetry:
                 error_type = classify_exception(exc)
                 if error_type is not ErrorType.TRANSIENT:
                     if retries:
-                        self._record(hop, kind, AttemptOutcome.FAILED, started_at, started, exc)
+                        _failed(hop, kind, clock, exc)
                     raise
-                self._record(hop, kind, AttemptOutcome.FAILED, started_at, started, exc)
+                _failed(hop, kind, clock, exc)
                 if retries >= self.policy.retries:
                     raise
                 retries += 1
@@ -64,29 +63,16 @@ class DefaultRetry:
                 await asyncio.sleep(self.policy.backoff.delay(retries))
             else:
                 if retries:
-                    self._record(hop, kind, AttemptOutcome.SUCCEEDED, started_at, started)
+                    record_attempt(hop, kind, AttemptOutcome.SUCCEEDED, clock)
                 return result
 
-    def _record(  # noqa: PLR0917 - one attempt's facts
-        self,
-        hop: HopContext,
-        kind: AttemptKind,
-        outcome: AttemptOutcome,
-        started_at: datetime,
-        started: float,
-        exc: Exception | None = None,
-    ) -> None:
-        hop.attempts.append(
-            Attempt(
-                description=type(exc).__name__ if exc is not None else None,
-                duration_ms=int((time.perf_counter() - started) * 1000),
-                error_type=classify_exception(exc) if exc is not None else None,
-                kind=kind,
-                number=len(hop.attempts) + 1,
-                outcome=outcome,
-                started_at=started_at,
-            )
-        )
-        self.parts.metrics.stage_attempts.labels(
-            self.parts.component, kind.value, outcome.value
-        ).inc()
+
+def _failed(hop: HopContext, kind: AttemptKind, clock: AttemptClock, exc: Exception) -> None:
+    record_attempt(
+        hop,
+        kind,
+        AttemptOutcome.FAILED,
+        clock,
+        error_type=classify_exception(exc),
+        description=type(exc).__name__,
+    )
