@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
-from hopchain.middleware.attempts import AttemptClock, record_attempt
+from hopchain.middleware.attempts import run_attempts
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.failures import classify_exception
 from hopchain.middleware.policy import TransportRetry
 from hopchain.middleware.stage import StageExit
-from hopchain.schemas import AttemptKind, AttemptOutcome, ErrorType
+from hopchain.schemas import AttemptKind, ErrorType, ValidationIssue
 
 __all__ = ["DefaultRetry"]
 
@@ -39,40 +39,41 @@ class DefaultRetry:
         A declared stage's exit, a failure of any other type, or the last transient one is
         raised as it is, with the attempts already recorded on ``hop``.
         """
-        kind = AttemptKind.FIRST
-        retries = 0
-        while True:
-            clock = AttemptClock()
-            try:
-                result = await call()
-            except StageExit:
-                raise
-            except Exception as exc:
-                if hop.stage is not None:
-                    raise  # a declared stage decided already, with its own budgets
-                error_type = classify_exception(exc)
-                if error_type is not ErrorType.TRANSIENT:
-                    if retries:
-                        _failed(hop, kind, clock, exc)
-                    raise
-                _failed(hop, kind, clock, exc)
-                if retries >= self.policy.retries:
-                    raise
-                retries += 1
-                kind = AttemptKind.TRANSPORT
-                await asyncio.sleep(self.policy.backoff.delay(retries))
-            else:
-                if retries:
-                    record_attempt(hop, kind, AttemptOutcome.SUCCEEDED, clock)
-                return result
+        return await run_attempts(hop, _PlainPolicy(self.policy, hop), call)
 
 
-def _failed(hop: HopContext, kind: AttemptKind, clock: AttemptClock, exc: Exception) -> None:
-    record_attempt(
-        hop,
-        kind,
-        AttemptOutcome.FAILED,
-        clock,
-        error_type=classify_exception(exc),
-        description=type(exc).__name__,
-    )
+class _PlainPolicy:
+    """The default policy for one record: a :class:`~hopchain.middleware.attempts.RetryPolicy`."""
+
+    def __init__(self, policy: TransportRetry, hop: HopContext) -> None:
+        self.policy = policy
+        self.hop = hop
+        self.retries = 0
+
+    def passes(self, exc: Exception) -> bool:
+        # A declared stage decided already, with its own budgets.
+        return isinstance(exc, StageExit) or self.hop.stage is not None
+
+    def classify(self, exc: Exception) -> tuple[ErrorType, tuple[ValidationIssue, ...]]:
+        return classify_exception(exc), ()
+
+    def describe(self, exc: Exception) -> str:
+        return type(exc).__name__
+
+    def records(self, kind: AttemptKind, error_type: ErrorType | None) -> bool:
+        # A record whose handler never failed transient leaves no attempt on its hop.
+        return kind is not AttemptKind.FIRST or error_type is ErrorType.TRANSIENT
+
+    async def retry(
+        self,
+        error_type: ErrorType,
+        issues: tuple[ValidationIssue, ...],  # noqa: ARG002 - the policy's signature
+    ) -> AttemptKind | None:
+        if error_type is not ErrorType.TRANSIENT or self.retries >= self.policy.retries:
+            return None
+        self.retries += 1
+        await asyncio.sleep(self.policy.backoff.delay(self.retries))
+        return AttemptKind.TRANSPORT
+
+    def exhausted(self, exc: Exception, error_type: ErrorType) -> NoReturn:  # noqa: ARG002
+        raise exc
