@@ -41,8 +41,9 @@ connected with ``HOPCHAIN_KAFKA_BOOTSTRAP`` and the login settings). Under FastS
 ``TestKafkaBroker`` pass ``writer=BrokerWriter(broker)`` to park through the test broker.
 """
 
-from hopchain.middleware.faststream.factory import BrokerWriter, HopchainMiddleware
+from hopchain.middleware.faststream.factory import HopchainMiddleware
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.message import RecordMiddleware
+from hopchain.middleware.faststream.publish import BrokerWriter
 
 __all__ = ["RETRY_PAUSE_SECONDS", "BrokerWriter", "HopchainMiddleware", "RecordMiddleware"]

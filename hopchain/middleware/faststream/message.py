@@ -17,25 +17,13 @@ from faststream import BaseMiddleware, ContextRepo, StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
 from faststream.kafka.response import KafkaPublishCommand
 
-from hopchain.exceptions import (
-    ConfigurationError,
-    DeadLetterWriteError,
-    EnvelopeRejected,
-)
-from hopchain.middleware.context import (
-    HopContext,
-    current_hop,
-)
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, EnvelopeRejected
+from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Received, Verdict
 from hopchain.middleware.engine.consume import close_quietly
 from hopchain.middleware.faststream.batch import Batch, parseable, receive_batch
-from hopchain.middleware.faststream.commits import (
-    Pending,
-    consumer_of,
-    pending,
-    read_again,
-)
+from hopchain.middleware.faststream.commits import Pending, consumer_of, pending, read_again
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one, writing_raw
 from hopchain.middleware.faststream.types import MiddlewareOwner
@@ -133,14 +121,9 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             exc,
             extra={"hopchain_event": "record_retried", "topic": record.topic},
         )
-        await self._pause_partition(record)
+        await self.owner.holds.hold_or_wait(self.message, record.topic, record.partition)
         # FastStream's nack rewinds the consumer to this record: it is read again next.
         raise NackMessage from exc
-
-    async def _pause_partition(self, record: ConsumedRecord) -> None:
-        """Pause the record's partition only (or, without a consumer, wait here)."""
-        if not self.owner.holds.hold(self.message, record.topic, record.partition):
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
 
     async def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
@@ -164,7 +147,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self.owner.refusal is not None:
             # Neither handled nor committed: the stage stops here, loudly (logged once).
             self.message = msg
-            self._halt()
+            self.owner.holds.halt(self.message)
             raise NackMessage from self.owner.refusal
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
@@ -217,17 +200,9 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         except DeadLetterWriteError as write_error:
             await self._retry_later(hop.record, write_error)
         if settled.aborted:
-            self._halt()
+            self.owner.holds.halt(self.message)
             raise NackMessage from exc
         raise AckMessage from exc
-
-    def _halt(self) -> None:
-        """Read nothing more: pause every partition of the consumer that read the record."""
-        consumer = getattr(self.message, "consumer", None)
-        pause = getattr(consumer, "pause", None)
-        self.owner.holds.halt()
-        if consumer is not None and pause is not None:
-            pause(*consumer.assignment())
 
     async def after_processed(
         self,
@@ -299,7 +274,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 "component": self.hopchain.component,
             },
         )
-        await self._pause_partition(hop.record)
+        await self.owner.holds.hold_or_wait(self.message, hop.record.topic, hop.record.partition)
         raise NackMessage from exc
 
     # -- publishing --------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 :func:`send_one` validates and envelopes one publish (hopchain refuses, and sends nothing,
 when it breaks its topic's contract), then hands it on to FastStream. In batched mode it is
-not waited for: the record's commit waits for the broker's acknowledgement instead.
+not waited for: the record's commit waits for the broker's acknowledgement instead. Dead
+letters written through the broker (:class:`BrokerWriter`) pass unchanged.
 """
 
 from __future__ import annotations
@@ -12,22 +13,23 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
+from faststream.kafka import KafkaBroker
 from faststream.kafka.response import KafkaPublishCommand
 
 from hopchain.middleware.context import HopContext
+from hopchain.middleware.engine import OutgoingRecord
 from hopchain.middleware.faststream.commits import Pending
 from hopchain.middleware.faststream.types import MiddlewareOwner
 from hopchain.propagation import KeptTraceContext
 from hopchain.tracing import note_sent
 
-__all__ = ["CallNext", "key_bytes", "send_one", "writing_raw"]
+__all__ = ["BrokerWriter", "CallNext", "key_bytes", "send_one", "writing_raw"]
 
 CallNext = Callable[[KafkaPublishCommand], Awaitable[Any]]
 """The rest of FastStream's publish chain."""
 
 writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False)
-"""Set while :class:`~hopchain.middleware.faststream.factory.BrokerWriter` publishes a dead
-letter: it passes through unchanged."""
+"""Set while :class:`BrokerWriter` publishes a dead letter: it passes through unchanged."""
 
 
 def key_bytes(key: Any) -> bytes | None:
@@ -86,3 +88,30 @@ async def send_enveloped(
         }
     )
     return await call_next(cmd)
+
+
+class BrokerWriter:
+    """Writes dead letters and reroutes through the broker's own ``publish``.
+
+    For FastStream's ``TestKafkaBroker``, which replaces the broker's producer in memory,
+    so the whole failure path runs in a unit test. Header values go as text, as FastStream
+    sends them: a record whose headers are not UTF-8 cannot be parked this way.
+    """
+
+    def __init__(self, broker: KafkaBroker) -> None:
+        self.broker = broker
+
+    async def write(self, record: OutgoingRecord) -> None:
+        """Publish the record (the hopchain middleware lets it pass unchanged)."""
+        text = {name: (raw or b"").decode() for name, raw in record.headers}
+        token = writing_raw.set(True)
+        try:
+            await self.broker.publish(
+                record.value or b"",
+                record.topic,
+                key=record.key,
+                headers=text,
+                timestamp_ms=record.timestamp_ms,
+            )
+        finally:
+            writing_raw.reset(token)
