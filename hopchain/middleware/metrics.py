@@ -63,13 +63,16 @@ class MiddlewareMetrics:
         )
         self.stage_attempts = Counter(
             "hopchain_stage_attempts_total",
-            "Attempts at a stage's work, by kind (first, transport, contract) and outcome.",
+            "Attempts at a stage's work, by kind (first, transport, contract) and outcome. "
+            "stage: the declared stage's name, or the component's name for a handler that "
+            "declares no stage (whose attempts are counted only when it failed transient).",
             ["stage", "kind", "outcome"],
             registry=self.registry,
         )
         self.stage_decisions = Counter(
             "hopchain_stage_decisions_total",
-            "Hops appended by a stage, by decision (forwarded, recovered, degraded, ...).",
+            "Hops appended by a stage, by decision (forwarded, recovered, degraded, ...). "
+            "stage: the declared stage's name, or the component's name.",
             ["stage", "decision"],
             registry=self.registry,
         )

@@ -23,16 +23,15 @@ import asyncio
 import functools
 import inspect
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, ReasonCode
+from hopchain.middleware.attempts import run_attempts
 from hopchain.middleware.context import HopContext, RetryFeedback, current_hop
 from hopchain.middleware.control import is_control_flow
 from hopchain.middleware.failures import (
@@ -49,9 +48,7 @@ from hopchain.middleware.policy import (
     default_exit,
 )
 from hopchain.schemas import (
-    Attempt,
     AttemptKind,
-    AttemptOutcome,
     Decision,
     Degradation,
     ErrorType,
@@ -192,11 +189,14 @@ class Stage:
                 "EnvelopeConsumer"
             )
         hop.stage = self.name
-        return await _Attempts(self, hop).run(func, args, kwargs)
+        return await _StagePolicy(self, hop).run(func, args, kwargs)
 
 
-class _Attempts:
-    """One record's attempts at a stage: counts both budgets and records every attempt."""
+class _StagePolicy:
+    """One record's policy at a stage: both budgets, the declared exit; every attempt recorded.
+
+    A :class:`~hopchain.middleware.attempts.RetryPolicy` for the one retry loop.
+    """
 
     def __init__(self, stage: Stage, hop: HopContext) -> None:
         self.stage = stage
@@ -205,28 +205,30 @@ class _Attempts:
         self.contract_used = 0
 
     async def run(self, func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        kind = AttemptKind.FIRST
-        while True:
-            started_at = datetime.now(UTC)
-            started = time.perf_counter()
-            try:
-                result = func(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-                output = self._checked(result)
-            except Exception as exc:
-                if is_control_flow(exc):
-                    raise
-                error_type, issues = self._classify(exc)
-                self._record(kind, AttemptOutcome.FAILED, started_at, started, error_type, exc)
-                next_kind = await self._retry_kind(error_type, issues)
-                if next_kind is None:
-                    return self._exhausted(exc, error_type)
-                kind = next_kind
-            else:
-                self._record(kind, AttemptOutcome.SUCCEEDED, started_at, started)
-                self.hop.feedback = None
-                return output
+        async def attempt() -> Any:
+            result = func(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            output = self._checked(result)
+            self.hop.feedback = None
+            return output
+
+        return await run_attempts(self.hop, self, attempt)
+
+    def passes(self, exc: Exception) -> bool:
+        return is_control_flow(exc)
+
+    def records(
+        self,
+        kind: AttemptKind,  # noqa: ARG002 - the policy's signature
+        error_type: ErrorType | None,  # noqa: ARG002
+    ) -> bool:
+        return True
+
+    def describe(self, exc: Exception) -> str:
+        if isinstance(exc, _OutputInvalid):
+            return f"{len(exc.issues)} output field(s) failed the contract"
+        return type(exc).__name__
 
     def _checked(self, result: Any) -> Any:
         output_topic = self.stage.output
@@ -241,7 +243,7 @@ class _Attempts:
         except ValidationError as exc:
             raise _OutputInvalid(_issues(exc)) from None
 
-    def _classify(self, exc: Exception) -> tuple[ErrorType, tuple[ValidationIssue, ...]]:
+    def classify(self, exc: Exception) -> tuple[ErrorType, tuple[ValidationIssue, ...]]:
         if isinstance(exc, _OutputInvalid):
             return ErrorType.CONTRACT_VIOLATION, exc.issues
         if isinstance(exc, ValidationError):
@@ -260,38 +262,7 @@ class _Attempts:
             return error_type, (issue,)
         return error_type, ()
 
-    def _record(  # noqa: PLR0917 - one call site per outcome, read side by side
-        self,
-        kind: AttemptKind,
-        outcome: AttemptOutcome,
-        started_at: datetime,
-        started: float,
-        error_type: ErrorType | None = None,
-        exc: Exception | None = None,
-    ) -> None:
-        description = None
-        if exc is not None:
-            description = (
-                f"{len(exc.issues)} output field(s) failed the contract"
-                if isinstance(exc, _OutputInvalid)
-                else type(exc).__name__
-            )
-        self.hop.attempts.append(
-            Attempt(
-                description=description,
-                duration_ms=int((time.perf_counter() - started) * 1000),
-                error_type=error_type,
-                kind=kind,
-                number=len(self.hop.attempts) + 1,
-                outcome=outcome,
-                started_at=started_at,
-            )
-        )
-        metrics = self.hop.metrics
-        if metrics is not None:
-            metrics.stage_attempts.labels(self.stage.name, kind.value, outcome.value).inc()
-
-    async def _retry_kind(
+    async def retry(
         self, error_type: ErrorType, issues: tuple[ValidationIssue, ...]
     ) -> AttemptKind | None:
         stage = self.stage
@@ -313,7 +284,7 @@ class _Attempts:
             return AttemptKind.CONTRACT
         return None
 
-    def _exhausted(self, exc: Exception, error_type: ErrorType) -> Any:
+    def exhausted(self, exc: Exception, error_type: ErrorType) -> Any:
         stage, hop = self.stage, self.hop
         failure = failure_from_exception(exc, hop, mappers=stage.mappers, error_type=error_type)
         if isinstance(exc, _OutputInvalid | ValidationError):

@@ -43,13 +43,13 @@ from hopchain import (
     current_hop,
 )
 from hopchain.exceptions import DeadLetterWriteError, ReasonCode
-from hopchain.middleware.commits import OffsetLedger
 from hopchain.middleware.engine import consume
 from hopchain.middleware.engine.adopt import adopt as adopt_bare
 from hopchain.middleware.engine.consume import Receiver
 from hopchain.middleware.engine.parts import dead_letter_info
 from hopchain.middleware.engine.publish import Publisher
 from hopchain.middleware.engine.settle import Settler
+from hopchain.middleware.faststream.ledger import OffsetLedger
 from hopchain.schemas import ErrorType, TopicContract
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id

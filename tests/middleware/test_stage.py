@@ -36,6 +36,7 @@ from hopchain import (
     current_hop,
     origin,
 )
+from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError, ReasonCode
 from hopchain.middleware.context import HopContext, RetryFeedback
 from hopchain.middleware.dedupe import MemoryDedupeStore
@@ -762,6 +763,70 @@ async def test_rate_limited_dependency_is_retried_with_backoff_on_the_transport_
     assert (
         sample(runtime, "hopchain_stage_decisions_total", stage="score", decision="recovered") == 1
     )
+
+
+def attempt_labels(runtime: Hopchain) -> dict[tuple[str, str, str], float]:
+    """Every ``hopchain_stage_attempts_total`` series: (stage, kind, outcome) -> count."""
+    return {
+        (sample.labels["stage"], sample.labels["kind"], sample.labels["outcome"]): sample.value
+        for family in runtime.metrics.registry.collect()
+        if family.name == "hopchain_stage_attempts"
+        for sample in family.samples
+        if sample.name == "hopchain_stage_attempts_total"
+    }
+
+
+@pytest.mark.kafka
+async def test_a_stage_and_a_plain_handler_label_their_attempts_the_same_way(
+    kafka_bootstrap: str, topics: Topics
+) -> None:
+    # One component, two handlers, each failing transient once: the declared stage's
+    # attempts carry its name, the plain handler's the component's, in the same label.
+    runtime = new_runtime(topics, config=HopchainConfig(transport_backoff_seconds=0.01))
+    stage = declare(
+        topics, transport=TransportRetry(retries=3, backoff=Backoff(initial=0.01, jitter=0.0))
+    )
+    calls = Calls()
+
+    async def score(claim: Claim) -> Scored:
+        attempt, _ = calls.seen(claim)
+        if attempt in {1, 3}:  # the first attempt of each handler's turn
+            raise Transient("the scoring API is busy")
+        return Scored(claim_id=claim.claim_id, label="hail", score=55)
+
+    await feed(kafka_bootstrap, topics, "claim-7")
+    async with serving(kafka_bootstrap, runtime, stage, score, group=group_name()):
+        await read(kafka_bootstrap, topics.output, 1)
+
+    group = group_name()
+    broker = KafkaBroker(
+        kafka_bootstrap,
+        middlewares=[HopchainMiddleware(runtime, group=group)],
+        ack_policy=AckPolicy.ACK,
+    )
+    broker.subscriber(topics.input, group_id=group, auto_offset_reset="earliest")(
+        broker.publisher(topics.output)(score)
+    )
+    await broker.start()
+    try:
+        outputs = await read(kafka_bootstrap, topics.output, 2)
+    finally:
+        await broker.stop()
+
+    assert calls.count["claim-7"] == 4
+    plain = decode(topics, outputs[1]).envelope.chain[-1]
+    assert attempt_list(plain.attempts) == [
+        ("first", "failed", "transient"),
+        ("transport", "succeeded", None),
+    ]
+    assert attempt_labels(runtime) == {
+        ("score", "first", "failed"): 1,
+        ("score", "transport", "succeeded"): 1,
+        ("scorer", "first", "failed"): 1,
+        ("scorer", "transport", "succeeded"): 1,
+    }
+    assert sample(runtime, "hopchain_stage_decisions_total", stage="scorer", decision="recovered")
+    assert sample(runtime, "hopchain_stage_decisions_total", stage="score", decision="recovered")
 
 
 # -- g. declarations that cannot be safe are refused ------------------------------------------

@@ -143,7 +143,6 @@ class Hopchain:
         self.publisher = Publisher(self.parts)
         self.settler = Settler(self.parts, self.publisher)
         self.default_retry = DefaultRetry(
-            self.parts,
             TransportRetry(
                 retries=self.config.transport_retries,
                 backoff=Backoff(initial=self.config.transport_backoff_seconds),

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from hopchain import propagation
 from hopchain.exceptions import EnvelopeRejected, ReasonCode
+from hopchain.middleware.attempts import stage_label
 from hopchain.middleware.context import HopContext, current_origin
 from hopchain.middleware.engine.parts import EngineParts
 from hopchain.schemas import (
@@ -92,7 +93,7 @@ class Publisher:
         parts = self.parts
         decided = decision or hop.effective_decision
         metrics = parts.metrics
-        metrics.child(metrics.stage_decisions, hop.stage or parts.component, decided.value).inc()
+        metrics.child(metrics.stage_decisions, stage_label(hop), decided.value).inc()
         hop.hops_appended += 1
         base = hop.envelope
         if contract is not None:

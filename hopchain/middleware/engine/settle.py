@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from hopchain.exceptions import EnvelopeRejected
+from hopchain.middleware.attempts import stage_label
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine.parts import EngineParts, dead_letter_info
 from hopchain.middleware.engine.publish import Publisher
@@ -182,7 +183,7 @@ class Settler:
     def abort(self, hop: HopContext, failure: Failure, *, run: bool = True) -> None:
         """Record that a stage stopped on this record; the caller stops consuming."""
         parts = self.parts
-        stage = hop.stage or parts.component
+        stage = stage_label(hop)
         parts.metrics.stage_decisions.labels(stage, Decision.ABORTED.value).inc()
         reason = f"stage {stage!r} aborted on {hop.record.describe()}: {failure.error_type.value}"
         parts.aborted.set(reason, run=run)
@@ -213,7 +214,7 @@ class Settler:
         parts = self.parts
         decided = hop.effective_decision
         metrics = parts.metrics
-        metrics.child(metrics.stage_decisions, hop.stage or parts.component, decided.value).inc()
+        metrics.child(metrics.stage_decisions, stage_label(hop), decided.value).inc()
         if hop.degradation is not None:
             logger.warning(
                 "%s degraded %s at a sink: %s",

@@ -12,7 +12,7 @@ which ``middleware.ack_policy`` gives): hopchain commits. Outputs and dead lette
 without waiting (a ``broker.publish`` in a handler returns the send's future), and per
 partition the offset below which every record is settled is committed in batches, on
 revocation (``listener=middleware.listener()``), on :meth:`~HopchainMiddleware.close` and on
-abort (see :mod:`hopchain.middleware.commits`). A failed send pauses and rewinds its
+abort (see :mod:`hopchain.middleware.faststream.ledger`). A failed send pauses and rewinds its
 partition only. A middleware that was never checked refuses its first record, in one line,
 and reads no further.
 
@@ -41,7 +41,9 @@ connected with ``HOPCHAIN_KAFKA_BOOTSTRAP`` and the login settings). Under FastS
 ``TestKafkaBroker`` pass ``writer=BrokerWriter(broker)`` to park through the test broker.
 """
 
-from hopchain.middleware.faststream.factory import BrokerWriter, HopchainMiddleware
-from hopchain.middleware.faststream.message import RETRY_PAUSE_SECONDS, RecordMiddleware
+from hopchain.middleware.faststream.factory import HopchainMiddleware
+from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
+from hopchain.middleware.faststream.message import RecordMiddleware
+from hopchain.middleware.faststream.publish import BrokerWriter
 
 __all__ = ["RETRY_PAUSE_SECONDS", "BrokerWriter", "HopchainMiddleware", "RecordMiddleware"]

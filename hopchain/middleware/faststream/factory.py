@@ -15,53 +15,22 @@ from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.engine import Hopchain, OutgoingRecord, RecordWriter
-from hopchain.middleware.faststream.message import (
-    RETRY_PAUSE_SECONDS,
-    RecordMiddleware,
-    writing_raw,
-)
-from hopchain.middleware.faststream_commits import (
+from hopchain.middleware.engine import Hopchain, RecordWriter
+from hopchain.middleware.faststream.commits import (
     BatchedCommits,
     CommitOnRevoke,
     require_safe_producer,
 )
-from hopchain.middleware.partition_holds import PartitionHolds
+from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
+from hopchain.middleware.faststream.message import RecordMiddleware
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 
-__all__ = ["BrokerWriter", "HopchainMiddleware"]
+__all__ = ["HopchainMiddleware"]
 
 logger = logging.getLogger("hopchain")
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
-
-
-class BrokerWriter:
-    """Writes dead letters and reroutes through the broker's own ``publish``.
-
-    For FastStream's ``TestKafkaBroker``, which replaces the broker's producer in memory,
-    so the whole failure path runs in a unit test. Header values go as text, as FastStream
-    sends them: a record whose headers are not UTF-8 cannot be parked this way.
-    """
-
-    def __init__(self, broker: KafkaBroker) -> None:
-        self.broker = broker
-
-    async def write(self, record: OutgoingRecord) -> None:
-        """Publish the record (the hopchain middleware lets it pass unchanged)."""
-        text = {name: (raw or b"").decode() for name, raw in record.headers}
-        token = writing_raw.set(True)
-        try:
-            await self.broker.publish(
-                record.value or b"",
-                record.topic,
-                key=record.key,
-                headers=text,
-                timestamp_ms=record.timestamp_ms,
-            )
-        finally:
-            writing_raw.reset(token)
 
 
 class HopchainMiddleware:

@@ -11,77 +11,31 @@ import asyncio
 import logging
 import time
 from contextlib import ExitStack
-from contextvars import ContextVar
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 from faststream import BaseMiddleware, ContextRepo, StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
 from faststream.kafka.response import KafkaPublishCommand
 
-from hopchain.exceptions import (
-    ConfigurationError,
-    DeadLetterWriteError,
-    EnvelopeRejected,
-)
-from hopchain.middleware.context import (
-    HopContext,
-    current_hop,
-)
+from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, EnvelopeRejected
+from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.control import register_control_flow
-from hopchain.middleware.engine import Hopchain, Received, RecordWriter, Verdict
+from hopchain.middleware.engine import Received, Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream_batch import Batch, receive_batch
-from hopchain.middleware.faststream_batch import parseable as _parseable
-from hopchain.middleware.faststream_commits import (
-    BatchedCommits,
-    Pending,
-    consumer_of,
-    pending,
-    read_again,
-)
-from hopchain.middleware.partition_holds import PartitionHolds
-from hopchain.propagation import KeptTraceContext
+from hopchain.middleware.faststream.batch import Batch, parseable, receive_batch
+from hopchain.middleware.faststream.commits import Pending, consumer_of, pending, read_again
+from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
+from hopchain.middleware.faststream.publish import CallNext, send_one, writing_raw
+from hopchain.middleware.faststream.types import MiddlewareOwner
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import mark_error, note_sent
+from hopchain.tracing import mark_error
 
-__all__ = ["RETRY_PAUSE_SECONDS", "MiddlewareOwner", "RecordMiddleware", "writing_raw"]
+__all__ = ["RecordMiddleware"]
 
 logger = logging.getLogger("hopchain")
 
 # A handler's AckMessage, NackMessage or RejectMessage steers FastStream: never a failure.
 register_control_flow(HandlerException)
-
-RETRY_PAUSE_SECONDS = 1.0
-"""Pause before a record that could not be parked, or whose output was not sent, is read
-again: the rewind alone would retry it at once, in a tight loop."""
-writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False)
-"""Set while :class:`~hopchain.middleware.faststream.factory.BrokerWriter` publishes a dead
-letter: it passes through unchanged."""
-
-
-class MiddlewareOwner(Protocol):
-    """What a record's middleware needs of the factory that made it (``HopchainMiddleware``)."""
-
-    hopchain: Hopchain
-    writer: RecordWriter
-    refusal: ConfigurationError | None
-    group: str
-    commits: BatchedCommits
-    holds: PartitionHolds
-    server_address: str | None
-    client_id: str | None
-
-    @property
-    def owns_commits(self) -> bool:
-        """Whether hopchain commits the offsets (batched mode, checked subscribers)."""
-        ...
-
-
-def _key_bytes(key: Any) -> bytes | None:
-    """A publish's key as the span records it."""
-    if isinstance(key, bytes):
-        return key
-    return key.encode() if isinstance(key, str) else None
 
 
 class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
@@ -113,7 +67,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self.msg is None or self.owner.refusal is not None:
             return
         if isinstance(self.msg, tuple):
-            self._batch = await receive_batch(self, self.msg)
+            self._batch = await receive_batch(self.owner, self.msg)
             return
         try:
             record = ConsumedRecord.from_aiokafka(self.msg)
@@ -142,7 +96,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 self._parking = self.hopchain.park(
                     received, group=self.owner.group, writer=self.owner.writer
                 )
-                _parseable(self.msg)
+                parseable(self.msg)
                 return
             await self._reject(received)
         # SKIP and REPORT: handed on as without hopchain.
@@ -153,9 +107,9 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         except DeadLetterWriteError as exc:
             # Rewound in consume_scope, where FastStream hands over the consumer to pause.
             self._unwritten = exc
-            _parseable(self.msg)
+            parseable(self.msg)
             return
-        _parseable(self.msg)
+        parseable(self.msg)
         # Parked and acknowledged by the broker: now, and only now, move past it.
         raise AckMessage
 
@@ -167,14 +121,9 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             exc,
             extra={"hopchain_event": "record_retried", "topic": record.topic},
         )
-        await self._pause_partition(record)
+        await self.owner.holds.hold_or_wait(self.message, record.topic, record.partition)
         # FastStream's nack rewinds the consumer to this record: it is read again next.
         raise NackMessage from exc
-
-    async def _pause_partition(self, record: ConsumedRecord) -> None:
-        """Pause the record's partition only (or, without a consumer, wait here)."""
-        if not self.owner.holds.hold(self.message, record.topic, record.partition):
-            await asyncio.sleep(RETRY_PAUSE_SECONDS)
 
     async def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
@@ -198,7 +147,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self.owner.refusal is not None:
             # Neither handled nor committed: the stage stops here, loudly (logged once).
             self.message = msg
-            self._halt()
+            self.owner.holds.halt(self.message)
             raise NackMessage from self.owner.refusal
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
@@ -251,17 +200,9 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         except DeadLetterWriteError as write_error:
             await self._retry_later(hop.record, write_error)
         if settled.aborted:
-            self._halt()
+            self.owner.holds.halt(self.message)
             raise NackMessage from exc
         raise AckMessage from exc
-
-    def _halt(self) -> None:
-        """Read nothing more: pause every partition of the consumer that read the record."""
-        consumer = getattr(self.message, "consumer", None)
-        pause = getattr(consumer, "pause", None)
-        self.owner.holds.halt()
-        if consumer is not None and pause is not None:
-            pause(*consumer.assignment())
 
     async def after_processed(
         self,
@@ -333,12 +274,12 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 "component": self.hopchain.component,
             },
         )
-        await self._pause_partition(hop.record)
+        await self.owner.holds.hold_or_wait(self.message, hop.record.topic, hop.record.partition)
         raise NackMessage from exc
 
     # -- publishing --------------------------------------------------------------------------
 
-    async def publish_scope(self, call_next: Any, cmd: KafkaPublishCommand) -> Any:
+    async def publish_scope(self, call_next: CallNext, cmd: KafkaPublishCommand) -> Any:
         """Validate and envelope every publish; refuse (and send nothing) when invalid."""
         topic = cmd.destination
         if writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):
@@ -346,59 +287,10 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if self._batch is not None:
             return await self._batch.publish(call_next, cmd)
         incoming = self.hop if self.hop is not None else current_hop()
-        return await self.publish_one(call_next, cmd, incoming, pending.get())
-
-    async def publish_one(
-        self,
-        call_next: Any,
-        cmd: KafkaPublishCommand,
-        incoming: HopContext | None,
-        waiting: Pending | None,
-    ) -> Any:
-        """Envelope one publish extending ``incoming``; in batched mode, do not wait for it."""
-        topic = cmd.destination
         try:
-            with self.hopchain.sending(
-                topic,
-                cmd.body,
-                incoming=incoming,
-                headers=cmd.headers,
-                key=_key_bytes(cmd.key),
-                server_address=self.owner.server_address,
-            ) as record:
-                if waiting is not None:
-                    # Batched: not waited for here; the commit waits for the acknowledgement.
-                    cmd.no_confirm = True
-                sent = await self._send(call_next, cmd, record.value, record.headers)
-                # The partition is known once the broker answered (not yet when batched).
-                note_sent(
-                    None if isinstance(sent, asyncio.Future) else sent,
-                    client_id=self.owner.client_id,
-                )
-                if waiting is not None and isinstance(sent, asyncio.Future):
-                    waiting.wait_for(sent)
-                return sent
+            return await send_one(self.owner, call_next, cmd, incoming, pending.get())
         except Exception as exc:
             if incoming is not None:
                 # Seen again in after_processed: the record must not be committed unsent.
                 self._unsent = exc
             raise
-
-    @staticmethod
-    async def _send(
-        call_next: Any,
-        cmd: KafkaPublishCommand,
-        value: bytes,
-        headers: tuple[tuple[str, bytes], ...],
-    ) -> Any:
-        cmd.body = value
-        # Kept: a telemetry middleware after this one may not replace hopchain's traceparent.
-        cmd.headers = KeptTraceContext(
-            {
-                **cmd.headers,
-                **{name: raw.decode() for name, raw in headers},
-                # Headers mode keeps the value a JSON payload that plain consumers can read.
-                "content-type": "application/json",
-            }
-        )
-        return await call_next(cmd)

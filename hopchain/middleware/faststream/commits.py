@@ -1,8 +1,8 @@
 """What the FastStream middleware needs to own commits (``HOPCHAIN_COMMITS=batched``).
 
 Which records are pending per consumer (:class:`BatchedCommits`, one
-:class:`~hopchain.middleware.commits.OffsetLedger` per subscriber's consumer), the rebalance
-listener that commits before partitions move (:class:`CommitOnRevoke`), and the output
+:class:`~hopchain.middleware.faststream.ledger.OffsetLedger` per subscriber's consumer), the
+rebalance listener that commits before partitions move (:class:`CommitOnRevoke`), and the output
 producer's settings (:func:`require_safe_producer`).
 """
 
@@ -19,7 +19,7 @@ from faststream.kafka import KafkaBroker
 
 from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.commits import Entry, OffsetConsumer, OffsetLedger
+from hopchain.middleware.faststream.ledger import Entry, OffsetConsumer, OffsetLedger
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = [

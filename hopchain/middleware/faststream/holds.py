@@ -15,10 +15,14 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from hopchain.middleware.commits import OffsetConsumer
-from hopchain.middleware.faststream_commits import consumer_of
+from hopchain.middleware.faststream.commits import consumer_of
+from hopchain.middleware.faststream.ledger import OffsetConsumer
 
-__all__ = ["PartitionHolds"]
+__all__ = ["RETRY_PAUSE_SECONDS", "PartitionHolds"]
+
+RETRY_PAUSE_SECONDS = 1.0
+"""Pause before a record that could not be parked, or whose output was not sent, is read
+again: the rewind alone would retry it at once, in a tight loop."""
 
 
 class PartitionHolds:
@@ -60,10 +64,22 @@ class PartitionHolds:
         if not self.halted and tp in consumer.assignment():
             consumer.resume(tp)
 
-    def halt(self) -> None:
-        """Resume nothing from now on (the stage aborted)."""
+    async def hold_or_wait(self, message: Any, topic: str, partition: int) -> None:
+        """Pause ``topic``/``partition`` (or, with no consumer to pause, wait here as long)."""
+        if not self.hold(message, topic, partition):
+            await asyncio.sleep(self.pause_seconds)
+
+    def halt(self, message: Any) -> None:
+        """The stage aborted: pause every partition of the consumer that read ``message``.
+
+        Nothing is resumed from now on.
+        """
+        consumer = getattr(message, "consumer", None)
+        pause = getattr(consumer, "pause", None)
         self.halted = True
         self.close()
+        if consumer is not None and pause is not None:
+            pause(*consumer.assignment())
 
     def close(self) -> None:
         """Forget the pending resumes."""

@@ -25,14 +25,15 @@ from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream_commits import Pending, consumer_of, read_again
+from hopchain.middleware.faststream.commits import Pending, consumer_of, read_again
+from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
+from hopchain.middleware.faststream.publish import CallNext, send_one
+from hopchain.middleware.faststream.types import MiddlewareOwner
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["parseable", "receive_batch"]
 
 logger = logging.getLogger("hopchain")
-
-_RETRY_PAUSE_SECONDS = 1.0
 
 
 def parseable(record: Any) -> None:
@@ -69,7 +70,7 @@ class _Item:
 class Batch:
     """What the middleware does around one batch."""
 
-    middleware: Any
+    owner: MiddlewareOwner
     items: list[_Item]
     scope: ExitStack = field(default_factory=ExitStack)
     started: float = field(default_factory=time.perf_counter)
@@ -86,7 +87,7 @@ class Batch:
 
     async def consume(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Track, open hops, hand the valid payloads to the handler; park all on failure."""
-        owner = self.middleware.owner
+        owner = self.owner
         if owner.owns_commits:
             consumer = consumer_of(msg)
             for index, item in enumerate(self.items):
@@ -96,7 +97,7 @@ class Batch:
                     # Untracked, the batch would be committed past by the records after it.
                     await read_again(msg, *(later.parking for later in self.items[index:]))
                     logger.critical("%s is not tracked; reading it again", item.record.describe())
-                    await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                    await asyncio.sleep(RETRY_PAUSE_SECONDS)
                     raise NackMessage from exc
                 if item.parking is not None:
                     owner.commits.settle_in_background(item.parking, item.pending, lambda _: False)
@@ -120,8 +121,8 @@ class Batch:
             await self._park_all(exc)
 
     async def _park_all(self, exc: BaseException) -> NoReturn:
-        owner = self.middleware.owner
-        hopchain = self.middleware.hopchain
+        owner = self.owner
+        hopchain = owner.hopchain
         for item in self.kept:
             if item.hop is None:
                 continue
@@ -134,7 +135,7 @@ class Batch:
             try:
                 settled = await work
             except DeadLetterWriteError as write_error:
-                await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                await asyncio.sleep(RETRY_PAUSE_SECONDS)
                 raise NackMessage from write_error
             if settled.aborted:
                 raise NackMessage from exc
@@ -142,7 +143,7 @@ class Batch:
 
     async def finish(self, exc_val: BaseException | None) -> bool:
         """Close the hops; in batched mode the records settle once their sends are done."""
-        hopchain = self.middleware.hopchain
+        hopchain = self.owner.hopchain
         with self.scope:
             if exc_val is None:
                 for hop in self.hops:
@@ -159,18 +160,18 @@ class Batch:
                     item.pending.seal()
                 else:
                     item.pending.rewind(exc_val)
-        if self.middleware.owner.owns_commits:
+        if self.owner.owns_commits:
             return item_owned(exc_val)
         if exc_val is not None and not item_owned(exc_val):
             # An output not sent: FastStream would commit the batch anyway (ACK); rewind it.
             logger.error(
                 "an output of a batch was not sent (%s); handling it again", type(exc_val).__name__
             )
-            await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
             raise NackMessage from exc_val
         return False
 
-    async def publish(self, call_next: Any, cmd: KafkaPublishCommand) -> Any:
+    async def publish(self, call_next: CallNext, cmd: KafkaPublishCommand) -> Any:
         """Send one output per valid record, each extending its record's hop."""
         items = [item for item in self.kept if item.hop is not None]
         hops = [item.hop for item in items if item.hop is not None]
@@ -194,9 +195,7 @@ class Batch:
                 correlation_id=cmd.correlation_id,
                 reply_to=cmd.reply_to,
             )
-            sent.append(
-                await self.middleware.publish_one(call_next, one, hop, items[index].pending)
-            )
+            sent.append(await send_one(self.owner, call_next, one, hop, items[index].pending))
         return sent[-1] if sent else None
 
 
@@ -205,10 +204,9 @@ def item_owned(exc_val: BaseException | None) -> bool:
     return isinstance(exc_val, HandlerException)
 
 
-async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
+async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Batch:
     """Decide on each record of a batch; park the refused ones (waited for per record mode)."""
-    hopchain = middleware.hopchain
-    owner = middleware.owner
+    hopchain = owner.hopchain
     items: list[_Item] = []
     scope = ExitStack()
     for raw in records:
@@ -231,8 +229,8 @@ async def receive_batch(middleware: Any, records: tuple[Any, ...]) -> Batch:
                         "%s is not committed and will be read again: %s", record.describe(), exc
                     )
                     close_quietly(scope, record)
-                    await asyncio.sleep(_RETRY_PAUSE_SECONDS)
+                    await asyncio.sleep(RETRY_PAUSE_SECONDS)
                     raise NackMessage from exc
                 item.parking = True
         parseable(raw)
-    return Batch(middleware, items, scope)
+    return Batch(owner, items, scope)
