@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import logging
 from contextlib import ExitStack
+from datetime import UTC
 from typing import Any
 
 import pytest
-from middleware_helpers import Doc, consumed, contract, doc, received_hop, registry
+from middleware_helpers import (
+    Doc,
+    consumed,
+    contract,
+    doc,
+    received_hop,
+    registry,
+    span_exporter,
+)
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, field_validator
 
 from hopchain import ConfigurationError, Hopchain, HopchainConfig
-from hopchain.exceptions import DeadLetterWriteError, ReasonCode, UnknownTopicError
+from hopchain.exceptions import DeadLetterWriteError, DecodeError, ReasonCode, UnknownTopicError
 from hopchain.middleware.engine import OutgoingRecord, Received, Verdict
 from hopchain.middleware.engine.consume import Receiver
 from hopchain.schemas import ErrorType, TopicContract
@@ -538,3 +547,140 @@ def test_a_reported_record_that_cannot_be_passed_on_is_parked(
     assert received.error.code is ReasonCode.READER_ERROR
     assert received.error.detail == "report raised builtins.ValueError"
     assert isinstance(received.cause, ValueError)
+
+
+# -- what a refusal leaves behind: its coordinates, the hop, the spans --------------------------
+
+
+def test_a_reader_error_knows_where_the_record_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(self: Receiver, record: Any) -> Any:
+        raise KeyError("zz")
+
+    monkeypatch.setattr(Receiver, "accept", broken)
+    received = engine().receive(consumed(TOPIC, b"{}", offset=12, partition=3), group="g")
+    assert received.error is not None
+    error = received.error
+    assert (error.topic, error.partition, error.offset, error.path) == (TOPIC, 3, 12, "$")
+
+
+async def test_a_parked_failure_is_bounded_and_never_locally_resolvable() -> None:
+    runtime = engine()
+    record = consumed(TOPIC, b"{}", offset=2)
+    long_detail = DecodeError(ReasonCode.BAD_JSON, "x" * 5000, "$", topic=TOPIC)
+    info = await runtime.park(
+        Received(Verdict.PARK, record, error=long_detail), group="g", writer=MemoryWriter()
+    )
+    assert info.failure.locally_resolvable is False
+    assert len(info.failure.validation_errors[0].message) == 1000
+    internal = DecodeError(ReasonCode.READER_ERROR, "y" * 5000, "$", topic=TOPIC)
+    info = await runtime.park(
+        Received(Verdict.PARK, record, error=internal), group="g", writer=MemoryWriter()
+    )
+    assert info.failure.locally_resolvable is False
+    assert len(info.failure.description) == 2000
+    assert len(info.failure.validation_errors[0].message) == 1000
+
+
+async def test_a_dead_letter_that_cannot_be_built_names_the_records_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runtime = engine()
+    received = runtime.receive(consumed(TOPIC, b"{}", offset=9, partition=2), group="g")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("unexpected header shape")
+
+    monkeypatch.setattr("hopchain.middleware.engine.consume.dead_letter_info", broken)
+    with pytest.raises(DeadLetterWriteError) as raised:
+        await runtime.park(received, group="g", writer=MemoryWriter())
+    assert (raised.value.partition, raised.value.offset) == (2, 9)
+
+
+def test_an_opened_hop_holds_what_the_handler_reads() -> None:
+    runtime = engine()
+    record = valid_record(runtime, 5)
+    with ExitStack() as scope:
+        received = runtime.receive(record, group="g", scope=scope)
+        hop, span, decoded = received.hop, received.span, received.decoded
+        assert hop is not None
+        assert span is not None
+        assert decoded is not None
+        assert hop.envelope is decoded.envelope
+        assert hop.component == "receiver"
+        assert hop.span_id == span.span_id
+        assert hop.received_at.tzinfo is UTC
+        assert hop.registry is runtime.registry
+        assert hop.dedupe is runtime.dedupe
+        assert hop.metrics is runtime.metrics
+
+
+def test_a_reported_record_is_passed_on_in_its_group_with_its_payload() -> None:
+    runtime = engine(report_only=True)
+    record = consumed(TOPIC, b'{"id": 3, "text": "as sent"}', offset=5)
+    long = DecodeError(ReasonCode.MISSING_HEADER, "z" * 3000, "$.headers.hopchain-envelope")
+    with ExitStack() as scope:
+        received = runtime.pass_on(
+            Received(Verdict.REPORT, record, error=long), group="reporters", scope=scope
+        )
+        assert received.hop is not None
+        assert received.hop.group == "reporters"
+        assert received.decoded is not None
+        assert received.decoded.payload == Doc(id=3, text="as sent")
+        assert received.hop.reported is not None
+        assert len(received.hop.reported.message) == 1000
+
+
+def test_failures_of_reporting_and_parking_are_logged_with_the_record(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = engine(report_only=True)
+
+    def broken(self: Receiver, record: Any, error: Any) -> None:
+        raise RuntimeError("metrics registry gone")
+
+    monkeypatch.setattr(Receiver, "would_reject", broken)
+    caplog.set_level(logging.ERROR, logger="hopchain")
+    received = runtime.receive(consumed(TOPIC, b"{}", offset=7), group="g")
+    assert received.verdict is Verdict.REPORT
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"reporting {TOPIC}[0]@7 failed; handing it on anyway" in messages
+
+
+async def test_a_failure_building_a_dead_letter_is_logged_with_the_record(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = engine()
+    received = runtime.receive(consumed(TOPIC, b"{}", offset=9), group="g")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("unexpected header shape")
+
+    monkeypatch.setattr("hopchain.middleware.engine.consume.dead_letter_info", broken)
+    caplog.set_level(logging.ERROR, logger="hopchain")
+    with pytest.raises(DeadLetterWriteError):
+        await runtime.park(received, group="g", writer=MemoryWriter())
+    assert f"parking {TOPIC}[0]@9 failed in hopchain itself" in [
+        r.getMessage() for r in caplog.records
+    ]
+
+
+@pytest.mark.parametrize("report_only", [False, True], ids=["parked", "reported"])
+async def test_a_refusal_has_a_span_saying_why_in_the_records_trace(*, report_only: bool) -> None:
+    exporter = span_exporter()
+    exporter.clear()
+    runtime = engine(report_only=report_only)
+    record = consumed(TOPIC, b"{}", offset=11, partition=1)
+    received = runtime.receive(record, group="g")
+    if not report_only:
+        await runtime.park(received, group="g", writer=MemoryWriter())
+    [span] = [s for s in exporter.get_finished_spans() if s.name.endswith(f" {TOPIC}")]
+    assert span.name == f"{'report' if report_only else 'reject'} {TOPIC}"
+    attributes = dict(span.attributes or {})
+    assert attributes["hopchain.reason"] == "missing_header"
+    assert attributes["hopchain.path"] == "$.headers.hopchain-envelope"
+    assert attributes["hopchain.component"] == "receiver"
+    assert attributes["hopchain.parked"] is (not report_only)
+    assert attributes["messaging.kafka.offset"] == 11
+    assert attributes["messaging.destination.partition.id"] == "1"
