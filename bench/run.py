@@ -71,7 +71,14 @@ VARIANTS = (
     Variant.TXN_BATCHES,
     Variant.AIOKAFKA,
 )
-CRASHED = (Variant.ACK_FIRST, Variant.HEADERS, Variant.BATCHED, Variant.TXN)
+CRASHED = (
+    Variant.ACK_FIRST,
+    Variant.HEADERS,
+    Variant.BATCHED,
+    Variant.TXN,
+    Variant.BATCHES,
+    Variant.TXN_BATCHES,
+)
 """The variants of the kill -9 crash runs: FastStream's default, and each hopchain mode."""
 PROFILED_ROLES = ("producer", "stage-b", "sink")
 
