@@ -24,13 +24,13 @@ from middleware_helpers import (
     span_exporter,
 )
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, field_serializer, field_validator
 
 from hopchain import ConfigurationError, Hopchain, HopchainConfig
 from hopchain.exceptions import DeadLetterWriteError, DecodeError, ReasonCode, UnknownTopicError
 from hopchain.middleware.engine import OutgoingRecord, Received, Verdict
-from hopchain.middleware.engine.consume import Receiver
-from hopchain.schemas import ErrorType, TopicContract
+from hopchain.middleware.engine.consume import Receiver, close_quietly
+from hopchain.schemas import ErrorType, TopicContract, WireMode
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id
 
@@ -499,6 +499,13 @@ async def test_a_parked_record_is_logged_with_where_it_went(
         f"rejected {TOPIC}[0]@8: missing_header at $.headers.hopchain-envelope; parking in {DLQ}"
     )
     assert line.dead_letter_topic == DLQ  # type: ignore[attr-defined]
+    fields = {n: getattr(line, n) for n in ("topic", "partition", "path", "component")}
+    assert fields == {
+        "topic": TOPIC,
+        "partition": 0,
+        "path": "$.headers.hopchain-envelope",
+        "component": "receiver",
+    }
     assert line.dead_letter_id == info.dead_letter_id  # type: ignore[attr-defined]
     assert (line.offset, line.reason) == (8, "missing_header")  # type: ignore[attr-defined]
     assert info.group == "g"
@@ -684,3 +691,100 @@ async def test_a_refusal_has_a_span_saying_why_in_the_records_trace(*, report_on
     assert attributes["hopchain.parked"] is (not report_only)
     assert attributes["messaging.kafka.offset"] == 11
     assert attributes["messaging.destination.partition.id"] == "1"
+
+
+class Vendored(Exception):  # noqa: N818 - stands for a library's exception
+    """An exception from outside the standard library: its module names its owner."""
+
+
+def test_a_reader_error_names_the_exceptions_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: Receiver, record: Any) -> Any:
+        raise Vendored
+
+    monkeypatch.setattr(Receiver, "accept", broken)
+    received = engine().receive(consumed(TOPIC, b"{}"), group="g")
+    assert received.error is not None
+    assert received.error.detail == f"accept raised {__name__}.Vendored"
+
+
+class Shy(BaseModel):
+    """A contract whose serializer refuses one value its validator accepts."""
+
+    id: int
+    text: str
+
+    @field_serializer("text")
+    def known(self, value: str) -> str:
+        return {"a": value, "b": value}[value[0]]
+
+
+def body_record(runtime: Hopchain, text: str, offset: int) -> Any:
+    feeder = Hopchain(
+        registry(contract(TOPIC, mode=WireMode.BODY)),
+        component="feeder",
+        metrics_registry=CollectorRegistry(),
+    )
+    encoded, _ = feeder.outgoing(
+        TOPIC,
+        Doc(id=offset, text=text),
+        incoming=None,
+        trace_id=new_trace_id(),
+        span_id=new_span_id(),
+    )
+    del runtime
+    return consumed(TOPIC, encoded.value, encoded.headers, offset=offset)
+
+
+def test_a_body_mode_payload_is_serialized_for_the_handler_when_asked() -> None:
+    runtime = engine(TopicContract(topic=TOPIC, model=Shy, owner="o", mode=WireMode.BODY))
+    record = body_record(runtime, "a1", 1)
+    assert runtime.receive(record, group="g").body is None  # not asked
+    received = runtime.receive(record, group="g", body=True)
+    assert received.verdict is Verdict.HANDLE
+    assert received.body == b'{"id":1,"text":"a1"}'
+    headers_mode = engine()
+    plain = headers_mode.receive(valid_record(headers_mode), group="g", body=True)
+    assert plain.verdict is Verdict.HANDLE
+    assert plain.body is None  # headers mode: the value is the payload already
+
+
+def test_a_serializer_that_raises_parks_the_record_as_a_reader_error() -> None:
+    runtime = engine(TopicContract(topic=TOPIC, model=Shy, owner="o", mode=WireMode.BODY))
+    record = body_record(runtime, "zz", 2)
+    received = runtime.receive(record, group="g", body=True)
+    assert received.verdict is Verdict.PARK
+    assert received.record is record
+    assert received.error is not None
+    assert received.error.code is ReasonCode.READER_ERROR
+    # pydantic wraps what the serializer raised.
+    assert received.error.detail == (
+        "serialize raised pydantic_core._pydantic_core.PydanticSerializationError"
+    )
+    assert "KeyError" in str(received.cause)
+    reporting = engine(
+        TopicContract(topic=TOPIC, model=Shy, owner="o", mode=WireMode.BODY, report_only=True)
+    )
+    assert reporting.receive(record, group="g", body=True).verdict is Verdict.REPORT
+
+
+class Exploding:
+    """A context whose exit raises, as a span processor's end might."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        raise RuntimeError("exporter")
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["record", "no-record"])
+def test_closing_a_hop_that_raises_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture, *, known: bool
+) -> None:
+    scope = ExitStack()
+    scope.enter_context(Exploding())
+    record = consumed(TOPIC, b"{}", offset=4)
+    caplog.set_level(logging.ERROR, logger="hopchain")
+    close_quietly(scope, record if known else None)
+    where = f"{TOPIC}[0]@4" if known else "a record"
+    assert [r.getMessage() for r in caplog.records] == [f"closing the hop of {where} failed"]
