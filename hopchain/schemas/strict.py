@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import msgspec
@@ -221,6 +223,7 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
 
 
 _HOP_START = b'{"component":"'
+_DEGRADATION = attrgetter("degradation")
 
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -274,9 +277,9 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
     if (
         fast is not None
         and len(fast) == len(hops)
-        and all(hop.startswith(_HOP_START) for hop in hops)
+        and all(map(bytes.startswith, hops, repeat(_HOP_START)))
         and _ENCODE(fast) == b"[%s]" % b",".join(hops)
-        and all(map(check, fast))
+        and check(fast)
     ):
         parsed: Sequence[Any] = fast
         # Checked above; read again with timestamps as text, as the wire struct has them.
@@ -289,11 +292,15 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
             check_timestamps(wire, path)
             parsed.append(wire)
         last = parsed[-1]
-    markers = {
-        index: hop.degradation.stage
-        for index, hop in enumerate(parsed)
-        if hop.degradation is not None
-    }
+    markers = (
+        {
+            index: hop.degradation.stage
+            for index, hop in enumerate(parsed)
+            if hop.degradation is not None
+        }
+        if any(map(_DEGRADATION, parsed))
+        else {}
+    )
     return ChainRead(last, parsed, markers)
 
 
