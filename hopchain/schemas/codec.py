@@ -37,7 +37,7 @@ from hopchain.schemas.headers import (
 from hopchain.schemas.integrity import Keyring
 from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.sealed import wire_of
-from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
+from hopchain.schemas.traceparent import format_traceparent, hop_traceparent
 from hopchain.schemas.wire import WIRE_MAJOR
 
 __all__ = [
@@ -56,7 +56,8 @@ RawHeaders = Sequence[tuple[str, bytes | None]]
 
 _SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER})
 """Headers that must appear once. ``traceparent`` may repeat: OpenTelemetry's Kafka
-instrumentations append their own beside hopchain's (see :func:`_hop_traceparent`)."""
+instrumentations append their own beside hopchain's (see
+:func:`~hopchain.schemas.traceparent.hop_traceparent`)."""
 
 
 @dataclass(frozen=True)
@@ -97,44 +98,6 @@ class EncodedRecord:
     def size(self) -> int:
         """Bytes the record takes on the wire, roughly: value plus header names and values."""
         return len(self.value) + sum(len(name) + len(value) for name, value in self.headers)
-
-
-def _hop_traceparent(headers: RawHeaders, trace_id: str, last_span: str | None) -> str:
-    """The ``traceparent`` hopchain wrote, among any that instrumentations appended.
-
-    The rule for a record with several: hopchain's is the one naming the envelope's trace
-    and (schema 2) the last hop's span; the others are some instrumentation's own send spans,
-    in the same trace, and are ignored. With no such header the record is refused.
-
-    Raises:
-        EnvelopeError: ``bad_traceparent``, naming what was missing or wrong.
-    """
-    values = [raw for name, raw in headers if name == TRACEPARENT_HEADER and raw is not None]
-    if not values:
-        raise EnvelopeError(
-            ReasonCode.BAD_TRACEPARENT,
-            "no traceparent header; every hopchain record carries W3C trace context",
-            "$.headers.traceparent",
-        )
-    same_trace = False
-    for raw in values:
-        parent = parse_traceparent(raw.decode(errors="replace"))
-        if parent is None or parent.trace_id != trace_id:
-            continue
-        same_trace = True
-        if last_span is None or parent.span_id == last_span:
-            return raw.decode()
-    if same_trace:
-        raise EnvelopeError(
-            ReasonCode.BAD_TRACEPARENT,
-            "traceparent's parent span is not the last hop's span",
-            "$.headers.traceparent",
-        )
-    raise EnvelopeError(
-        ReasonCode.BAD_TRACEPARENT,
-        "traceparent is malformed or names another trace than the envelope's trace_id",
-        "$.headers.traceparent",
-    )
 
 
 class EnvelopeCodec:
@@ -213,7 +176,7 @@ class EnvelopeCodec:
         # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, text_headers, headers)
         wire = wire_of(envelope)
-        traceparent = _hop_traceparent(
+        traceparent = hop_traceparent(
             headers, envelope.trace_id, wire.last.span_id if wire and wire.last else None
         )
         degraded = text_headers.get(DEGRADED_HEADER)

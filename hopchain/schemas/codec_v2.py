@@ -176,7 +176,7 @@ def seal_for_topic(
         envelope = reseal_last(envelope, wire, digest, keyring)
         wire = wire_of(envelope)
         assert wire is not None  # noqa: S101 - reseal_last keeps it
-    first_new = max(verified_hops - wire.legacy, 0)
+    first_new = max(verified_hops - wire.legacy, 0) if keyring is not None else len(wire.hops)
     for position in range(first_new, len(wire.hops)):
         component = component_of(wire.hops[position]) or ""
         _check_signature(
