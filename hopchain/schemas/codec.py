@@ -400,13 +400,15 @@ class EnvelopeCodec:
             value = payload_json
         else:
             value = text[:-1] + PAYLOAD_MEMBER + payload_json + b"}"
-        record = EncodedRecord(value, tuple(headers), sealed)
-        if record.size > self.limits.max_record_bytes:
+        size = len(value)
+        for name, raw in headers:
+            size += len(name) + len(raw)
+        if size > self.limits.max_record_bytes:
             raise EnvelopeError(
                 ReasonCode.OVERSIZE,
-                f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
+                f"record would be {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
-        return record
+        return EncodedRecord(value, tuple(headers), sealed)
 
     def _payload_json(
         self, contract: TopicContract, payload: BaseModel

@@ -113,6 +113,8 @@ def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) 
 
 def markers(envelope: Envelope, wire: Wire) -> str:
     """The ``hopchain-degraded`` header: every marker's stage, oldest first."""
+    if not wire.markers and not wire.legacy_hops:
+        return ""
     stages = [hop.degradation.stage for hop in wire.legacy_hops if hop.degradation]
     stages += [wire.markers[index] for index in sorted(wire.markers)]
     del envelope

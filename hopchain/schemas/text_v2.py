@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from hashlib import sha256 as _sha256
 from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import orjson
@@ -60,6 +61,7 @@ __all__ = [
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
+_IDENTITY = attrgetter(*_IDENTITY_FIELDS)
 _SIGNATURE = re.compile(SIGNATURE_PATTERN)
 _COMMA = ord(",")
 _SPLIT = b",\n{"
@@ -256,7 +258,7 @@ def read_envelope_text(
         last=read.last,
         markers=read.markers,
     )
-    state = {name: getattr(ident, name) for name in _IDENTITY_FIELDS}
+    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(ident), strict=True))
     state.update(
         schema_version=ident.schema_version,
         contract=read.last.contract,
