@@ -243,11 +243,13 @@ def _chain_struct(kind: type[msgspec.Struct]) -> type[msgspec.Struct]:
     """The twin of ``kind`` whose timestamps are datetimes (see ``_AWARE``)."""
     hints = typing.get_type_hints(kind, include_extras=True)
     fields = [(name, _twin_type(hints[name], timestamps=True)) for name in kind.__struct_fields__]
+    # Not tracked by the garbage collector (faster to build): what is decoded holds no cycle.
     return msgspec.defstruct(
         f"Chain{kind.__name__}",
         fields,
         forbid_unknown_fields=True,
         frozen=True,
+        gc=False,
         module=kind.__module__,
     )
 
