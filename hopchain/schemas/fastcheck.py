@@ -30,7 +30,7 @@ from hopchain.schemas.wire import (
     TOPIC_PATTERN,
 )
 
-__all__ = ["chain_twin", "fast_twin"]
+__all__ = ["chain_twin", "fast_twin", "plain_check"]
 
 Check = Callable[[Any], bool]
 Batched = tuple[Callable[[Any], Any], Callable[[str], object], bool]
@@ -120,7 +120,7 @@ class _Compiler:
         self.timestamps = timestamps
         self.plain = plain
         self.names: dict[str, Any] = {}
-        self.batched: list[Batched] | None = [] if plain else None
+        self.batched: list[Batched] | None = None  # set by build_all, for plain text
 
     def constant(self, value: Any) -> str:
         name = f"_c{len(self.names)}"
@@ -205,6 +205,7 @@ class _Compiler:
     def build_all(self, info: mi.StructType) -> Check:
         """A check of a list of structs: one loop, and the batched members line by line."""
         name = f"_check_all_{info.cls.__name__}"
+        self.batched = [] if self.plain else None
         body = self.fields(info, "value", 0)
         lines = [f"def {name}(values):", "    for value in values:"]
         lines += [f"        {line}" for line in body] or ["        pass"]
@@ -236,6 +237,12 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
         module=kind.__module__,
     )
     return twin, _Compiler().build(typing.cast("mi.StructType", mi.type_info(kind)))
+
+
+@cache
+def plain_check(kind: type[msgspec.Struct]) -> Check:
+    """The check of :func:`fast_twin`'s twin for plain text: no name pattern (see below)."""
+    return _Compiler(plain=True).build(typing.cast("mi.StructType", mi.type_info(kind)))
 
 
 @cache

@@ -22,7 +22,7 @@ import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.fastcheck import chain_twin, fast_twin
+from hopchain.schemas.fastcheck import chain_twin, fast_twin, plain_check
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
 __all__ = [
@@ -193,6 +193,8 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
             another form than RFC 8785.
     """
     twin, check = fast_twin(kind)
+    if b"\\" not in raw and b"\x7f" not in raw:
+        check = plain_check(kind)  # no control character in any string: names need no pattern
     try:
         fast = msgspec.json.decode(raw, type=twin)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
