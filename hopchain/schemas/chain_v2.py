@@ -10,6 +10,7 @@ import hmac
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -55,6 +56,7 @@ __all__ = [
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
+_IDENTITY = attrgetter(*_IDENTITY_FIELDS)
 _SIGNATURE_PREFIX = "hmac-sha256:"
 _SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -77,7 +79,7 @@ def _new_envelope(
     template: Envelope, wire: Wire, *, contract: str, version: int, head: str
 ) -> Envelope:
     """An envelope of schema 2 sharing the template's identity, built without validation."""
-    state = {name: getattr(wire.ident, name) for name in _IDENTITY_FIELDS}
+    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(wire.ident), strict=True))
     del template
     state.update(
         schema_version=wire.ident.schema_version,
@@ -189,17 +191,17 @@ def append_v2(
         "contract_version": envelope.contract_version,
         "decided_at": timestamp_text(decided),
         "decision": decision,
-        "degradation": _dump(degradation),
+        "degradation": None if degradation is None else _dump(degradation),
         "destination": destination,
-        "effects": [_dump(item) for item in effects],
-        "failure": _dump(failure),
+        "effects": [_dump(item) for item in effects] if effects else [],
+        "failure": None if failure is None else _dump(failure),
         "instance": instance,
         "observation": observation,
         "payload_digest": payload,
         "received_at": timestamp_text(received_at) if received_at is not None else None,
-        "received_from": _dump(received_from),
+        "received_from": None if received_from is None else _dump(received_from),
         "span_id": span_id,
-        "tries": [_dump(item) for item in attempts],
+        "tries": [_dump(item) for item in attempts] if attempts else [],
     }
     hop_wire: HopWire = _build(HopWire, document, path)
     settle(wire)  # a hop appended before this one is sealed first
@@ -216,7 +218,7 @@ def append_v2(
         None,
         Pending(hop_wire, keyring),
     )
-    state = {name: getattr(wire.ident, name) for name in _IDENTITY_FIELDS}
+    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(wire.ident), strict=True))
     state.update(
         schema_version=wire.ident.schema_version,
         contract=hop_wire.contract,

@@ -37,7 +37,7 @@ from hopchain.schemas.headers import (
 from hopchain.schemas.integrity import Keyring
 from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.sealed import wire_of
-from hopchain.schemas.traceparent import format_traceparent, parse_traceparent
+from hopchain.schemas.traceparent import format_traceparent, hop_traceparent
 from hopchain.schemas.wire import WIRE_MAJOR
 
 __all__ = [
@@ -56,7 +56,8 @@ RawHeaders = Sequence[tuple[str, bytes | None]]
 
 _SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER})
 """Headers that must appear once. ``traceparent`` may repeat: OpenTelemetry's Kafka
-instrumentations append their own beside hopchain's (see :func:`_hop_traceparent`)."""
+instrumentations append their own beside hopchain's (see
+:func:`~hopchain.schemas.traceparent.hop_traceparent`)."""
 
 
 @dataclass(frozen=True)
@@ -99,44 +100,6 @@ class EncodedRecord:
         return len(self.value) + sum(len(name) + len(value) for name, value in self.headers)
 
 
-def _hop_traceparent(headers: RawHeaders, trace_id: str, last_span: str | None) -> str:
-    """The ``traceparent`` hopchain wrote, among any that instrumentations appended.
-
-    The rule for a record with several: hopchain's is the one naming the envelope's trace
-    and (schema 2) the last hop's span; the others are some instrumentation's own send spans,
-    in the same trace, and are ignored. With no such header the record is refused.
-
-    Raises:
-        EnvelopeError: ``bad_traceparent``, naming what was missing or wrong.
-    """
-    values = [raw for name, raw in headers if name == TRACEPARENT_HEADER and raw is not None]
-    if not values:
-        raise EnvelopeError(
-            ReasonCode.BAD_TRACEPARENT,
-            "no traceparent header; every hopchain record carries W3C trace context",
-            "$.headers.traceparent",
-        )
-    same_trace = False
-    for raw in values:
-        parent = parse_traceparent(raw.decode(errors="replace"))
-        if parent is None or parent.trace_id != trace_id:
-            continue
-        same_trace = True
-        if last_span is None or parent.span_id == last_span:
-            return raw.decode()
-    if same_trace:
-        raise EnvelopeError(
-            ReasonCode.BAD_TRACEPARENT,
-            "traceparent's parent span is not the last hop's span",
-            "$.headers.traceparent",
-        )
-    raise EnvelopeError(
-        ReasonCode.BAD_TRACEPARENT,
-        "traceparent is malformed or names another trace than the envelope's trace_id",
-        "$.headers.traceparent",
-    )
-
-
 class EnvelopeCodec:
     """Encodes and decodes records for the topics of one registry."""
 
@@ -172,6 +135,9 @@ class EnvelopeCodec:
         self.keyring = keyring
         self.limits = limits or Limits()
         self.schema = schema
+        # The payload bytes read last, their model, strictness and digest: a payload written
+        # on as it was read (same bytes, same model) was validated already.
+        self._read_payload: tuple[type[BaseModel], bool, bytes, str] | None = None
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -195,8 +161,8 @@ class EnvelopeCodec:
             raise EnvelopeError(ReasonCode.TOMBSTONE, "the record value is null (a tombstone)")
         if not value:
             raise EnvelopeError(ReasonCode.EMPTY_VALUE, "the record value is empty")
-        text_headers = self._read_headers(headers)
-        size = len(value) + sum(len(name.encode()) + len(raw or b"") for name, raw in headers)
+        text_headers, size = self._read_headers(headers)
+        size += len(value)
         if size > self.limits.max_record_bytes:
             raise EnvelopeError(
                 ReasonCode.OVERSIZE,
@@ -213,13 +179,14 @@ class EnvelopeCodec:
         # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, text_headers, headers)
         wire = wire_of(envelope)
-        traceparent = _hop_traceparent(
+        traceparent = hop_traceparent(
             headers, envelope.trace_id, wire.last.span_id if wire and wire.last else None
         )
         degraded = text_headers.get(DEGRADED_HEADER)
         # Schema 1: a codec writing schema 1 keeps a schema-1 envelope as it was read.
-        expected = markers(envelope, wire) if wire is not None else v1.degraded_markers(envelope)
-        if degraded is not None and degraded != expected:
+        if degraded is not None and degraded != (
+            markers(envelope, wire) if wire is not None else v1.degraded_markers(envelope)
+        ):
             raise EnvelopeError(
                 ReasonCode.INVALID_VALUE,
                 f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
@@ -288,8 +255,9 @@ class EnvelopeCodec:
             model = contract.validate_payload(payload)
         except ValidationError as exc:
             raise from_validation(exc, prefix=("payload",)) from None
-        check_last_hop(envelope, contract, payload)
+        digest = check_last_hop(envelope, contract, payload)
         self._check_hop_limit(envelope.hop_count, "has")
+        self._read_payload = (contract.model, contract.lax_payloads, payload, digest)
         return model
 
     def _check_hop_limit(self, hops: int, verb: str) -> None:
@@ -302,8 +270,11 @@ class EnvelopeCodec:
             )
 
     @staticmethod
-    def _read_headers(headers: RawHeaders) -> dict[str, str]:
+    def _read_headers(headers: RawHeaders) -> tuple[dict[str, str], int]:
+        """The headers as text, and the bytes their names and values take."""
         text: dict[str, str] = {}
+        size = 0
+        wide: list[str] = []
         for name, raw in headers:
             if name in text and name in _SINGLE_HEADERS:
                 raise EnvelopeError(
@@ -320,7 +291,12 @@ class EnvelopeCodec:
                     f"$.headers.{name}",
                 ) from None
             text.setdefault(name, decoded)
-        return text
+            size += len(raw) if raw else 0
+            if name.isascii():
+                size += len(name)
+            else:
+                wide.append(name)
+        return text, size + sum(len(name.encode()) for name in wide)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -355,7 +331,7 @@ class EnvelopeCodec:
         tracestate: str | None,
         verified_hops: int,
     ) -> EncodedRecord:
-        payload_json = _payload_json(contract, payload)
+        payload_json, digest = self._payload_json(contract, payload)
         if envelope.contract != contract.name or envelope.contract_version != contract.version:
             raise EnvelopeError(
                 ReasonCode.CONTRACT_MISMATCH,
@@ -382,7 +358,12 @@ class EnvelopeCodec:
             )
         self._check_hop_limit(envelope.hop_count, "would have")
         sealed, wire, text = seal_for_topic(
-            envelope, contract, payload_json, verified_hops=verified_hops, keyring=self.keyring
+            envelope,
+            contract,
+            payload_json,
+            verified_hops=verified_hops,
+            keyring=self.keyring,
+            digest=digest,
         )
         assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
         traceparent = format_traceparent(sealed.trace_id, wire.last.span_id)
@@ -419,30 +400,42 @@ class EnvelopeCodec:
             value = payload_json
         else:
             value = text[:-1] + PAYLOAD_MEMBER + payload_json + b"}"
-        record = EncodedRecord(value, tuple(headers), sealed)
-        if record.size > self.limits.max_record_bytes:
+        size = len(value)
+        for name, raw in headers:
+            size += len(name) + len(raw)
+        if size > self.limits.max_record_bytes:
             raise EnvelopeError(
                 ReasonCode.OVERSIZE,
-                f"record would be {record.size} bytes; the limit is {self.limits.max_record_bytes}",
+                f"record would be {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
-        return record
+        return EncodedRecord(value, tuple(headers), sealed)
 
-
-def _payload_json(contract: TopicContract, payload: BaseModel) -> bytes:
-    if not isinstance(payload, contract.model):
-        raise EnvelopeError(
-            ReasonCode.PAYLOAD_INVALID,
-            f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
-            f"{contract.model.__name__}",
-            "$.payload",
-        )
-    # No serializer warnings: a wrong value is reported, typed, by the re-read below.
-    payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
-    try:
-        # Re-read what would be sent, as its readers will (strict unless lax_payloads): a
-        # model built with model_construct() or changed after validation must not reach the
-        # wire unchecked.
-        contract.validate_payload(payload_json)
-    except ValidationError as exc:
-        raise from_validation(exc, prefix=("payload",)) from None
-    return payload_json
+    def _payload_json(
+        self, contract: TopicContract, payload: BaseModel
+    ) -> tuple[bytes, str | None]:
+        """The payload's JSON, checked as its readers will read it, and its digest if known."""
+        if not isinstance(payload, contract.model):
+            raise EnvelopeError(
+                ReasonCode.PAYLOAD_INVALID,
+                f"payload is a {type(payload).__name__}; topic {contract.topic!r} carries "
+                f"{contract.model.__name__}",
+                "$.payload",
+            )
+        # No serializer warnings: a wrong value is reported, typed, by the re-read below.
+        payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
+        read = self._read_payload
+        if (
+            read is not None
+            and read[0] is contract.model
+            and read[1] == contract.lax_payloads
+            and read[2] == payload_json
+        ):
+            return payload_json, read[3]  # the bytes read and validated: written on unchanged
+        try:
+            # Re-read what would be sent, as its readers will (strict unless lax_payloads): a
+            # model built with model_construct() or changed after validation must not reach the
+            # wire unchecked.
+            contract.validate_payload(payload_json)
+        except ValidationError as exc:
+            raise from_validation(exc, prefix=("payload",)) from None
+        return payload_json, None

@@ -67,8 +67,8 @@ def read_v2(
     return envelope, rest[len(PAYLOAD_MEMBER) : -1]
 
 
-def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) -> None:
-    """The last hop must name this topic, its contract and this payload's digest.
+def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) -> str:
+    """The last hop must name this topic, its contract and this payload's digest; that digest.
 
     Raises:
         EnvelopeError: ``truncated_chain``, ``unexpected_writer``, ``contract_mismatch`` or
@@ -100,17 +100,21 @@ def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) 
             f"{contract.topic!r} carries {contract.name!r} v{contract.version}",
             f"$.chain[{index}].contract",
         )
-    if last.payload_digest != payload_digest(payload):
+    digest = payload_digest(payload)
+    if last.payload_digest != digest:
         raise EnvelopeError(
             ReasonCode.PAYLOAD_MISMATCH,
             "the payload's SHA-256 is not the digest the last hop sealed: the payload was "
             "replaced or altered after it was written",
             f"$.chain[{index}].payload_digest",
         )
+    return digest
 
 
 def markers(envelope: Envelope, wire: Wire) -> str:
     """The ``hopchain-degraded`` header: every marker's stage, oldest first."""
+    if not wire.markers and not wire.legacy_hops:
+        return ""
     stages = [hop.degradation.stage for hop in wire.legacy_hops if hop.degradation]
     stages += [wire.markers[index] for index in sorted(wire.markers)]
     del envelope
@@ -124,11 +128,13 @@ def seal_for_topic(
     *,
     verified_hops: int,
     keyring: Keyring | None,
+    digest: str | None = None,
 ) -> tuple[Envelope, Wire, bytes]:
     """The envelope as it goes to ``contract.topic``, and its text.
 
     A schema-1 envelope is carried over (its received hops kept as they are); a hop appended
-    in this process is sealed again with the payload's digest. Earlier hops are not touched.
+    in this process is sealed again with the payload's digest (``digest``, when the caller
+    knows it already). Earlier hops are not touched.
 
     Raises:
         EnvelopeError: the envelope cannot be written (the reason code says why).
@@ -139,7 +145,7 @@ def seal_for_topic(
         envelope = upgrade(envelope, keep=min(verified_hops, len(envelope.chain) - 1))
     wire = wire_of(envelope)
     assert wire is not None  # noqa: S101 - set just above
-    digest = payload_digest(payload)
+    digest = digest or payload_digest(payload)
     # The hop appended here is sealed now, once, over the payload's digest.
     settle_pending(wire, payload=digest, keyring=keyring)
     if not wire.hops or wire.last is None:
@@ -176,7 +182,7 @@ def seal_for_topic(
         envelope = reseal_last(envelope, wire, digest, keyring)
         wire = wire_of(envelope)
         assert wire is not None  # noqa: S101 - reseal_last keeps it
-    first_new = max(verified_hops - wire.legacy, 0)
+    first_new = max(verified_hops - wire.legacy, 0) if keyring is not None else len(wire.hops)
     for position in range(first_new, len(wire.hops)):
         component = component_of(wire.hops[position]) or ""
         _check_signature(

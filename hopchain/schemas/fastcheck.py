@@ -15,16 +15,26 @@ import typing
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 import msgspec.inspect as mi
 
-from hopchain.schemas.wire import COMPONENT_PATTERN, NAME_PATTERN, TIMESTAMP_PATTERN, TOPIC_PATTERN
+from hopchain.schemas.wire import (
+    COMPONENT_PATTERN,
+    DIGEST_PATTERN,
+    NAME_PATTERN,
+    SPAN_ID_PATTERN,
+    TIMESTAMP_PATTERN,
+    TOPIC_PATTERN,
+)
 
-__all__ = ["chain_twin", "fast_twin"]
+__all__ = ["chain_twin", "fast_twin", "plain_check"]
 
 Check = Callable[[Any], bool]
+Batched = tuple[Callable[[Any], Any], Callable[[str], object], bool]
+"""A member checked for a whole list: how to read it, the match of the lines, nullable."""
 
 
 def _without_pattern(meta: msgspec.Meta) -> msgspec.Meta:
@@ -66,6 +76,14 @@ spelling, so the canonical comparison and an offset check stand for the pattern.
 _RECURRING = frozenset({NAME_PATTERN, COMPONENT_PATTERN, TOPIC_PATTERN})
 """Patterns of names, which recur; ids, digests and timestamps do not."""
 
+_BATCHED = frozenset({SPAN_ID_PATTERN, DIGEST_PATTERN})
+"""Patterns of a hop's own members checked for a whole plain chain at once: the values, one a
+line, against the pattern repeated line by line. Sound for plain text only, where no string
+holds a line feed or a quote (the mark of a null), and for these patterns only: lowercase hex
+of a fixed length, which match no line feed and look no further than their own value."""
+_ANCHORS = ("^", r"(?!\n)$")
+_NULLS = {None: '"'}
+
 
 class _Passed(set[str]):
     """Strings that met a pattern and length bounds, remembered (at most ``LIMIT`` of them)."""
@@ -102,6 +120,7 @@ class _Compiler:
         self.timestamps = timestamps
         self.plain = plain
         self.names: dict[str, Any] = {}
+        self.batched: list[Batched] | None = None  # set by build_all, for plain text
 
     def constant(self, value: Any) -> str:
         name = f"_c{len(self.names)}"
@@ -150,15 +169,55 @@ class _Compiler:
         member = f"_v{depth}"
         body: list[str] = []
         for field in info.fields:
+            if depth == 0 and self.batch(field):
+                continue
             statements = self.value(field.type, member, depth + 1)
             if statements:
                 body += [f"{member} = {var}.{field.name}", *statements]
         return body
 
+    def batch(self, field: mi.Field) -> bool:
+        """Whether a member is checked for the whole chain at once (plain text only)."""
+        info: mi.Type = field.type
+        nullable = isinstance(info, mi.UnionType)
+        if isinstance(info, mi.UnionType):
+            members = [m for m in info.types if not isinstance(m, mi.NoneType)]
+            info = members[0] if len(members) == 1 else info
+        if not (self.batched is not None and isinstance(info, mi.StrType)):
+            return False
+        if info.pattern not in _BATCHED:
+            return False
+        core = info.pattern.removeprefix(_ANCHORS[0]).removesuffix(_ANCHORS[1])
+        line = f'(?:{core}|")' if nullable else f"(?:{core})"
+        lines = re.compile(f"{line}(?:\n{line})*").fullmatch
+        self.batched.append((attrgetter(field.name), lines, nullable))
+        return True
+
     def build(self, info: mi.StructType) -> Check:
         name = f"_check_{info.cls.__name__}"
         body = self.fields(info, "value", 0)
         lines = [f"def {name}(value):", *(f"    {line}" for line in body), "    return True"]
+        namespace = dict(self.names)
+        exec("\n".join(lines), namespace)  # noqa: S102 - code written above, no input
+        check: Check = namespace[name]
+        return check
+
+    def build_all(self, info: mi.StructType) -> Check:
+        """A check of a list of structs: one loop, and the batched members line by line."""
+        name = f"_check_all_{info.cls.__name__}"
+        self.batched = [] if self.plain else None
+        body = self.fields(info, "value", 0)
+        lines = [f"def {name}(values):", "    for value in values:"]
+        lines += [f"        {line}" for line in body] or ["        pass"]
+        for getter, match, nullable in self.batched or ():
+            got = f"map({self.constant(getter)}, values)"
+            if nullable:
+                lines.append(f"    _b = list({got})")
+                got = f"map({self.constant(_NULLS.get)}, _b, _b)"
+            joined = f"{self.constant(chr(10))}.join({got})"
+            test = f"{self.constant(match)}({joined}) is None"
+            lines.append(f"    if values and {test}: return False")
+        lines.append("    return True")
         namespace = dict(self.names)
         exec("\n".join(lines), namespace)  # noqa: S102 - code written above, no input
         check: Check = namespace[name]
@@ -181,15 +240,23 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
 
 
 @cache
+def plain_check(kind: type[msgspec.Struct]) -> Check:
+    """The check of :func:`fast_twin`'s twin for plain text: no name pattern (see below)."""
+    return _Compiler(plain=True).build(typing.cast("mi.StructType", mi.type_info(kind)))
+
+
+@cache
 def _chain_struct(kind: type[msgspec.Struct]) -> type[msgspec.Struct]:
     """The twin of ``kind`` whose timestamps are datetimes (see ``_AWARE``)."""
     hints = typing.get_type_hints(kind, include_extras=True)
     fields = [(name, _twin_type(hints[name], timestamps=True)) for name in kind.__struct_fields__]
+    # Not tracked by the garbage collector (faster to build): what is decoded holds no cycle.
     return msgspec.defstruct(
         f"Chain{kind.__name__}",
         fields,
         forbid_unknown_fields=True,
         frozen=True,
+        gc=False,
         module=kind.__module__,
     )
 
@@ -198,16 +265,17 @@ def _chain_struct(kind: type[msgspec.Struct]) -> type[msgspec.Struct]:
 def chain_twin(
     kind: type[msgspec.Struct],
 ) -> tuple[msgspec.json.Decoder[list[Any]], Check, Check]:
-    """For a whole chain read at once: a list decoder, the twins' check, the plain one.
+    """For a whole chain read at once: a list decoder, the check of a list, the plain one.
 
     These twins read timestamps as :class:`~datetime.datetime` (see ``_AWARE``): only for
     checking a chain whose text is then compared with their encoding; their values are not
     handed out. Canonical text without a backslash and without U+007F holds no control
-    character in any string (RFC 8785 escapes U+0000-U+001F), so names meet their pattern
-    there: the check for plain text leaves it out.
+    character in any string (RFC 8785 escapes U+0000-U+001F) and no quote, so names meet
+    their pattern there: the check for plain text leaves it out, and checks ids and digests
+    for the whole list at once (see ``_BATCHED``).
     """
     twin = _chain_struct(kind)
     info = typing.cast("mi.StructType", mi.type_info(kind))
-    check = _Compiler(timestamps=True).build(info)
-    plain = _Compiler(timestamps=True, plain=True).build(info)
+    check = _Compiler(timestamps=True).build_all(info)
+    plain = _Compiler(timestamps=True, plain=True).build_all(info)
     return msgspec.json.Decoder(list[twin]), check, plain  # type: ignore[valid-type]

@@ -316,6 +316,8 @@ def sealed_hop(
 
 def timestamp_text(value: datetime) -> str:
     """The one spelling of a timestamp: ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` in UTC."""
+    if value.tzinfo is UTC:  # the usual case: spelled ...+00:00 by isoformat
+        return value.isoformat()[:-6] + "Z"
     if value.utcoffset():
         value = value.astimezone(UTC)
     return value.replace(tzinfo=None).isoformat() + "Z"

@@ -14,13 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.fastcheck import chain_twin, fast_twin
+from hopchain.schemas.fastcheck import chain_twin, fast_twin, plain_check
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
 __all__ = [
@@ -191,6 +193,8 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
             another form than RFC 8785.
     """
     twin, check = fast_twin(kind)
+    if b"\\" not in raw and b"\x7f" not in raw:
+        check = plain_check(kind)  # no control character in any string: names need no pattern
     try:
         fast = msgspec.json.decode(raw, type=twin)
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
@@ -221,6 +225,7 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
 
 
 _HOP_START = b'{"component":"'
+_DEGRADATION = attrgetter("degradation")
 
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -274,9 +279,9 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
     if (
         fast is not None
         and len(fast) == len(hops)
-        and all(hop.startswith(_HOP_START) for hop in hops)
+        and all(map(bytes.startswith, hops, repeat(_HOP_START)))
         and _ENCODE(fast) == b"[%s]" % b",".join(hops)
-        and all(map(check, fast))
+        and check(fast)
     ):
         parsed: Sequence[Any] = fast
         # Checked above; read again with timestamps as text, as the wire struct has them.
@@ -289,11 +294,15 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
             check_timestamps(wire, path)
             parsed.append(wire)
         last = parsed[-1]
-    markers = {
-        index: hop.degradation.stage
-        for index, hop in enumerate(parsed)
-        if hop.degradation is not None
-    }
+    markers = (
+        {
+            index: hop.degradation.stage
+            for index, hop in enumerate(parsed)
+            if hop.degradation is not None
+        }
+        if any(map(_DEGRADATION, parsed))
+        else {}
+    )
     return ChainRead(last, parsed, markers)
 
 

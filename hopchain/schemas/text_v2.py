@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from hashlib import sha256 as _sha256
+from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import orjson
@@ -59,8 +61,10 @@ __all__ = [
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
+_IDENTITY = attrgetter(*_IDENTITY_FIELDS)
 _SIGNATURE = re.compile(SIGNATURE_PATTERN)
 _COMMA = ord(",")
+_SPLIT = b",\n{"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _DIGESTS = re.compile(rb'\[(?:"[0-9a-f]{64}",)*"[0-9a-f]{64}"\]')
 
@@ -88,6 +92,8 @@ def _digests(text: bytes, count: int) -> list[str]:
 
 
 def _signatures(text: bytes, count: int) -> tuple[str | None, ...]:
+    if text == b"[%s]" % b",".join(repeat(b"null", count)):  # no hop signed: the usual case
+        return (None,) * count
     try:
         values = orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -164,9 +170,24 @@ def _chain(raw: bytes, start: int) -> tuple[int, tuple[bytes, ...]]:
     r"""Where the chain ends (-1: nowhere), and its hops, as ``find`` and ``split`` say.
 
     That is ``raw.find(CHAIN_END, start)``, then a split at ``,\n``, found line feed by line
-    feed: a search for one byte is much faster than for two, and line feeds are few.
+    feed: a search for one byte is much faster than for two, and line feeds are few. The
+    usual text, every line feed but the last between ``,`` and ``{``, is cut in one pass.
     """
     first = start + len(CHAIN_START)
+    ends: list[int] = []
+    find = raw.find
+    line = find(b"\n", first)
+    while line > 0 and raw[line - 1 : line + 2] == _SPLIT:
+        ends.append(line - 1)
+        line = find(b"\n", line + 1)
+    if line > 0 and raw.startswith(CHAIN_END, line) and not raw.startswith(CHAIN_END, first - 1):
+        starts = [first, *(end + 2 for end in ends)]
+        ends.append(line)
+        return line, tuple(map(raw.__getitem__, map(slice, starts, ends)))
+    return _chain_by_line(raw, first)
+
+
+def _chain_by_line(raw: bytes, first: int) -> tuple[int, tuple[bytes, ...]]:
     splits: list[int] = []
     line = first - 1
     while line >= 0:
@@ -237,7 +258,7 @@ def read_envelope_text(
         last=read.last,
         markers=read.markers,
     )
-    state = {name: getattr(ident, name) for name in _IDENTITY_FIELDS}
+    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(ident), strict=True))
     state.update(
         schema_version=ident.schema_version,
         contract=read.last.contract,

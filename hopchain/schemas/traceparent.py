@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["TraceParent", "format_traceparent", "parse_traceparent"]
+from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.headers import TRACEPARENT_HEADER
+
+__all__ = ["TraceParent", "format_traceparent", "hop_traceparent", "parse_traceparent"]
+
+_FLAGS = (b"01", b"00")
 
 # Version 00 is exact; later versions may append fields, which a reader must ignore.
 _TRACEPARENT = re.compile(
@@ -39,3 +45,53 @@ def parse_traceparent(value: str) -> TraceParent | None:
 def format_traceparent(trace_id: str, span_id: str, *, sampled: bool = True) -> str:
     """Write a version-00 ``traceparent`` value."""
     return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
+
+
+def hop_traceparent(
+    headers: Sequence[tuple[str, bytes | None]],
+    trace_id: str,
+    last_span: str | None,
+) -> str:
+    """The ``traceparent`` hopchain wrote, among any that instrumentations appended.
+
+    The rule for a record with several: hopchain's is the one naming the envelope's trace
+    and (schema 2) the last hop's span; the others are some instrumentation's own send spans,
+    in the same trace, and are ignored. With no such header the record is refused.
+
+    Raises:
+        EnvelopeError: ``bad_traceparent``, naming what was missing or wrong.
+    """
+    values = [raw for name, raw in headers if name == TRACEPARENT_HEADER and raw is not None]
+    # The usual record: the first is hopchain's own, spelled as hopchain writes it.
+    if (
+        values
+        and last_span is not None
+        and values[0][-2:] in _FLAGS
+        and values[0][:-2] == b"00-%s-%s-" % (trace_id.encode(), last_span.encode())
+    ):
+        return values[0].decode()
+    if not values:
+        raise EnvelopeError(
+            ReasonCode.BAD_TRACEPARENT,
+            "no traceparent header; every hopchain record carries W3C trace context",
+            "$.headers.traceparent",
+        )
+    same_trace = False
+    for raw in values:
+        parent = parse_traceparent(raw.decode(errors="replace"))
+        if parent is None or parent.trace_id != trace_id:
+            continue
+        same_trace = True
+        if last_span is None or parent.span_id == last_span:
+            return raw.decode()
+    if same_trace:
+        raise EnvelopeError(
+            ReasonCode.BAD_TRACEPARENT,
+            "traceparent's parent span is not the last hop's span",
+            "$.headers.traceparent",
+        )
+    raise EnvelopeError(
+        ReasonCode.BAD_TRACEPARENT,
+        "traceparent is malformed or names another trace than the envelope's trace_id",
+        "$.headers.traceparent",
+    )

@@ -19,7 +19,7 @@ from strategies import HEADERS_TOPIC, OWNER, Sample, hop_facts, sample_payload, 
 from wire_support import TOPICS, Parts, parts_of, reseal, v2_codec, v2_record, with_text
 
 import hopchain.schemas.sealed as sealed_module
-from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
+from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas import (
     ContractRegistry,
     Decision,
@@ -43,6 +43,30 @@ def refusal(
 
 
 # -- reading and writing -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+def test_a_payload_read_then_changed_is_validated_again_when_written(topic: str) -> None:
+    """A payload written on as it was read is not validated twice; a changed one still is."""
+    record = v2_record(topic, stages=1)
+    codec = v2_codec()
+    read = codec.decode(topic, record.value, list(record.headers))
+    onward = append_hop(
+        read.envelope,
+        component="stage-9",
+        instance="stage-9-0",
+        decision=Decision.FORWARDED,
+        span_id="c000000000000001",
+        destination=topic,
+    )
+    hops = read.envelope.hop_count
+    assert codec.encode(topic, onward, read.payload, verified_hops=hops).value
+    changed = read.payload.model_copy(update={"count": "three"})
+
+    with pytest.raises(EnvelopeRejected) as caught:
+        codec.encode(topic, onward, changed, verified_hops=hops)
+
+    assert (caught.value.code, caught.value.path) == (ReasonCode.PAYLOAD_INVALID, "$.payload.count")
 
 
 @pytest.mark.parametrize("topic", TOPICS)
