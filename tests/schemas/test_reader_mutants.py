@@ -49,7 +49,7 @@ FAILURE: dict[str, Any] = {
 }
 
 
-# -- building texts -------------------------------------------------------------------------------
+# -- building texts ---------------------------------------------------------------------------
 
 
 def _sample() -> tuple[bytes, list[bytes]]:
@@ -114,7 +114,7 @@ def nested(depth: int) -> Any:
     return value
 
 
-# -- read_envelope_text: the layout ---------------------------------------------------------------
+# -- read_envelope_text: the layout -----------------------------------------------------------
 
 
 def test_an_honest_text_reads_back_with_its_head_and_nothing_after_it() -> None:
@@ -179,7 +179,7 @@ def test_a_chain_opening_right_after_the_first_byte_is_read_as_an_empty_identity
     assert code is ReasonCode.MISSING_FIELD
 
 
-# -- _chain: one hop a line -------------------------------------------------------------------------
+# -- _chain: one hop a line -------------------------------------------------------------------
 
 
 def test_a_raw_line_feed_inside_a_hop_is_not_a_hop_boundary() -> None:
@@ -199,7 +199,7 @@ def test_two_hops_on_one_line_are_refused_at_the_first() -> None:
     assert path == "$.chain[0]"
 
 
-# -- _check_links: which hop's digest breaks ------------------------------------------------------
+# -- _check_links: which hop's digest breaks --------------------------------------------------
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
@@ -215,7 +215,7 @@ def test_a_hop_altered_after_sealing_is_refused_at_its_own_digest(keyed: bool) -
     )
 
 
-# -- _digests ---------------------------------------------------------------------------------------
+# -- _digests ---------------------------------------------------------------------------------
 
 
 def _with_digests(make: Callable[[list[str]], bytes]) -> bytes:
@@ -258,7 +258,7 @@ def test_a_single_hop_with_two_digests_is_refused() -> None:
     assert refusal(text) == (ReasonCode.INVALID_VALUE, "$.digests")
 
 
-# -- _signatures ------------------------------------------------------------------------------------
+# -- _signatures ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -279,7 +279,7 @@ def test_signatures_are_one_canonical_signature_or_null_per_hop(
     assert refusal(assemble(identity, hops, signatures=signatures)) == expected
 
 
-# -- _legacy: a carried schema-1 chain ----------------------------------------------------------
+# -- _legacy: a carried schema-1 chain --------------------------------------------------------
 
 
 def _legacy_text(
@@ -362,7 +362,7 @@ def test_a_carried_chain_nested_to_the_limit_is_judged_by_its_content_and_beyond
     assert refusal(_legacy_text(deep(MAX_DEPTH - 3))) == (ReasonCode.TOO_DEEP, "$")
 
 
-# -- decode_strict, _parse, nesting: a hop read strictly ------------------------------------------
+# -- decode_strict, _parse, nesting: a hop read strictly --------------------------------------
 
 
 def test_a_hop_nested_to_the_limit_is_judged_by_its_content_and_beyond_as_too_deep() -> None:
@@ -415,7 +415,7 @@ def test_a_number_written_as_text_is_a_wrong_type() -> None:
     assert refusal(edited(1, edit)) == (ReasonCode.WRONG_TYPE, "$.chain[1].contract_version")
 
 
-# -- _reason: which code a field's refusal gets -----------------------------------------------------
+# -- _reason: which code a field's refusal gets -----------------------------------------------
 
 
 def _with_attempt(**changes: Any) -> Callable[[dict[str, Any]], None]:
@@ -482,7 +482,7 @@ def test_an_observation_too_long_is_an_invalid_value() -> None:
     assert refusal(edited(1, edit)) == (ReasonCode.INVALID_VALUE, "$.chain[1].observation")
 
 
-# -- check_timestamps: dates the calendar does not have ------------------------------------------
+# -- check_timestamps: dates the calendar does not have
 
 FEB_30 = "2025-02-30T12:00:00.250000Z"
 
@@ -510,7 +510,18 @@ def test_a_date_the_calendar_does_not_have_is_refused_where_it_is(
     assert refusal(edited(1, edit)) == (ReasonCode.INVALID_VALUE, path)
 
 
-# -- exact_integers ---------------------------------------------------------------------------------
+def test_a_hop_with_tries_and_a_failure_before_a_broken_hop_does_not_hide_the_refusal() -> None:
+    identity, hops = _sample()
+    hop = json.loads(hops[1])
+    hop.update(failure={**FAILURE, "attempts": [ATTEMPT]}, tries=[ATTEMPT])
+    hops[1] = canonical(hop)
+    read_envelope_text(assemble(identity, hops), keyring=None)
+    hops[2] = hops[2].replace(b'"observation":""', b'"observation":5')
+
+    assert refusal(assemble(identity, hops)) == (ReasonCode.WRONG_TYPE, "$.chain[2].observation")
+
+
+# -- exact_integers ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -530,7 +541,7 @@ def test_exact_integers(value: object, exact: bool) -> None:
     assert exact_integers(value) is exact
 
 
-# -- read_v2: what may follow the signatures ------------------------------------------------------
+# -- read_v2: what may follow the signatures --------------------------------------------------
 
 
 def test_a_headers_mode_envelope_with_anything_after_the_signatures_is_refused() -> None:
