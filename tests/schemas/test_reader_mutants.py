@@ -145,6 +145,18 @@ def test_what_follows_the_signatures_is_returned_as_it_is() -> None:
         ("no identity", CHAIN_START + b"{}" + CHAIN_END + b"[]" + SIGNATURES + b"[]}", "layout"),
         # digests and signatures, but no chain
         ("no chain", b'{"digests":[],"signatures":[]}', "layout"),
+        # digests and signatures after a longer identity, but no chain
+        (
+            "no chain, longer identity",
+            b'{"contract":"samples","digests":[],"signatures":[]}',
+            "layout",
+        ),
+        # the signatures member before a chain that never closes
+        (
+            "signatures before an open chain",
+            b"{}" + SIGNATURES + b"[]" + CHAIN_START + b'{}"x"}',
+            "layout",
+        ),
         # a chain that never closes on its own line, followed by what looks like the rest
         (
             "chain not closed",
@@ -342,7 +354,7 @@ def test_a_carried_chain_of_another_envelope_is_refused() -> None:
 
 def test_a_carried_chain_is_checked_with_the_readers_keys() -> None:
     # The carried hop of "ingest" was written unsigned; a reader holding its key refuses it.
-    code, path = refusal(_legacy_text(), Keyring(KEYS))
+    code, path = refusal(_legacy_text(), Keyring({"ingest": KEYS["ingest"]}))
 
     assert code is ReasonCode.UNSIGNED_HOP
     assert path.startswith("$.chain[0]")
