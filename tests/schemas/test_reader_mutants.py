@@ -138,48 +138,36 @@ def test_what_follows_the_signatures_is_returned_as_it_is() -> None:
     assert envelope.hop_count == 3
 
 
-@pytest.mark.parametrize(
-    ("name", "text", "expected"),
-    [
-        # the chain opens at the first byte: there is no identity
-        ("no identity", CHAIN_START + b"{}" + CHAIN_END + b"[]" + SIGNATURES + b"[]}", "layout"),
-        # digests and signatures, but no chain
-        ("no chain", b'{"digests":[],"signatures":[]}', "layout"),
-        # digests and signatures after a longer identity, but no chain
-        (
-            "no chain, longer identity",
-            b'{"contract":"samples","digests":[],"signatures":[]}',
-            "layout",
-        ),
-        # the signatures member before a chain that never closes
-        (
-            "signatures before an open chain",
-            b"{}" + SIGNATURES + b"[]" + CHAIN_START + b'{}"x"}',
-            "layout",
-        ),
-        # a chain that never closes on its own line, followed by what looks like the rest
-        (
-            "chain not closed",
-            b'{"a":1' + CHAIN_START + b'{},"digests":[]' + SIGNATURES + b"[]}",
-            "layout",
-        ),
-        # the signatures member before the chain, nothing after it
-        (
-            "signatures first",
-            SIGNATURES + b"[]" + CHAIN_START + b"{}" + CHAIN_END + b'"x"}',
-            "layout",
-        ),
-        # the signatures member renamed
-        ("signatures renamed", None, "layout"),
-    ],
-)
+def _signatures_renamed() -> bytes:
+    identity, hops = _sample()
+    return assemble(identity, hops).replace(SIGNATURES, b',"signaturez":')
+
+
+OUT_OF_LAYOUT = {
+    "no identity: the chain opens at the first byte": (
+        CHAIN_START + b"{}" + CHAIN_END + b"[]" + SIGNATURES + b"[]}"
+    ),
+    "digests and signatures, no chain": b'{"digests":[],"signatures":[]}',
+    "a longer identity, digests and signatures, no chain": (
+        b'{"contract":"samples","digests":[],"signatures":[]}'
+    ),
+    "signatures before a chain that never closes": (
+        b"{}" + SIGNATURES + b"[]" + CHAIN_START + b'{}"x"}'
+    ),
+    "a chain not closed on its own line, then what looks like the rest": (
+        b'{"a":1' + CHAIN_START + b'{},"digests":[]' + SIGNATURES + b"[]}"
+    ),
+    "signatures first, nothing after the chain": (
+        SIGNATURES + b"[]" + CHAIN_START + b"{}" + CHAIN_END + b'"x"}'
+    ),
+    "the signatures member renamed": _signatures_renamed(),
+}
+
+
+@pytest.mark.parametrize("text", OUT_OF_LAYOUT.values(), ids=OUT_OF_LAYOUT.keys())
 def test_a_text_out_of_the_schema_2_layout_is_refused_as_not_canonical_at_the_root(
-    name: str, text: bytes | None, expected: str
+    text: bytes,
 ) -> None:
-    if text is None:
-        identity, hops = _sample()
-        text = assemble(identity, hops).replace(SIGNATURES, b',"signaturez":')
-    assert expected == "layout", name
     assert refusal(text) == (ReasonCode.NOT_CANONICAL, "$")
 
 
