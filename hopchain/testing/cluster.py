@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import shutil
 import signal
 import tempfile
@@ -40,10 +39,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing._jvm import run_tool
-from hopchain.testing._provision import free_port, render_properties
-from hopchain.testing.broker_state import FORMAT_FILE, read_format
+from hopchain.testing._provision import free_port
 from hopchain.testing.kafka import LocalKafka
+from hopchain.testing.kafka_storage import format_storage
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -74,14 +72,6 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def set_properties(path: Path, settings: Mapping[str, str | None]) -> None:
-    """Set (or, with ``None``, remove) keys of a ``.properties`` file in place."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [line for line in lines if line.partition("=")[0].strip() not in settings]
-    kept += [f"{key}={value}" for key, value in settings.items() if value is not None]
-    path.write_text("\n".join(kept) + "\n", encoding="utf-8")
-
-
 class ClusterNode(LocalKafka):
     """One node of a :class:`LocalKafkaCluster`: a combined broker+controller in a static quorum.
 
@@ -110,36 +100,24 @@ class ClusterNode(LocalKafka):
         self.kills += 1
 
     def _format_storage(self, java: str, jars: ResolvedJars, data_dir: Path) -> Path:
-        properties = render_properties(
+        # A static quorum: every node knows the three voters, so no node formats standalone.
+        properties, seconds = format_storage(
+            java,
+            jars,
             self.home,
             data_dir,
             port=self.port,
             controller_port=self.controller_port,
             node_id=self.node_id,
-        )
-        # A static quorum: every node knows the three voters, so no node formats standalone.
-        set_properties(
-            properties,
-            {
+            cluster_id=self.cluster_id,
+            settings={
                 "controller.quorum.bootstrap.servers": None,
                 "controller.quorum.voters": self.voters,
                 **self.settings,
             },
         )
-        if read_format(data_dir) is not None:
-            return properties
-        started = time.monotonic()
-        tool = [*self._java_base(java, jars), "kafka.tools.StorageTool"]
-        run_tool([*tool, "format", "-t", self.cluster_id, "-c", str(properties)], data_dir)
-        record = {
-            "cluster_id": self.cluster_id,
-            "port": self.port,
-            "controller_port": self.controller_port,
-            "node_id": self.node_id,
-            "kafka_version": jars.kafka_version,
-        }
-        (data_dir / FORMAT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        self.format_seconds = time.monotonic() - started
+        if seconds is not None:
+            self.format_seconds = seconds
         return properties
 
 

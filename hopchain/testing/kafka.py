@@ -25,10 +25,6 @@ SASL_PLAINTEXT listener with users that log in with PLAIN or SCRAM-SHA-256::
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
-import os
-import re
 import shutil
 import signal
 import tempfile
@@ -38,16 +34,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing._jvm import probe_broker, run_tool, tcp_connects
+from hopchain.testing._jvm import (
+    POLL_SECONDS,
+    JvmProcess,
+    probe_broker,
+    spawn_logged,
+    tcp_connects,
+)
 from hopchain.testing._provision import (
-    LOG4J2_CONFIG,
     ResolvedJars,
     cached_jars,
-    check_port_free,
     default_cache_dir,
     find_kafka_home,
-    free_port,
-    render_properties,
     require_tool,
     resolve_jars,
     tail_file,
@@ -55,18 +53,19 @@ from hopchain.testing._provision import (
 from hopchain.testing._sasl import SASL_MECHANISMS, SaslListener
 from hopchain.testing.broker_state import (
     CONSOLE_LOG,
-    FORMAT_FILE,
-    FORMAT_LOG,
     PID_FILE,
     STATE_FILE,
     BrokerState,
     BrokerStatus,
-    pid_alive,
-    read_format,
     read_state,
     remove_run_files,
-    signal_group,
     status_and_pid,
+)
+from hopchain.testing.kafka_storage import (
+    choose_ports,
+    choose_sasl_port,
+    format_storage,
+    java_command,
 )
 
 if TYPE_CHECKING:
@@ -79,10 +78,6 @@ __all__ = [
     "default_run_dir",
     "probe_broker",
 ]
-
-_POLL_SECONDS = 0.1
-_KILL_WAIT_SECONDS = 10.0
-_CLUSTER_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
 def default_run_dir() -> Path:
@@ -162,9 +157,7 @@ class LocalKafka:
         self._requested_sasl_port = sasl_port or None
         self._jars: ResolvedJars | None = None
         self._temp_data = False
-        self._pid: int | None = None
-        self._is_child = False
-        self._exit_status: int | None = None
+        self._process: JvmProcess | None = None
         self.port = 0
         self.controller_port = 0
         self.sasl_port = 0
@@ -218,7 +211,7 @@ class LocalKafka:
     @property
     def pid(self) -> int | None:
         """The JVM's process id while it runs."""
-        return self._pid
+        return self._process.pid if self._process is not None else None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -237,7 +230,7 @@ class LocalKafka:
             LocalKafkaError: a tool is missing, a port is taken, the JVM died or did not become
                 ready in time. The message names the log to read.
         """
-        if self._pid is not None:
+        if self._process is not None:
             raise LocalKafkaError(f"this broker is already running ({self.bootstrap})")
         return self._start(fresh=self._fresh)
 
@@ -252,7 +245,7 @@ class LocalKafka:
             LocalKafkaError: the broker was not running, or did not come back (see
                 :meth:`start`).
         """
-        if self._pid is None:
+        if self._process is None:
             raise LocalKafkaError("only a running broker can be restarted; call start() first")
         self._terminate(signal.SIGKILL if kill else signal.SIGTERM)
         self._start(fresh=False)
@@ -306,8 +299,10 @@ class LocalKafka:
             )
         if fresh:
             shutil.rmtree(data_dir, ignore_errors=True)
-        self.port, self.controller_port = self._choose_ports(data_dir)
-        self.sasl_port = self._choose_sasl_port(data_dir)
+        self.port, self.controller_port = choose_ports(data_dir, *self._requested_ports)
+        self.sasl_port = choose_sasl_port(
+            data_dir, self._sasl, self._requested_sasl_port, {self.port, self.controller_port}
+        )
         jars = self.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         remove_run_files(data_dir)
@@ -319,11 +314,10 @@ class LocalKafka:
         Stop it later with :func:`stop_broker` on the same data directory.
         """
         state = read_state(self.data_dir)
-        if self._pid is None or state is None:
+        if self._process is None or state is None:
             raise LocalKafkaError("only a started broker can be detached; call start() first")
         atexit.unregister(self.stop)
-        self._pid = None
-        self._is_child = False
+        self._process = None
         return state
 
     def stop(self, *, keep_data: bool | None = None) -> None:
@@ -332,7 +326,7 @@ class LocalKafka:
         ``keep_data`` overrides the constructor's choice, for example to keep a temporary data
         directory (and its logs) after a failed test session.
         """
-        if self._pid is None:
+        if self._process is None:
             return
         self._terminate()
         if keep_data is not None:
@@ -357,150 +351,45 @@ class LocalKafka:
         return self._keep_data if self._keep_data is not None else not self._temp_data
 
     def _pid_or_fail(self) -> int:
-        if self._pid is None:
+        if self._process is None:
             raise LocalKafkaError("the broker process is gone")
-        return self._pid
-
-    def _choose_ports(self, data_dir: Path) -> tuple[int, int]:
-        formatted = read_format(data_dir)
-        port, controller_port = self._requested_ports
-        if formatted is not None:
-            old = (int(formatted["port"]), int(formatted["controller_port"]))
-            wanted = (port or old[0], controller_port or old[1])
-            if wanted != old:
-                raise LocalKafkaError(
-                    f"{data_dir} was formatted for ports {old[0]}/{old[1]}, not "
-                    f"{wanted[0]}/{wanted[1]}; use those ports, or start fresh (--fresh) "
-                    "to format it again (its topics are lost)"
-                )
-            port, controller_port = old
-        if port is not None:
-            check_port_free(port, "--port")
-        if controller_port is not None:
-            check_port_free(controller_port, "--controller-port")
-        port = port or free_port()
-        controller_port = controller_port or free_port()
-        while controller_port == port:
-            controller_port = free_port()
-        return port, controller_port
-
-    def _choose_sasl_port(self, data_dir: Path) -> int:
-        if self._sasl is None:
-            return 0
-        formatted = read_format(data_dir)
-        port = self._requested_sasl_port
-        if formatted is not None:
-            if formatted.get("sasl_fingerprint") != self._sasl.fingerprint:
-                raise LocalKafkaError(
-                    f"{data_dir} was formatted with other SASL users (SCRAM credentials are "
-                    "written at format time); start fresh (--fresh) to format it again"
-                )
-            port = port or int(formatted.get("sasl_port") or 0) or None
-        if port is not None:
-            check_port_free(port, "sasl_port")
-        taken = {self.port, self.controller_port}
-        port = port or free_port()
-        while port in taken:
-            port = free_port()
-        return port
-
-    def _java_base(self, java: str, jars: ResolvedJars, *, heap: str | None = None) -> list[str]:
-        memory = [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC"] if heap else []
-        return [
-            java,
-            *memory,
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.home / LOG4J2_CONFIG}",
-            f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
-            "-cp",
-            f"{jars.libs}{os.sep}*",
-        ]
+        return self._process.pid
 
     def _format_storage(self, java: str, jars: ResolvedJars, data_dir: Path) -> Path:
-        properties = render_properties(
+        properties, seconds = format_storage(
+            java,
+            jars,
             self.home,
             data_dir,
             port=self.port,
             controller_port=self.controller_port,
             node_id=self.node_id,
-            extra_listeners=self._sasl.listener(self.sasl_port) if self._sasl else "",
-            sasl_settings=self._sasl.settings() if self._sasl else "",
+            sasl=self._sasl,
+            sasl_port=self.sasl_port,
         )
-        if read_format(data_dir) is not None:
-            return properties
-        started = time.monotonic()
-        tool = [*self._java_base(java, jars), "kafka.tools.StorageTool"]
-        cluster_id = run_tool([*tool, "random-uuid"], data_dir).strip().splitlines()[-1:]
-        if not cluster_id or not _CLUSTER_ID.match(cluster_id[0]):
-            raise LocalKafkaError(
-                f"StorageTool random-uuid printed no cluster id; see {data_dir / FORMAT_LOG}"
-            )
-        scram = self._sasl.format_arguments() if self._sasl else []
-        run_tool(
-            [*tool, "format", "--standalone", "-t", cluster_id[0], "-c", str(properties), *scram],
-            data_dir,
-            secrets=[self._sasl.users[name] for name in self._sasl.users] if self._sasl else [],
-        )
-        record: dict[str, object] = {
-            "cluster_id": cluster_id[0],
-            "port": self.port,
-            "controller_port": self.controller_port,
-            "node_id": self.node_id,
-            "kafka_version": jars.kafka_version,
-        }
-        if self._sasl is not None:
-            record.update(sasl_port=self.sasl_port, sasl_fingerprint=self._sasl.fingerprint)
-        (data_dir / FORMAT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        self.format_seconds = time.monotonic() - started
+        if seconds is not None:
+            self.format_seconds = seconds
         return properties
 
     def _spawn(self, java: str, jars: ResolvedJars, properties: Path) -> None:
-        command = [*self._java_base(java, jars, heap=self.heap), "kafka.Kafka", str(properties)]
+        command = [
+            *java_command(java, jars, self.home, self.data_dir, heap=self.heap),
+            "kafka.Kafka",
+            str(properties),
+        ]
         for name, value in self.overrides.items():
             command += ["--override", f"{name}={value}"]
-        with self.log_path.open("a", encoding="utf-8") as log:
-            log.write(f"# hopchain LocalKafka {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
-            log.write(f"# {' '.join(command)}\n")
-        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
-        try:
-            # posix_spawn with setsid: the JVM leads its own process group (so stop() can
-            # signal the whole group) and no Popen object outlives a detached start.
-            self._pid = os.posix_spawn(
-                java,
-                command,
-                os.environ,
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
-                ],
-                setsid=True,
-            )
-        finally:
-            os.close(log_fd)
-        self._is_child = True
-        self._exit_status = None
-        (self.data_dir / PID_FILE).write_text(f"{self._pid}\n", encoding="utf-8")
+        pid = spawn_logged(java, command, self.log_path, "hopchain LocalKafka")
+        self._process = JvmProcess(pid, child=True)
+        (self.data_dir / PID_FILE).write_text(f"{pid}\n", encoding="utf-8")
         atexit.register(self.stop)
 
     def _alive(self) -> bool:
-        pid = self._pid
-        if pid is None:
-            return False
-        if not self._is_child:
-            return pid_alive(pid)
-        if self._exit_status is None:
-            with contextlib.suppress(ChildProcessError):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done == 0:
-                    return True
-                self._exit_status = os.waitstatus_to_exitcode(status)
-                return False
-            self._exit_status = -1
-        return False
+        return self._process is not None and self._process.alive()
 
     def _died_error(self, what: str) -> LocalKafkaError:
-        status = "" if self._exit_status is None else f" (exit status {self._exit_status})"
+        exit_status = self._process.exit_status if self._process is not None else None
+        status = "" if exit_status is None else f" (exit status {exit_status})"
         return LocalKafkaError(
             f"the Kafka broker {what}{status}. Last lines of {self.log_path}:\n"
             f"{tail_file(self.log_path)}\n"
@@ -517,7 +406,7 @@ class LocalKafka:
                 raise self._died_error(
                     f"did not open port {self.port} within {self.start_timeout:.0f} s"
                 )
-            time.sleep(_POLL_SECONDS)
+            time.sleep(POLL_SECONDS)
         remaining = max(1.0, deadline - time.monotonic())
         try:
             probe_broker(self.bootstrap, timeout=remaining)
@@ -528,22 +417,10 @@ class LocalKafka:
         self.startup_seconds = time.monotonic() - started
 
     def _terminate(self, first_signal: signal.Signals = signal.SIGTERM) -> None:
-        pid = self._pid
-        if pid is None:
+        process = self._process
+        if process is None:
             return
-        signal_group(pid, first_signal)
-        if not self._wait_gone(self.stop_timeout):
-            signal_group(pid, signal.SIGKILL)
-            if not self._wait_gone(_KILL_WAIT_SECONDS):
-                raise LocalKafkaError(f"the Kafka JVM (pid {pid}) survived SIGKILL")
-        self._pid = None
+        process.stop(first_signal, self.stop_timeout)
+        self._process = None
         atexit.unregister(self.stop)
         remove_run_files(self.data_dir)
-
-    def _wait_gone(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self._alive():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(_POLL_SECONDS)
-        return True

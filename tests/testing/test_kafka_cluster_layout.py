@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing.cluster import CLUSTER_SETTINGS, LocalKafkaCluster, set_properties
+from hopchain.testing.cluster import CLUSTER_SETTINGS, LocalKafkaCluster
+from hopchain.testing.kafka_storage import set_properties
 
 if TYPE_CHECKING:
     from pathlib import Path
