@@ -278,11 +278,7 @@ class EnvelopeConsumer:
                 self._rewind(hop.record)
                 raise
             self.hopchain.handled(hop)
-            labels = (hop.record.topic, self.hopchain.component)
-            self.hopchain.metrics.consumed.labels(*labels).inc()
-            self.hopchain.metrics.processing.labels(*labels).observe(
-                time.perf_counter() - handling.started
-            )
+            self.hopchain.consumed(hop.record.topic, time.perf_counter() - handling.started)
 
     async def fail(
         self,

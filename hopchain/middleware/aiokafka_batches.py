@@ -315,7 +315,6 @@ class Batches:
     def _account(self, batch: Batch, stops: dict[TopicPartition, int]) -> None:
         """Count the handled records (exactly, per record), with label children cached."""
         hopchain = self.hopchain
-        component = hopchain.component
         elapsed = time.perf_counter() - batch.ledger.started
         failed = batch.ledger.failed
         counts: dict[str, int] = {}
@@ -327,12 +326,8 @@ class Batches:
             if not hop.hops_appended:
                 hopchain.handled(hop)
             counts[record.topic] = counts.get(record.topic, 0) + 1
-        metrics = hopchain.metrics
         for topic, count in counts.items():
-            metrics.child(metrics.consumed, topic, component).inc(count)
-            timing = metrics.child(metrics.processing, topic, component)
-            for _ in range(count):
-                timing.observe(elapsed)
+            hopchain.consumed(topic, elapsed, count)
 
     def _end_spans(self, batch: Batch, *, committed: bool) -> None:
         for hop in batch.hops:

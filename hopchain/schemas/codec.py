@@ -347,32 +347,25 @@ class EnvelopeCodec:
                 keyring=self.keyring,
                 max_hops=self.limits.max_hops,
             )
-            traceparent = format_traceparent(envelope.trace_id, span_id)
-            return self._record(
+            trace_id, sealed = envelope.trace_id, None
+        else:
+            self._check_hop_limit(envelope.hop_count, "would have")
+            sealed, wire, text = seal_for_topic(
+                envelope,
                 contract,
-                text,
                 payload_json,
-                traceparent=traceparent,
-                tracestate=tracestate,
-                degraded=degraded,
+                verified_hops=verified_hops,
+                keyring=self.keyring,
+                digest=digest,
             )
-        self._check_hop_limit(envelope.hop_count, "would have")
-        sealed, wire, text = seal_for_topic(
-            envelope,
-            contract,
-            payload_json,
-            verified_hops=verified_hops,
-            keyring=self.keyring,
-            digest=digest,
-        )
-        assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
-        traceparent = format_traceparent(sealed.trace_id, wire.last.span_id)
-        degraded = markers(sealed, wire) or None
+            assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
+            trace_id, span_id = sealed.trace_id, wire.last.span_id
+            degraded = markers(sealed, wire) or None
         return self._record(
             contract,
             text,
             payload_json,
-            traceparent=traceparent,
+            traceparent=format_traceparent(trace_id, span_id),
             tracestate=tracestate,
             degraded=degraded,
             sealed=sealed,

@@ -407,6 +407,18 @@ class Hopchain:
         except Exception:
             logger.exception("accounting for handled %s failed", hop.record.describe())
 
+    def consumed(self, topic: str, seconds: float, count: int = 1) -> None:
+        """Count ``count`` records of ``topic`` handled, each in ``seconds``.
+
+        ``hopchain_consumed_total`` and ``hopchain_processing_seconds``, for every adapter;
+        the label children are resolved once.
+        """
+        metrics = self.metrics
+        metrics.child(metrics.consumed, topic, self.component).inc(count)
+        timing = metrics.child(metrics.processing, topic, self.component)
+        for _ in range(count):
+            timing.observe(seconds)
+
     def check_topics(self, topics: Iterable[str]) -> None:
         """Refuse to start when a topic has no contract (names the topic and the fix)."""
         self.registry.require(topics)

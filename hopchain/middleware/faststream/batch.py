@@ -148,11 +148,7 @@ class Batch:
             if exc_val is None:
                 for hop in self.hops:
                     hopchain.handled(hop)
-                    labels = (hop.record.topic, hopchain.component)
-                    hopchain.metrics.consumed.labels(*labels).inc()
-                    hopchain.metrics.processing.labels(*labels).observe(
-                        time.perf_counter() - self.started
-                    )
+                    hopchain.consumed(hop.record.topic, time.perf_counter() - self.started)
             for item in self.items:
                 if item.pending is None:
                     continue

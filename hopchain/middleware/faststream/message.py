@@ -170,17 +170,13 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             # The handler sees the payload, whatever the wire mode (serialized on receipt).
             msg.body = self._body
             msg.clear_cache()
-        labels = (hop.record.topic, self.hopchain.component)
         try:
             result = await self.hopchain.default_retry.run(hop, lambda: call_next(msg))
         except HandlerException:
             raise
         except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
             await self._park_failure(hop, exc)
-        self.hopchain.metrics.consumed.labels(*labels).inc()
-        self.hopchain.metrics.processing.labels(*labels).observe(
-            time.perf_counter() - self._started
-        )
+        self.hopchain.consumed(hop.record.topic, time.perf_counter() - self._started)
         return result
 
     async def _park_failure(self, hop: HopContext, exc: BaseException) -> NoReturn:
