@@ -65,6 +65,10 @@ class Stages:
             f"stage-{name}",
             "--txn-id",
             f"stage-{name}-0",
+            # Transactions stay open about a second, so every kill lands in one that holds
+            # outputs (committed as soon as the stage caught up, at this rate most are not).
+            "--hold-seconds",
+            "1.0",
             stdout=asyncio.subprocess.PIPE,
             stderr=log,
         )

@@ -89,7 +89,16 @@ async def run(args: argparse.Namespace) -> None:
         EnvelopeConsumer(consumer, producer, hopchain, group=args.group)
         if args.plain
         else TransactionalConsumer(
-            consumer, producer, hopchain, group=args.group, max_records=args.max_records
+            consumer,
+            producer,
+            hopchain,
+            group=args.group,
+            max_records=args.max_records,
+            **(
+                {"max_seconds": args.hold_seconds, "commit_when_idle": False}
+                if args.hold_seconds
+                else {}
+            ),
         )
     )
     stop = asyncio.Event()
@@ -129,6 +138,12 @@ def main() -> int:
     for name in ("--bootstrap", "--input", "--output", "--group", "--txn-id"):
         parser.add_argument(name, required=True)
     parser.add_argument("--max-records", type=int, default=100)
+    parser.add_argument(
+        "--hold-seconds",
+        type=float,
+        default=0.0,
+        help="keep a transaction open this long rather than commit once caught up",
+    )
     parser.add_argument("--batches", action="store_true", help="read a batch at a time")
     parser.add_argument("--plain", action="store_true", help="no transactions: at least once")
     asyncio.run(run(parser.parse_args()))
