@@ -330,7 +330,7 @@ async def test_a_transactional_batch_shows_its_outputs_once_or_not_at_all(
         assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 10}
     finally:
         await producer.stop()
-    shown = await read_all(kafka_bootstrap, [output], "read_committed")
+    shown = await read_all(kafka_bootstrap, [output], "read_committed", at_least=10)
     everything = await read_all(kafka_bootstrap, [output], "read_uncommitted")
     assert sorted(Doc.model_validate_json(r.value).id for r in shown) == list(range(10))
     assert len(everything) == 20  # the aborted outputs are in the log, never shown

@@ -27,6 +27,7 @@ from hopchain import EnvelopeConsumer, Hopchain, HopchainConfig, TransactionalCo
 from hopchain.schemas import ContractRegistry, TopicContract
 
 READ_SECONDS = 120.0
+SETTLE_SECONDS = 15.0
 
 
 class Doc(BaseModel):
@@ -35,8 +36,24 @@ class Doc(BaseModel):
     seq: int
 
 
-async def read_all(bootstrap: str, topics: list[str], isolation: str) -> list[Any]:
-    """Every record of the topics' partition 0 that a reader with ``isolation`` is shown."""
+async def read_all(
+    bootstrap: str, topics: list[str], isolation: str, *, at_least: int = 0
+) -> list[Any]:
+    """Every record of the topics' partition 0 that a reader with ``isolation`` is shown.
+
+    A committed transaction's markers reach its partitions one by one, shortly after the
+    commit returned: with ``at_least``, read again until that many records are shown (or
+    ``SETTLE_SECONDS`` passed, for the caller's assert to say what was missing).
+    """
+    deadline = asyncio.get_running_loop().time() + SETTLE_SECONDS
+    while True:
+        records = await read_once(bootstrap, topics, isolation)
+        if len(records) >= at_least or asyncio.get_running_loop().time() > deadline:
+            return records
+        await asyncio.sleep(0.1)
+
+
+async def read_once(bootstrap: str, topics: list[str], isolation: str) -> list[Any]:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation
     )
