@@ -35,6 +35,7 @@ __all__ = [
     "exact_integers",
     "jcs",
     "nesting",
+    "read_usual_chain",
 ]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
@@ -294,6 +295,32 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
             check_timestamps(wire, path)
             parsed.append(wire)
         last = parsed[-1]
+    return _chain_read(parsed, last)
+
+
+def read_usual_chain(chain: bytes) -> tuple[tuple[bytes, ...], ChainRead] | None:
+    r"""The usual chain (canonical, valid) read in one pass: its hops' bytes, and what was read.
+
+    ``chain`` is the text between ``[`` LF and LF ``]``. The whole chain is decoded at once and
+    each hop encoded again: the pieces joined with ``,`` LF must give ``chain`` back, which
+    proves every hop canonical and finds where each one is without a search. None when
+    anything is off: the caller reads the chain hop by hop (:func:`decode_hops`) to say why.
+    """
+    decoder, check, plain = chain_twin(HopWire)
+    if b"\\" not in chain and b"\x7f" not in chain:
+        check = plain
+    try:
+        parsed = decoder.decode(b"[%s]" % chain)
+        hops = tuple(map(_ENCODE, parsed))
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
+        return None  # UnicodeEncodeError (a lone surrogate) is a ValueError
+    if not hops or b",\n".join(hops) != chain or not check(parsed):
+        return None
+    last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
+    return hops, _chain_read(parsed, last)
+
+
+def _chain_read(parsed: Sequence[Any], last: HopWire) -> ChainRead:
     markers = (
         {
             index: hop.degradation.stage

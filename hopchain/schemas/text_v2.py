@@ -13,6 +13,7 @@ found by splitting, never by parsing. ``SPEC.md`` has the format.
 from __future__ import annotations
 
 import re
+from binascii import hexlify
 from collections.abc import Sequence
 from hashlib import sha256 as _sha256
 from itertools import repeat
@@ -39,11 +40,13 @@ from hopchain.schemas.sealed import (
 )
 from hopchain.schemas.strict import (
     MAX_DEPTH,
+    ChainRead,
     decode_hops,
     decode_strict,
     exact_integers,
     jcs,
     nesting,
+    read_usual_chain,
 )
 from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
@@ -187,6 +190,39 @@ def _chain(raw: bytes, start: int) -> tuple[int, tuple[bytes, ...]]:
     return _chain_by_line(raw, first)
 
 
+def _read_usual(
+    raw: bytes, start: int
+) -> tuple[int, int, int, tuple[bytes, ...], ChainRead, tuple[str, ...]] | None:
+    """The usual envelope's chain, read and every digest checked in one pass; None otherwise.
+
+    Where the chain ends is searched from the back (the digests and signatures are short),
+    the hops are found by encoding them again (:func:`read_usual_chain`), and the digests are
+    computed and compared with the digests' text at once. Only a text that passes all of it
+    is read here: anything else (a fault, or a layout this pass does not prove) is read the
+    careful way, which finds the first fault and names it.
+    """
+    end = raw.rfind(CHAIN_END)
+    middle = raw.find(b"]", end + len(CHAIN_END)) if end > start else -1
+    close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    if close < 0:
+        return None
+    usual = read_usual_chain(raw[start + len(CHAIN_START) : end])
+    if usual is None:
+        return None
+    hops, read = usual
+    previous = genesis_of(raw[:start] + b"}").encode()
+    digests: list[bytes] = []
+    for hop in hops:
+        digest = _sha256(previous)
+        digest.update(b"\n")
+        digest.update(hop)
+        previous = hexlify(digest.digest())
+        digests.append(previous)
+    if raw[end + len(CHAIN_END) : middle + 1] != b'["%s"]' % b'","'.join(digests):
+        return None
+    return end, middle, close, hops, read, tuple(map(bytes.decode, digests))
+
+
 def _chain_by_line(raw: bytes, first: int) -> tuple[int, tuple[bytes, ...]]:
     splits: list[int] = []
     line = first - 1
@@ -216,9 +252,13 @@ def read_envelope_text(
             no other exception, whatever the bytes.
     """
     start = raw.find(CHAIN_START)
-    end, hops = _chain(raw, start) if start > 0 else (-1, ())
-    middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
-    close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    usual = _read_usual(raw, start) if start > 0 and check and not keyring else None
+    if usual is not None:
+        end, middle, close, hops, read, stored = usual
+    else:
+        end, hops = _chain(raw, start) if start > 0 else (-1, ())
+        middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
+        close = raw.find(b"]", middle + 1) if middle > 0 else -1
     if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
         raise EnvelopeError(
             ReasonCode.NOT_CANONICAL,
@@ -229,14 +269,17 @@ def read_envelope_text(
     identity = raw[:start] + b"}"
     ident = decode_strict(identity, IdentityWire, "$")
     legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
-    chain = raw[start + len(CHAIN_START) : end]
-    if hops == (b"",):
-        raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
-    read = decode_hops(chain, hops)
-    stored = _digests(raw[end + len(CHAIN_END) : middle + 1], len(hops))
+    if usual is None:
+        chain = raw[start + len(CHAIN_START) : end]
+        if hops == (b"",):
+            raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
+        read = decode_hops(chain, hops)
+        stored = tuple(_digests(raw[end + len(CHAIN_END) : middle + 1], len(hops)))
     signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
     genesis = genesis_of(identity)
-    if check and not keyring:
+    if usual is not None:
+        pass  # every digest was checked from the bytes already
+    elif check and not keyring:
         _check_links(genesis, hops, stored)
     elif check:
         previous = genesis
@@ -252,7 +295,7 @@ def read_envelope_text(
         ident,
         genesis,
         hops,
-        tuple(stored),
+        stored,
         signatures,
         legacy_hops=legacy,
         last=read.last,

@@ -19,9 +19,10 @@ from strategies import BODY_TOPIC, HEADERS_TOPIC, sample_payload
 from wire_support import Parts, canonical, parts_of, reseal, v2_codec, v2_record, with_text
 
 from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
-from hopchain.schemas import Decision, append_hop, envelope_schema, new_envelope
+from hopchain.schemas import Decision, append_hop, envelope_schema, new_envelope, text_v2
 from hopchain.schemas import codec as codec_module
 from hopchain.schemas.codec import ENVELOPE_HEADER
+from hopchain.schemas.sealed import wire_of
 from hopchain.schemas.text_v2 import read_envelope_text
 
 RECORD = v2_record(HEADERS_TOPIC, stages=2)
@@ -309,6 +310,45 @@ def test_any_mutation_of_an_envelope_text_is_read_or_refused_with_a_reason(
         v2_codec().decode(HEADERS_TOPIC, value, headers)
     except DecodeError as error:
         assert error.code is not ReasonCode.READER_ERROR, error.detail  # noqa: PT017
+
+
+def _outcome(text: bytes) -> tuple[Any, ...]:
+    try:
+        envelope, rest = read_envelope_text(text, keyring=None)
+    except EnvelopeError as error:
+        return ("refused", error.code, error.path)
+    wire = wire_of(envelope)
+    assert wire is not None
+    return ("read", wire.hops, wire.digests, wire.last, wire.markers, envelope.head, rest)
+
+
+def _careful(text: bytes) -> tuple[Any, ...]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text_v2, "_read_usual", lambda _raw, _start: None)
+        return _outcome(text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations=_MUTATIONS, resealed=st.booleans())
+def test_the_one_pass_read_and_the_careful_read_agree_on_any_text(
+    mutations: list[tuple[int, str, bytes]], resealed: bool
+) -> None:
+    text = _mutate(TEXT, mutations)
+    if resealed:
+        text = _resealed(text)
+    assert _outcome(text) == _careful(text)
+
+
+@pytest.mark.parametrize("stages", [0, 1, 9])
+@pytest.mark.parametrize("topic", [HEADERS_TOPIC, BODY_TOPIC])
+def test_a_valid_chain_is_read_in_one_pass(topic: str, stages: int) -> None:
+    record = v2_record(topic, stages=stages)
+    text = dict(record.headers).get(ENVELOPE_HEADER, record.value)
+    start = text.find(b',"chain":[\n')
+
+    # Else every record would take the careful way: right, and slower.
+    assert text_v2._read_usual(text, start) is not None
+    assert _outcome(text) == _careful(text)
 
 
 def test_the_exported_schema_accepts_a_carried_schema_1_chain_and_refuses_legacy_objects() -> None:
