@@ -10,7 +10,6 @@ import hmac
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -56,7 +55,6 @@ __all__ = [
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
-_IDENTITY = attrgetter(*_IDENTITY_FIELDS)
 _SIGNATURE_PREFIX = "hmac-sha256:"
 _SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -79,15 +77,25 @@ def _new_envelope(
     template: Envelope, wire: Wire, *, contract: str, version: int, head: str
 ) -> Envelope:
     """An envelope of schema 2 sharing the template's identity, built without validation."""
-    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(wire.ident), strict=True))
     del template
-    state.update(
-        schema_version=wire.ident.schema_version,
-        contract=contract,
-        contract_version=version,
-        head=head,
-    )
+    state = _state(wire.ident, contract, version)
+    state["head"] = head
     return sealed_envelope(state, wire)
+
+
+def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
+    """An envelope's fields from its identity and the contract its last hop names."""
+    return {
+        "id": ident.id,
+        "intent_key": ident.intent_key,
+        "trace_id": ident.trace_id,
+        "origin_span_id": ident.origin_span_id,
+        "run_id": ident.run_id,
+        "work_item_id": ident.work_item_id,
+        "schema_version": ident.schema_version,
+        "contract": contract,
+        "contract_version": version,
+    }
 
 
 def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, IdentityWire]:
@@ -218,13 +226,7 @@ def append_v2(
         None,
         Pending(hop_wire, keyring),
     )
-    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(wire.ident), strict=True))
-    state.update(
-        schema_version=wire.ident.schema_version,
-        contract=hop_wire.contract,
-        contract_version=hop_wire.contract_version,
-    )
-    return sealed_envelope(state, new)
+    return sealed_envelope(_state(wire.ident, hop_wire.contract, hop_wire.contract_version), new)
 
 
 def _seal(

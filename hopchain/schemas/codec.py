@@ -161,7 +161,7 @@ class EnvelopeCodec:
             raise EnvelopeError(ReasonCode.TOMBSTONE, "the record value is null (a tombstone)")
         if not value:
             raise EnvelopeError(ReasonCode.EMPTY_VALUE, "the record value is empty")
-        text_headers, size = self._read_headers(headers)
+        first, size = self._read_headers(headers)
         size += len(value)
         if size > self.limits.max_record_bytes:
             raise EnvelopeError(
@@ -169,7 +169,7 @@ class EnvelopeCodec:
                 f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         try:
-            value.decode()
+            value.isascii() or value.decode()  # most values are ASCII, told without decoding
         except UnicodeDecodeError as exc:
             raise EnvelopeError(
                 ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
@@ -177,12 +177,12 @@ class EnvelopeCodec:
 
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
-        envelope, payload = self._read_value(contract, value, text_headers, headers)
+        envelope, payload = self._read_value(contract, value, first.get(ENVELOPE_HEADER))
         wire = wire_of(envelope)
         traceparent = hop_traceparent(
             headers, envelope.trace_id, wire.last.span_id if wire and wire.last else None
         )
-        degraded = text_headers.get(DEGRADED_HEADER)
+        degraded = _text(first.get(DEGRADED_HEADER))
         # Schema 1: a codec writing schema 1 keeps a schema-1 envelope as it was read.
         if degraded is not None and degraded != (
             markers(envelope, wire) if wire is not None else v1.degraded_markers(envelope)
@@ -193,15 +193,14 @@ class EnvelopeCodec:
                 f"$.headers.{DEGRADED_HEADER}",
             )
         return Decoded(
-            envelope, payload, contract, traceparent, text_headers.get(TRACESTATE_HEADER)
+            envelope, payload, contract, traceparent, _text(first.get(TRACESTATE_HEADER))
         )
 
     def _read_value(
         self,
         contract: TopicContract,
         value: bytes,
-        text_headers: dict[str, str],
-        headers: RawHeaders,
+        envelope_header: bytes | None,
     ) -> tuple[Envelope, BaseModel]:
         if contract.mode is WireMode.BODY and is_v2(value):
             envelope, payload_bytes = self._read_v2(contract, value)
@@ -211,16 +210,14 @@ class EnvelopeCodec:
         refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         envelope_bytes = None
         if contract.mode is WireMode.HEADERS:
-            raw_envelope = text_headers.get(ENVELOPE_HEADER)
-            if raw_envelope is None:
+            if envelope_header is None:
                 raise EnvelopeError(
                     ReasonCode.MISSING_HEADER,
                     f"no {ENVELOPE_HEADER} header; was this record sent by a producer that does "
                     "not use hopchain?",
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
-            # The bytes as received (their text was checked to be UTF-8 when read).
-            envelope_bytes = next(raw for name, raw in headers if name == ENVELOPE_HEADER) or b""
+            envelope_bytes = envelope_header  # as received (checked to be UTF-8 when read)
             if is_v2(envelope_bytes):
                 envelope, _ = self._read_v2(contract, envelope_bytes)
                 return envelope, self._payload_v2(contract, envelope, value)
@@ -270,33 +267,37 @@ class EnvelopeCodec:
             )
 
     @staticmethod
-    def _read_headers(headers: RawHeaders) -> tuple[dict[str, str], int]:
-        """The headers as text, and the bytes their names and values take."""
-        text: dict[str, str] = {}
+    def _read_headers(headers: RawHeaders) -> tuple[dict[str, bytes], int]:
+        """Each header's first value (a null one as empty), checked to be UTF-8 text.
+
+        Also returns the bytes the headers' names and values take.
+        """
+        first: dict[str, bytes] = {}
         size = 0
         wide: list[str] = []
-        for name, raw in headers:
-            if name in text and name in _SINGLE_HEADERS:
+        for name, value in headers:
+            if name in first and name in _SINGLE_HEADERS:
                 raise EnvelopeError(
                     ReasonCode.DUPLICATE_HEADER,
                     f"header {name!r} appears more than once",
                     f"$.headers.{name}",
                 )
+            raw = b"" if value is None else value
             try:
-                decoded = "" if raw is None else raw.decode()
+                raw.isascii() or raw.decode()  # ASCII (the usual value) is told without decoding
             except UnicodeDecodeError as exc:
                 raise EnvelopeError(
                     ReasonCode.NOT_UTF8,
                     f"header {name!r} is not UTF-8 (byte {exc.start}); header values are text",
                     f"$.headers.{name}",
                 ) from None
-            text.setdefault(name, decoded)
-            size += len(raw) if raw else 0
+            first.setdefault(name, raw)
+            size += len(raw)
             if name.isascii():
                 size += len(name)
             else:
                 wide.append(name)
-        return text, size + sum(len(name.encode()) for name in wide)
+        return first, size + sum(len(name.encode()) for name in wide)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -432,3 +433,8 @@ class EnvelopeCodec:
         except ValidationError as exc:
             raise from_validation(exc, prefix=("payload",)) from None
         return payload_json, None
+
+
+def _text(raw: bytes | None) -> str | None:
+    """A header value read by :meth:`EnvelopeCodec._read_headers` (so UTF-8), as text."""
+    return None if raw is None else raw.decode()

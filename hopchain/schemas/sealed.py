@@ -60,6 +60,7 @@ SIGNATURES = b',"signatures":'
 HOP_START = b'{"component":"'
 _COMPONENT = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
+_ENCODE = msgspec.json.Encoder().encode
 _REAL_DICT: Any = BaseModel.__dict__["__dict__"]
 """The slot that holds a model's field values (SealedHop's ``__dict__`` property wraps it)."""
 _FIELDS_SET: Any = BaseModel.__dict__["__pydantic_fields_set__"]
@@ -316,8 +317,8 @@ def sealed_hop(
 
 def timestamp_text(value: datetime) -> str:
     """The one spelling of a timestamp: ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` in UTC."""
-    if value.tzinfo is UTC:  # the usual case: spelled ...+00:00 by isoformat
-        return value.isoformat()[:-6] + "Z"
+    if value.tzinfo is UTC:  # the usual case: msgspec spells it so (6 digits or no fraction)
+        return _ENCODE(value)[1:-1].decode()
     if value.utcoffset():
         value = value.astimezone(UTC)
     return value.replace(tzinfo=None).isoformat() + "Z"

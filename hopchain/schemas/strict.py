@@ -23,7 +23,7 @@ import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.fastcheck import chain_twin, fast_twin, plain_check
-from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
+from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire, IdentityWire
 
 __all__ = [
     "MAX_DEPTH",
@@ -36,6 +36,7 @@ __all__ = [
     "jcs",
     "nesting",
     "read_usual_chain",
+    "read_usual_identity",
 ]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
@@ -318,6 +319,27 @@ def read_usual_chain(chain: bytes) -> tuple[tuple[bytes, ...], ChainRead] | None
         return None
     last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
     return hops, _chain_read(parsed, last)
+
+
+def read_usual_identity(identity: bytes) -> IdentityWire | None:
+    """The usual identity (canonical, valid, plain text) read; None for any other.
+
+    :func:`decode_strict` reads any other and says why.
+    """
+    if b"\\" in identity or b"\x7f" in identity:
+        return None
+    try:
+        fast = _identity_decoder().decode(identity)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    if _ENCODE(fast) != identity or not plain_check(IdentityWire)(fast):
+        return None
+    return typing.cast("IdentityWire", fast)
+
+
+@cache
+def _identity_decoder() -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(fast_twin(IdentityWire)[0])
 
 
 def _chain_read(parsed: Sequence[Any], last: HopWire) -> ChainRead:

@@ -17,8 +17,7 @@ from binascii import hexlify
 from collections.abc import Sequence
 from hashlib import sha256 as _sha256
 from itertools import repeat
-from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
@@ -26,6 +25,7 @@ from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.chain_v2 import check_signature as _check_signature
 from hopchain.schemas.chain_v2 import payload_digest, reseal_last
 from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.hop import Hop
 from hopchain.schemas.sealed import (
     CHAIN_END,
     CHAIN_START,
@@ -47,12 +47,12 @@ from hopchain.schemas.strict import (
     jcs,
     nesting,
     read_usual_chain,
+    read_usual_identity,
 )
 from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
 
 if TYPE_CHECKING:
-    from hopchain.schemas.hop import Hop
     from hopchain.schemas.integrity import Keyring
 
 __all__ = [
@@ -64,7 +64,6 @@ __all__ = [
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
-_IDENTITY = attrgetter(*_IDENTITY_FIELDS)
 _SIGNATURE = re.compile(SIGNATURE_PATTERN)
 _COMMA = ord(",")
 _SPLIT = b",\n{"
@@ -190,39 +189,6 @@ def _chain(raw: bytes, start: int) -> tuple[int, tuple[bytes, ...]]:
     return _chain_by_line(raw, first)
 
 
-def _read_usual(
-    raw: bytes, start: int
-) -> tuple[int, int, int, tuple[bytes, ...], ChainRead, tuple[str, ...]] | None:
-    """The usual envelope's chain, read and every digest checked in one pass; None otherwise.
-
-    Where the chain ends is searched from the back (the digests and signatures are short),
-    the hops are found by encoding them again (:func:`read_usual_chain`), and the digests are
-    computed and compared with the digests' text at once. Only a text that passes all of it
-    is read here: anything else (a fault, or a layout this pass does not prove) is read the
-    careful way, which finds the first fault and names it.
-    """
-    end = raw.rfind(CHAIN_END)
-    middle = raw.find(b"]", end + len(CHAIN_END)) if end > start else -1
-    close = raw.find(b"]", middle + 1) if middle > 0 else -1
-    if close < 0:
-        return None
-    usual = read_usual_chain(raw[start + len(CHAIN_START) : end])
-    if usual is None:
-        return None
-    hops, read = usual
-    previous = genesis_of(raw[:start] + b"}").encode()
-    digests: list[bytes] = []
-    for hop in hops:
-        digest = _sha256(previous)
-        digest.update(b"\n")
-        digest.update(hop)
-        previous = hexlify(digest.digest())
-        digests.append(previous)
-    if raw[end + len(CHAIN_END) : middle + 1] != b'["%s"]' % b'","'.join(digests):
-        return None
-    return end, middle, close, hops, read, tuple(map(bytes.decode, digests))
-
-
 def _chain_by_line(raw: bytes, first: int) -> tuple[int, tuple[bytes, ...]]:
     splits: list[int] = []
     line = first - 1
@@ -235,6 +201,21 @@ def _chain_by_line(raw: bytes, first: int) -> tuple[int, tuple[bytes, ...]]:
             splits.append(line)
         line = raw.find(b"\n", line + 1)
     return -1, ()
+
+
+class _Read(NamedTuple):
+    """An envelope text taken apart and checked, by either way of reading it."""
+
+    close: int
+    """Where the signatures end: what follows is the caller's (body mode: the payload)."""
+    identity: bytes
+    ident: IdentityWire
+    genesis: str
+    hops: tuple[bytes, ...]
+    digests: tuple[str, ...]
+    signatures: tuple[str | None, ...]
+    chain: ChainRead
+    legacy: tuple[Hop, ...]
 
 
 def read_envelope_text(
@@ -252,13 +233,79 @@ def read_envelope_text(
             no other exception, whatever the bytes.
     """
     start = raw.find(CHAIN_START)
-    usual = _read_usual(raw, start) if start > 0 and check and not keyring else None
-    if usual is not None:
-        end, middle, close, hops, read, stored = usual
-    else:
-        end, hops = _chain(raw, start) if start > 0 else (-1, ())
-        middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
-        close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    read = _read_usual(raw, start, keyring) if start > 0 and check and not keyring else None
+    if read is None:
+        read = _read_carefully(raw, start, keyring, check=check)
+    ident, last = read.ident, read.chain.last
+    wire = Wire(
+        read.identity,
+        ident,
+        read.genesis,
+        read.hops,
+        read.digests,
+        read.signatures,
+        legacy_hops=read.legacy,
+        last=last,
+        markers=read.chain.markers,
+    )
+    state = {
+        "id": ident.id,
+        "intent_key": ident.intent_key,
+        "trace_id": ident.trace_id,
+        "origin_span_id": ident.origin_span_id,
+        "run_id": ident.run_id,
+        "work_item_id": ident.work_item_id,
+        "schema_version": ident.schema_version,
+        "contract": last.contract,
+        "contract_version": last.contract_version,
+        "head": read.digests[-1],
+    }
+    return sealed_envelope(state, wire), raw[read.close + 1 :]
+
+
+def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None:
+    """The usual text (canonical, valid, no keyring) read in one pass; None for any other.
+
+    Where the chain ends is searched from the back (the digests and signatures are short),
+    the hops are found by encoding them again (:func:`read_usual_chain`), and every digest
+    is computed and the digests' text compared at once. Whatever this pass does not prove is
+    read again the careful way, which finds the first fault and names it; the faults found
+    here after that proof (the identity's legacy chain, the signatures) are the ones the
+    careful way would name first too.
+    """
+    end = raw.rfind(CHAIN_END)
+    middle = raw.find(b"]", end + len(CHAIN_END)) if end > start else -1
+    close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
+        return None
+    usual = read_usual_chain(raw[start + len(CHAIN_START) : end])
+    identity = raw[:start] + b"}"
+    ident = read_usual_identity(identity)
+    if usual is None or ident is None:
+        return None
+    hops, chain = usual
+    genesis = genesis_of(identity)
+    previous = genesis.encode()
+    digests: list[bytes] = []
+    for hop in hops:
+        digest = _sha256(previous)
+        digest.update(b"\n")
+        digest.update(hop)
+        previous = hexlify(digest.digest())
+        digests.append(previous)
+    if raw[end + len(CHAIN_END) : middle + 1] != b'["%s"]' % b'","'.join(digests):
+        return None
+    legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
+    signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
+    stored = tuple(map(bytes.decode, digests))
+    return _Read(close, identity, ident, genesis, hops, stored, signatures, chain, legacy)
+
+
+def _read_carefully(raw: bytes, start: int, keyring: Keyring | None, *, check: bool) -> _Read:
+    """Read a text part by part, in the order of SPEC.md section 5: the first fault decides."""
+    end, hops = _chain(raw, start) if start > 0 else (-1, ())
+    middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
+    close = raw.find(b"]", middle + 1) if middle > 0 else -1
     if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
         raise EnvelopeError(
             ReasonCode.NOT_CANONICAL,
@@ -269,17 +316,14 @@ def read_envelope_text(
     identity = raw[:start] + b"}"
     ident = decode_strict(identity, IdentityWire, "$")
     legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
-    if usual is None:
-        chain = raw[start + len(CHAIN_START) : end]
-        if hops == (b"",):
-            raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
-        read = decode_hops(chain, hops)
-        stored = tuple(_digests(raw[end + len(CHAIN_END) : middle + 1], len(hops)))
+    chain = raw[start + len(CHAIN_START) : end]
+    if hops == (b"",):
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
+    read = decode_hops(chain, hops)
+    stored = tuple(_digests(raw[end + len(CHAIN_END) : middle + 1], len(hops)))
     signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
     genesis = genesis_of(identity)
-    if usual is not None:
-        pass  # every digest was checked from the bytes already
-    elif check and not keyring:
+    if check and not keyring:
         _check_links(genesis, hops, stored)
     elif check:
         previous = genesis
@@ -290,25 +334,7 @@ def read_envelope_text(
                 keyring, read.component(index), digest, signatures[index], f"$.chain[{index}]"
             )
             previous = digest
-    wire = Wire(
-        identity,
-        ident,
-        genesis,
-        hops,
-        stored,
-        signatures,
-        legacy_hops=legacy,
-        last=read.last,
-        markers=read.markers,
-    )
-    state = dict(zip(_IDENTITY_FIELDS, _IDENTITY(ident), strict=True))
-    state.update(
-        schema_version=ident.schema_version,
-        contract=read.last.contract,
-        contract_version=read.last.contract_version,
-        head=stored[-1],
-    )
-    return sealed_envelope(state, wire), raw[close + 1 :]
+    return _Read(close, identity, ident, genesis, hops, stored, signatures, read, legacy)
 
 
 def envelope_text(
