@@ -225,6 +225,7 @@ def append_v2(
         wire.markers,
         None,
         Pending(hop_wire, keyring),
+        wire.received,
     )
     return sealed_envelope(_state(wire.ident, hop_wire.contract, hop_wire.contract_version), new)
 
@@ -262,6 +263,9 @@ def _seal(
         hop_wire,
         markers,
         None if wire.built is None else (*wire.built[: wire.legacy + count], hop),
+        None,
+        # A hop read is replaced: the text read no longer starts the chain.
+        wire.received if wire.received is None or wire.received.hops <= count else None,
     )
     return _new_envelope(
         envelope, new, contract=hop_wire.contract, version=hop_wire.contract_version, head=digest

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from hashlib import sha256 as _sha256
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 import orjson
@@ -35,6 +35,7 @@ __all__ = [
     "GENESIS_PREFIX",
     "SIGNATURES",
     "Pending",
+    "Received",
     "SealedEnvelope",
     "SealedHop",
     "Wire",
@@ -128,6 +129,9 @@ class Wire:
     pending: Pending | None = None
     """A hop appended but not sealed yet: sealed once, when it is written (with the digest of
     the payload it goes with) or when its digest is first asked for (see :func:`settle`)."""
+    received: Received | None = None
+    """The text this chain was read from, while its hops start with the ones read: written
+    again by splicing the new hops in (see :func:`write_envelope_text`)."""
 
     @property
     def legacy(self) -> int:
@@ -144,6 +148,19 @@ class Wire:
         """The last digest (the genesis for an empty chain); seals a pending hop first."""
         settle(self)
         return self.digests[-1] if self.digests else self.genesis
+
+
+class Received(NamedTuple):
+    """Where a received envelope text's parts are.
+
+    ``text[:end]`` is its identity and chain up to the last hop read, ``text[end:digests]``
+    the chain's end and the digests' text without the closing bracket; ``hops`` were read.
+    """
+
+    text: bytes
+    end: int
+    digests: int
+    hops: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +400,22 @@ def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
 def write_envelope_text(wire: Wire) -> bytes:
     """The envelope's text in the schema-2 layout."""
     settle(wire)
+    received = wire.received
+    if received is not None and received.hops <= len(wire.hops):
+        # The hops read are written as they came, in one piece: only later ones are joined.
+        text, count = received.text, received.hops
+        return b"".join(
+            (
+                text[: received.end],
+                *(b",\n" + hop for hop in wire.hops[count:]),
+                text[received.end : received.digests],
+                *(b',"%s"' % digest.encode() for digest in wire.digests[count:]),
+                b"]",
+                SIGNATURES,
+                orjson.dumps(list(wire.signatures)),
+                b"}",
+            )
+        )
     return b"".join(
         (
             wire.identity[:-1],

@@ -30,6 +30,7 @@ from hopchain.schemas.sealed import (
     CHAIN_END,
     CHAIN_START,
     SIGNATURES,
+    Received,
     Wire,
     genesis_of,
     sealed_envelope,
@@ -206,6 +207,10 @@ def _chain_by_line(raw: bytes, first: int) -> tuple[int, tuple[bytes, ...]]:
 class _Read(NamedTuple):
     """An envelope text taken apart and checked, by either way of reading it."""
 
+    end: int
+    """Where the chain ends (its closing line feed)."""
+    middle: int
+    """Where the digests end (their closing bracket)."""
     close: int
     """Where the signatures end: what follows is the caller's (body mode: the payload)."""
     identity: bytes
@@ -247,6 +252,7 @@ def read_envelope_text(
         legacy_hops=read.legacy,
         last=last,
         markers=read.chain.markers,
+        received=Received(raw, read.end, read.middle, len(read.hops)),
     )
     state = {
         "id": ident.id,
@@ -298,7 +304,9 @@ def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None
     legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
     signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
     stored = tuple(map(bytes.decode, digests))
-    return _Read(close, identity, ident, genesis, hops, stored, signatures, chain, legacy)
+    return _Read(
+        end, middle, close, identity, ident, genesis, hops, stored, signatures, chain, legacy
+    )
 
 
 def _read_carefully(raw: bytes, start: int, keyring: Keyring | None, *, check: bool) -> _Read:
@@ -334,7 +342,9 @@ def _read_carefully(raw: bytes, start: int, keyring: Keyring | None, *, check: b
                 keyring, read.component(index), digest, signatures[index], f"$.chain[{index}]"
             )
             previous = digest
-    return _Read(close, identity, ident, genesis, hops, stored, signatures, read, legacy)
+    return _Read(
+        end, middle, close, identity, ident, genesis, hops, stored, signatures, read, legacy
+    )
 
 
 def envelope_text(
