@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.request
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Self
 
@@ -34,8 +35,10 @@ from dlq_helpers import (
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
 from hopchain import Hopchain, HopchainConfig, HopchainMiddleware
+from hopchain.cli.app import app as cli
 from hopchain.consumers import DeadLetterService, load_index
 from hopchain.consumers.errors import TriageRefused
 from hopchain.consumers.triage import Redriven, Triage
@@ -61,8 +64,17 @@ TRUE_AGE = 8.0
 """How old the letters are when ages are read: a clock an hour slow shows 0 instead."""
 
 
+runner = CliRunner()
+
+
 class Order(BaseModel):
     number: int
+
+
+def console_page(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310
+        text: str = response.read().decode()
+    return text
 
 
 def skewed(offset: float) -> Callable[[], float]:
@@ -127,6 +139,28 @@ async def park_one(bootstrap: str, source: str, skew: float) -> tuple[float, flo
     return sent, time.time(), found[0]
 
 
+async def source_time_is_shown(service: DeadLetterService, item: dict[str, Any]) -> None:
+    """The source record's time beside the park time: console page and ``dlq show``."""
+    original = datetime.fromisoformat(item["source_timestamp"])
+    page = await asyncio.to_thread(console_page, f"{service.url}/ui/dead-letters/{item['id']}")
+    assert f"Source record time</dt><dd>{original:%Y-%m-%d %H:%M:%S}Z" in page
+    settings = service.settings
+    shown = await asyncio.to_thread(
+        runner.invoke,
+        cli,
+        [
+            "dlq",
+            "show",
+            item["id"],
+            f"--bootstrap={settings.kafka_bootstrap}",
+            f"--resolutions-topic={settings.dlq_resolutions_topic}",
+            *(f"--dlq-topic={topic}={owner}" for topic, owner in settings.dlq_topics.items()),
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
+    assert f"source record time  {original:%Y-%m-%d %H:%M:%S}Z" in shown.output
+
+
 async def test_ages_stay_true_with_the_parking_stage_and_the_service_an_hour_off(
     dlq_settings: SettingsFactory,
     new_topic: TopicFactory,
@@ -174,6 +208,7 @@ async def test_ages_stay_true_with_the_parking_stage_and_the_service_an_hour_off
 
     topics = {f"{fast}.dlq": "billing", f"{slow}.dlq": "billing"}
     ages: dict[str, dict[str, float]] = {}
+    truths: dict[str, dict[str, tuple[float, float]]] = {}
     async with (
         DeadLetterService(dlq_settings(dlq_topics=topics), clock=skewed(+HOUR)) as ahead,
         DeadLetterService(dlq_settings(dlq_topics=topics), clock=skewed(-HOUR)) as behind,
@@ -189,12 +224,13 @@ async def test_ages_stay_true_with_the_parking_stage_and_the_service_an_hour_off
             after = time.time()
             assert status == 200
             by_source = {item["source_topic"]: item for item in listed}
-            ages[name] = {}
+            ages[name], truths[name] = {}, {}
             for source, (sent, seen, _) in parked.items():
                 age = seen_metrics["hopchain_dlq_oldest_age_seconds"][
                     group_key("billing", source, "malformed")
                 ]
                 ages[name][source] = age
+                truths[name][source] = (before - seen, after - sent)
                 assert before - seen - TOLERANCE <= age <= after - sent + TOLERANCE, (name, source)
                 item = by_source[source]
                 parked_at = datetime.fromisoformat(item["parked_at"]).timestamp()
@@ -207,14 +243,16 @@ async def test_ages_stay_true_with_the_parking_stage_and_the_service_an_hour_off
                 (("topic", topic),): 0.0
                 for topic in [*topics, service.settings.dlq_resolutions_topic]
             }
-    truth = {source: time.time() - seen for source, (_, seen, _) in parked.items()}
+        await source_time_is_shown(ahead, by_source[fast])
     report_figure(
         pytestconfig,
-        "ages with skewed clocks (stage +1 h / -1 h, read by a service +1 h and one -1 h): "
+        "ages with skewed clocks (stage +1 h, then -1 h; a service +1 h and one -1 h): "
         + "; ".join(
-            f"{name}: {ages[name][fast]:.1f} s and {ages[name][slow]:.1f} s" for name in ages
-        )
-        + f" (truth about {truth[fast]:.0f} s and {truth[slow]:.0f} s)",
+            f"{name} {label} {ages[name][source]:.1f} s (truth {low:.1f}-{high:.1f} s)"
+            for name in ages
+            for label, source in (("stage +1 h", fast), ("stage -1 h", slow))
+            for low, high in [truths[name][source]]
+        ),
     )
 
 
