@@ -133,7 +133,14 @@ class DeadLetterService:
                 settings, self.index, on_resolution=self._resolved, clock=self.clock
             )
             await self._triage.start()
-            await self.measure_clock()
+            try:
+                await self.measure_clock()
+            except Exception as exc:  # noqa: BLE001 - measured again at every refresh
+                logger.warning(
+                    "could not measure this host's clock against the broker's (ages follow "
+                    "this host's clock until the next refresh): %s",
+                    exc,
+                )
             self._http = DlqHttpServer(
                 self._backend(),
                 settings.dlq_host,
