@@ -16,7 +16,21 @@ from aiokafka.errors import for_code
 
 from hopchain.schemas import DEAD_LETTER_SUFFIX
 
-__all__ = ["DEAD_LETTER_HEADROOM_BYTES", "retention_problems", "size_problems"]
+__all__ = [
+    "BROKER_TIME_CONFIG",
+    "DEAD_LETTER_HEADROOM_BYTES",
+    "retention_problems",
+    "size_problems",
+    "timestamp_problems",
+]
+
+BROKER_TIME_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+"""Topic configuration that makes every record's timestamp the broker's append time.
+
+Dead-letter ages and claim lifetimes are measured from record timestamps; with
+``CreateTime`` those are whatever the writing host's clock said (an hour slow, a letter
+looks an hour older)."""
+_TIMESTAMP_CONFIG = "message.timestamp.type"
 
 _CHECKED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
 _SIZE_CONFIG = "max.message.bytes"
@@ -79,6 +93,46 @@ async def retention_problems(
                 if entry["config_value"] is not None
             }
             found[name] = _problems(config, compacted=name == resolutions_topic)
+    return found
+
+
+async def timestamp_problems(
+    admin: AIOKafkaAdminClient, topics: Iterable[str]
+) -> dict[str, list[str]]:
+    """For every topic, whether its record timestamps are set by the writers' clocks.
+
+    A topic needs ``message.timestamp.type=LogAppendTime``: ages and claims are measured
+    from record timestamps, which with ``CreateTime`` follow the writing host's clock. A
+    topic whose configuration cannot be read is reported too.
+    """
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, name, {_TIMESTAMP_CONFIG: None})
+        for name in dict.fromkeys(topics)
+    ]
+    if not resources:
+        return {}
+    found: dict[str, list[str]] = {}
+    for response in await admin.describe_configs(resources):
+        for resource in response.to_object()["resources"]:
+            name = resource["resource_name"]
+            if resource["error_code"]:
+                detail = resource.get("error_message") or for_code(resource["error_code"]).__name__
+                found[name] = [f"configuration unreadable: {detail}"]
+                continue
+            values = {
+                entry["config_names"]: entry["config_value"] for entry in resource["config_entries"]
+            }
+            kind = values.get(_TIMESTAMP_CONFIG) or "CreateTime"
+            found[name] = (
+                []
+                if kind == BROKER_TIME_CONFIG[_TIMESTAMP_CONFIG]
+                else [
+                    (
+                        f"{_TIMESTAMP_CONFIG}={kind} (needs LogAppendTime: ages and claims "
+                        "would follow the writing hosts' clocks)"
+                    )
+                ]
+            )
     return found
 
 

@@ -9,7 +9,12 @@ CLIs, two service replicas, or a service and a CLI racing on one letter: one sen
 others are refused.
 
 A claim is live for ``dlq_claim_seconds`` after it was written (by the two records'
-timestamps), until its holder writes the resolution or releases it. A holder that dies in
+timestamps), until its holder writes the resolution or releases it. The resolutions topic
+is created with ``message.timestamp.type=LogAppendTime``, so those timestamps are the
+broker's append times: a triage instance whose clock is an hour behind cannot make the claim
+it follows look expired, nor its own claim look older than the one before it. On a topic
+with ``CreateTime`` they are the writers' clocks, which is why the service reports such a
+topic (``hopchain_dlq_timestamp_unsafe``). A holder that dies in
 between leaves a claim that expires: after that, the letter can be redriven again; the
 record may then be sent twice (its intent key is unchanged, so idempotent stages drop the
 repeat), which is the safe side.
@@ -25,7 +30,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from hopchain.consumers.config import DlqSettings
-from hopchain.consumers.resolutions import Claim, Resolution, read_resolution_record
+from hopchain.consumers.resolutions import (
+    Claim,
+    Resolution,
+    is_clock_probe,
+    read_resolution_record,
+)
 
 __all__ = ["ClaimLog", "Verdict", "started_reader"]
 
@@ -149,6 +159,8 @@ class ClaimLog:
         return Verdict(won=True, resolution=state.resolution)
 
     def _apply(self, raw: Any) -> None:
+        if is_clock_probe(raw.headers or ()):
+            return
         try:
             read = read_resolution_record(raw.key, raw.value, raw.headers or (), self._key)
         except ValueError:

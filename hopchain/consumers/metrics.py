@@ -120,6 +120,13 @@ class DlqMetrics:
             ["topic"],
             registry=self.registry,
         )
+        self.timestamp_unsafe = Gauge(
+            "hopchain_dlq_timestamp_unsafe",
+            "1 when a topic's records carry their writer's clock (message.timestamp.type="
+            "CreateTime) instead of the broker's: ages and claims follow skewed hosts.",
+            ["topic"],
+            registry=self.registry,
+        )
         self.retention_unsafe = Gauge(
             "hopchain_dlq_retention_unsafe",
             "1 when a topic's retention or cleanup policy can delete records the consumer "

@@ -22,7 +22,7 @@ from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
-from hopchain.consumers.resolutions import read_resolution_record
+from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
 from hopchain.consumers.topics import TopicPlan, plan_topics
 from hopchain.schemas.contracts import ContractRegistry
 
@@ -267,6 +267,8 @@ class IndexReader:
             )
 
     def _apply_resolution(self, raw: Any) -> None:
+        if is_clock_probe(raw.headers or ()):
+            return
         try:
             read = read_resolution_record(
                 raw.key, raw.value, raw.headers or (), self._resolution_key

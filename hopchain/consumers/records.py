@@ -72,6 +72,8 @@ class ParkedLetter:
         framework: who parked it: ``hopchain``, ``spring`` or ``connect``
             (see :mod:`hopchain.consumers.foreign`).
         description: another framework's exception class and message, when it parked it.
+        source_timestamp: the original record's timestamp in its source topic, in Unix
+            seconds (``hopchain-dlq-source-timestamp``), when known.
     """
 
     dead_letter_id: str
@@ -91,6 +93,7 @@ class ParkedLetter:
     problem: str | None = None
     framework: str = "hopchain"
     description: str | None = None
+    source_timestamp: float | None = None
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -101,6 +104,13 @@ class ParkedLetter:
     def parked_datetime(self) -> datetime:
         """``parked_at`` as an aware UTC datetime."""
         return datetime.fromtimestamp(self.parked_at, UTC)
+
+    @property
+    def source_datetime(self) -> datetime | None:
+        """``source_timestamp`` as an aware UTC datetime, when known."""
+        if self.source_timestamp is None:
+            return None
+        return datetime.fromtimestamp(self.source_timestamp, UTC)
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict with ``parked_at`` as ISO 8601 text."""
@@ -122,6 +132,9 @@ class ParkedLetter:
             "problem": self.problem,
             "framework": self.framework,
             "description": self.description,
+            "source_timestamp": (
+                None if self.source_datetime is None else self.source_datetime.isoformat()
+            ),
         }
 
 
@@ -232,15 +245,20 @@ def _from_info(
         intent_key=identity[2],
         component=info.component,
         redrive_count=max(redrive_count(record.headers, envelope), redriven),
+        source_timestamp=_plausible(info.source_timestamp_ms / 1000)
+        if info.source_timestamp_ms >= 0
+        else None,
     )
 
 
 def _broker_time(record: DeadLetterRecord, header_time: float | None = None) -> float:
     """When the record was parked, by its Kafka timestamp.
 
-    That is the create time hopchain sets when it parks, or the broker's append time on a
-    topic with ``message.timestamp.type=LogAppendTime``; the ``hopchain-dlq-parked-at``
-    header (the parking host's clock, as text) only stands in when the record has none.
+    That is the broker's append time on a topic with
+    ``message.timestamp.type=LogAppendTime`` (as hopchain creates them), whatever the parking
+    host's clock said; on a ``CreateTime`` topic it is the create time hopchain set when it
+    parked (reported unsafe by the service). The ``hopchain-dlq-parked-at`` header (the
+    parking host's clock, as text) only stands in when the record has no timestamp.
     A time no datetime can hold (a producer may set any 64-bit timestamp, a header any
     offset) counts as none; with neither, the letter is as old as the Unix epoch.
     """

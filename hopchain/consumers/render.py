@@ -95,6 +95,7 @@ def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableTy
         fact("unreadable", letter.problem)
     fact("parked at", f"{letter.parked_datetime:%Y-%m-%d %H:%M:%S}Z")
     fact("age", format_age(time.time() - letter.parked_at))
+    fact("source record time", source_time(letter))
     fact("dead letter", _where(letter))
     for label, value in (
         ("envelope", letter.envelope_id),
@@ -132,6 +133,15 @@ def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableTy
         parts.append(Text(f"key: {body['key']}"))
         parts.append(Text(body.get("value") or ""))
     return parts
+
+
+def source_time(letter: ParkedLetter) -> str:
+    """The original record's timestamp, and how long before the park: ``-`` when unknown."""
+    original = letter.source_datetime
+    if original is None:
+        return "-"
+    before = format_age(letter.parked_at - original.timestamp())
+    return f"{original:%Y-%m-%d %H:%M:%S}Z ({before} before it was parked)"
 
 
 def redrive_lines(

@@ -5,6 +5,9 @@ resolution of every dead letter survives compaction and any consumer can rebuild
 from Kafka alone. The same topic carries the *claims* a redrive or discard writes first (see
 :mod:`~hopchain.consumers.claims`); a claim resolves nothing on its own.
 
+The service also writes clock probes there (tombstones marked ``hopchain-clock-probe``,
+one key): the broker's append time of a probe tells it the broker's clock.
+
 A resolution is final: a tombstone (null value) never reopens a dead letter, it is ignored
 and counted. With ``HOPCHAIN_DLQ_RESOLUTION_KEY`` configured, every resolution and claim is
 signed (HMAC-SHA256 in the ``hopchain-resolution-signature`` header, over the key and the
@@ -27,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hopchain.schemas.fields import Identifier, ShortText, UtcDatetime
 
 __all__ = [
+    "CLOCK_PROBE_HEADER",
+    "CLOCK_PROBE_KEY",
     "RESOLUTION_SCHEMA_VERSION",
     "SIGNATURE_HEADER",
     "Claim",
@@ -37,6 +42,7 @@ __all__ = [
     "ResolutionRecord",
     "decode_resolution",
     "encode_resolution",
+    "is_clock_probe",
     "read_resolution_record",
     "sign",
 ]
@@ -44,6 +50,11 @@ __all__ = [
 SIGNATURE_HEADER = "hopchain-resolution-signature"
 """Hex HMAC-SHA256 of a resolution or claim record (see :func:`sign`)."""
 _SIGNED_CONTEXT = b"hopchain-resolution-v1\x00"
+CLOCK_PROBE_HEADER = "hopchain-clock-probe"
+"""Marks a tombstone the service writes to learn the broker's time (see
+:mod:`~hopchain.consumers.clock`): it resolves and claims nothing, and readers skip it."""
+CLOCK_PROBE_KEY = b"hopchain-clock-probe"
+"""The one key of every clock probe, so that compaction keeps at most one."""
 
 RESOLUTION_SCHEMA_VERSION = 1
 
@@ -148,6 +159,11 @@ class ResolutionRecord:
     resolution: Resolution | None = None
     claim: Claim | None = None
     ignored: Ignored | None = None
+
+
+def is_clock_probe(headers: Sequence[tuple[str, bytes | None]]) -> bool:
+    """Whether a record of the resolutions topic is a clock probe: skip it, count nothing."""
+    return any(name == CLOCK_PROBE_HEADER for name, _ in headers)
 
 
 def sign(key: bytes, record_key: bytes, value: bytes) -> bytes:

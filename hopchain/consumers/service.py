@@ -2,8 +2,9 @@
 
 Start-up, in order: work out the dead-letter topics (contracts, explicit topics, pattern);
 create the missing ones with unlimited retention and the compacted resolutions topic;
-start reading every partition from its beginning; check every topic's retention and report
-the unsafe ones loudly (log and ``hopchain_dlq_retention_unsafe``); serve HTTP. The
+start reading every partition from its beginning; check every topic's retention and
+timestamp type and report the unsafe ones loudly (log, ``hopchain_dlq_retention_unsafe``
+and ``hopchain_dlq_timestamp_unsafe``); serve HTTP. The
 service is ready (``/readyz``, ``hopchain_dlq_ready``) once it has read up to the end
 offsets it saw at start-up::
 
@@ -25,6 +26,7 @@ from typing import Self
 from aiokafka.admin import AIOKafkaAdminClient
 from prometheus_client import CollectorRegistry
 
+from hopchain.consumers.clock import BrokerClock
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.http_server import DlqHttpServer, HttpBackend
 from hopchain.consumers.index import DeadLetterIndex
@@ -40,6 +42,7 @@ from hopchain.consumers.topics import (
     plan_topics,
     retention_problems,
     size_problems,
+    timestamp_problems,
 )
 from hopchain.consumers.triage import Triage
 from hopchain.schemas.contracts import ContractRegistry
@@ -47,6 +50,8 @@ from hopchain.schemas.contracts import ContractRegistry
 __all__ = ["DeadLetterService", "serve"]
 
 logger = logging.getLogger("hopchain.dlq")
+
+_SKEW_WORTH_LOGGING_SECONDS = 5.0
 
 
 class DeadLetterService:
@@ -57,7 +62,11 @@ class DeadLetterService:
         contracts: a registry to take dead-letter topics and owners from (instead of, or
             besides, ``settings.contracts``).
         registry: the Prometheus registry to put the metrics on (a new one if None).
-        clock: Unix time, for the age computed at scrape time.
+        clock: the host's Unix time; ages are measured by it plus the offset to the
+            broker's clock, measured at start-up and at every refresh (see
+            :class:`~hopchain.consumers.clock.BrokerClock`).
+        broker_clock: False measures ages by ``clock`` alone, uncorrected (a test's frozen
+            clock); no clock probe is written.
     """
 
     def __init__(
@@ -67,13 +76,17 @@ class DeadLetterService:
         contracts: ContractRegistry | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        broker_clock: bool = True,
     ) -> None:
         self.settings = settings if settings is not None else DlqSettings()
         self.contracts = contracts
         self.index = DeadLetterIndex()
-        self.metrics = DlqMetrics(self.index, registry, clock=clock)
+        self.clock = BrokerClock(clock)
+        self.broker_clock = broker_clock
+        self.metrics = DlqMetrics(self.index, registry, clock=self.clock)
         self.retention: dict[str, list[str]] = {}
         self.sizes: dict[str, list[str]] = {}
+        self.timestamps: dict[str, list[str]] = {}
         self.plan: TopicPlan | None = None
         self._admin: AIOKafkaAdminClient | None = None
         self._reader: IndexReader | None = None
@@ -81,6 +94,7 @@ class DeadLetterService:
         self._http: DlqHttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._reported: dict[str, list[str]] = {}
+        self._logged_offset = 0.0
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -114,8 +128,19 @@ class DeadLetterService:
             await self._reader.start()
             await self.check_retention()
             await self.check_sizes()
-            self._triage = Triage(settings, self.index, on_resolution=self._resolved)
+            await self.check_timestamps()
+            self._triage = Triage(
+                settings, self.index, on_resolution=self._resolved, clock=self.clock
+            )
             await self._triage.start()
+            try:
+                await self.measure_clock()
+            except Exception as exc:  # noqa: BLE001 - measured again at every refresh
+                logger.warning(
+                    "could not measure this host's clock against the broker's (ages follow "
+                    "this host's clock until the next refresh): %s",
+                    exc,
+                )
             self._http = DlqHttpServer(
                 self._backend(),
                 settings.dlq_host,
@@ -268,8 +293,10 @@ class DeadLetterService:
             try:
                 await self.check_retention()
                 await self.check_sizes()
+                await self.check_timestamps()
+                await self.measure_clock()
             except Exception as exc:  # noqa: BLE001 - checked again next time
-                logger.warning("could not check topic retention and sizes: %s", exc)
+                logger.warning("could not check topic retention, sizes and timestamps: %s", exc)
 
     async def check_retention(self) -> dict[str, list[str]]:
         """Check every topic read for a retention that can delete records; report loudly.
@@ -325,6 +352,59 @@ class DeadLetterService:
                 )
             self._reported[key] = problems
         self.sizes = found
+        return found
+
+    async def measure_clock(self) -> bool:
+        """Measure the host clock's offset to the broker's (a probe on the resolutions topic).
+
+        Returns:
+            Whether the broker stamped the probe; if not (a ``CreateTime`` resolutions
+            topic, reported by :meth:`check_timestamps`), ages follow the host's clock.
+        """
+        if not self.broker_clock:
+            return False
+        measured = await self.clock.measure(self.triage.write_clock_probe)
+        offset = self.clock.offset
+        if (
+            measured
+            and abs(offset) >= _SKEW_WORTH_LOGGING_SECONDS
+            and abs(offset - self._logged_offset) >= _SKEW_WORTH_LOGGING_SECONDS
+        ):
+            self._logged_offset = offset
+            logger.warning(
+                "this host's clock is %+.1f s off the broker's; ages are measured by the broker's",
+                -self.clock.offset,
+                extra={"hopchain_event": "clock_skew", "offset_seconds": self.clock.offset},
+            )
+        return measured
+
+    async def check_timestamps(self) -> dict[str, list[str]]:
+        """Check that every topic read is stamped with the broker's time; report loudly.
+
+        A topic with ``message.timestamp.type=CreateTime`` is logged at ERROR when first
+        found (and when its problems change) and sets ``hopchain_dlq_timestamp_unsafe``:
+        letter ages and claim lifetimes would then follow the writing hosts' clocks.
+        """
+        if self._admin is None or self.plan is None:
+            return {}
+        found = await timestamp_problems(
+            self._admin, [*self.reader.dead_letter_topics, self.plan.resolutions_topic]
+        )
+        for topic, problems in found.items():
+            self.metrics.timestamp_unsafe.labels(topic).set(1 if problems else 0)
+            key = f"timestamp:{topic}"
+            if problems and self._reported.get(key) != problems:
+                logger.error(
+                    "topic %s is stamped by its writers' clocks: %s. Fix it with: "
+                    "kafka-configs.sh --alter --entity-type topics --entity-name %s "
+                    "--add-config message.timestamp.type=LogAppendTime",
+                    topic,
+                    "; ".join(problems),
+                    topic,
+                    extra={"hopchain_event": "timestamp_unsafe", "topic": topic},
+                )
+            self._reported[key] = problems
+        self.timestamps = found
         return found
 
 

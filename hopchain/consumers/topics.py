@@ -3,7 +3,10 @@
 A dead letter is only safe if Kafka keeps it until somebody resolves it: dead-letter topics
 are created with ``retention.ms=-1`` and ``retention.bytes=-1``, and an existing topic whose
 retention or cleanup policy could delete records is reported loudly at start-up. The
-resolutions topic is compacted, so the latest resolution of every id is kept forever.
+resolutions topic is compacted, so the latest resolution of every id is kept forever. Both
+are created with ``message.timestamp.type=LogAppendTime``, and an existing one with
+``CreateTime`` is reported at start-up too: ages and claims are measured by record
+timestamps, which must be the broker's and not a host's.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.loading import load_registry
 from hopchain.metadata import wait_for_leaders
 from hopchain.schemas.contracts import ContractRegistry
-from hopchain.topic_checks import DEAD_LETTER_HEADROOM_BYTES, retention_problems, size_problems
+from hopchain.topic_checks import (
+    BROKER_TIME_CONFIG,
+    DEAD_LETTER_HEADROOM_BYTES,
+    retention_problems,
+    size_problems,
+    timestamp_problems,
+)
 
 __all__ = [
     "DEAD_LETTER_HEADROOM_BYTES",
@@ -32,14 +41,17 @@ __all__ = [
     "plan_topics",
     "retention_problems",
     "size_problems",
+    "timestamp_problems",
 ]
 
 logger = logging.getLogger("hopchain.dlq")
 
-DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
-"""Topic configuration of a dead-letter topic the consumer creates: keep every record."""
-RESOLUTIONS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
-"""Topic configuration of the resolutions topic: keep the latest record of every key."""
+DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **BROKER_TIME_CONFIG}
+"""Topic configuration of a dead-letter topic the consumer creates: keep every record, and
+stamp it with the broker's time (the age of a letter follows no host's clock)."""
+RESOLUTIONS_TOPIC_CONFIG = {"cleanup.policy": "compact", **BROKER_TIME_CONFIG}
+"""Topic configuration of the resolutions topic: keep the latest record of every key, and
+stamp it with the broker's time (claims expire by the broker's clock, not a writer's)."""
 
 _TOPIC_EXISTS = 36
 _INTERNAL_PREFIX = "__"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from hopchain.consumers.redrive import (
     redrive_span,
 )
 from hopchain.consumers.resolutions import (
+    CLOCK_PROBE_HEADER,
+    CLOCK_PROBE_KEY,
     Claim,
     RedriveTarget,
     Resolution,
@@ -73,6 +76,9 @@ class Triage:
         on_resolution: called with every resolution written (the service counts it and
             updates the index at once); by default the index is updated.
         instance: which running copy writes the ``redriven`` hops (``host:pid``).
+        clock: Unix time for the ``at`` of claims and resolutions and their record
+            timestamps (the service gives its broker-corrected clock). Which claim is live is
+            decided by the broker's append time, never by this clock.
     """
 
     def __init__(
@@ -82,8 +88,10 @@ class Triage:
         *,
         on_resolution: Callable[[Resolution], object] | None = None,
         instance: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.index = index
         self.on_resolution = on_resolution or index.resolve
         self.instance = instance or default_instance()
@@ -291,8 +299,8 @@ class Triage:
             f"larger than {limit}; nothing was sent"
         )
 
-    @staticmethod
     def _resolution(
+        self,
         letter: ParkedLetter,
         kind: ResolutionKind,
         who: str,
@@ -303,7 +311,7 @@ class Triage:
             dead_letter_id=letter.dead_letter_id,
             resolution=kind,
             who=who,
-            at=datetime.now(UTC),
+            at=datetime.fromtimestamp(self.clock(), UTC),
             reason=reason,
             dead_letter_topic=letter.topic,
             partition=letter.partition,
@@ -340,7 +348,26 @@ class Triage:
         await self._ensure_resolutions_topic()
         key, value, headers = encode_resolution(item, self._signing_key)
         return await self._producer.send_and_wait(
-            self.settings.dlq_resolutions_topic, value=value, key=key, headers=headers
+            self.settings.dlq_resolutions_topic,
+            value=value,
+            key=key,
+            headers=headers,
+            timestamp_ms=int(self.clock() * 1000),
+        )
+
+    async def write_clock_probe(self) -> Any:
+        """Write a clock probe to the resolutions topic; the broker's answer (its metadata).
+
+        On a ``LogAppendTime`` topic the answer's timestamp is the broker's clock at the
+        append (see :class:`~hopchain.consumers.clock.BrokerClock`).
+        """
+        await self._ensure_resolutions_topic()
+        return await self._producer.send_and_wait(
+            self.settings.dlq_resolutions_topic,
+            value=None,
+            key=CLOCK_PROBE_KEY,
+            headers=[(CLOCK_PROBE_HEADER, b"1")],
+            timestamp_ms=int(self.clock() * 1000),
         )
 
     async def _write(self, resolution: Resolution) -> None:
@@ -360,7 +387,7 @@ class Triage:
             claim_id=uuid.uuid4().hex,
             who=who,
             action=action,
-            at=datetime.now(UTC),
+            at=datetime.fromtimestamp(self.clock(), UTC),
         )
         written = await self._send(claim)
         verdict = await self._claims.decide(claim, written.partition, written.offset, force=force)

@@ -3,11 +3,12 @@
 A dead-letter topic the broker auto-creates on the first park gets the broker's default
 retention (often 7 days): parked records would expire unseen. With auto-creation off, the
 first park fails. So a service creates its dead-letter topics at start-up, with unlimited
-retention and as many partitions as the source topic, and refuses to start, in one line,
-when the broker refuses. Dead-letter topics that already exist are checked instead: a
-retention that would delete parked records, or a size limit below what the source topic
-allows, is logged as an error at start-up (``hopchain_event=dead_letter_topic_unsafe``),
-with the setting to change.
+retention, the broker's append time as record timestamps, and as many partitions as the
+source topic, and refuses to start, in one line, when the broker refuses. Dead-letter
+topics that already exist are checked instead: a retention that would delete parked
+records, a size limit below what the source topic allows, or timestamps set by the parking
+host's clock (``CreateTime``), is logged as an error at start-up
+(``hopchain_event=dead_letter_topic_unsafe``), with the setting to change.
 """
 
 from __future__ import annotations
@@ -22,14 +23,20 @@ from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError
 from hopchain.metadata import wait_for_leaders
 from hopchain.schemas import ContractRegistry
-from hopchain.topic_checks import retention_problems, size_problems
+from hopchain.topic_checks import (
+    BROKER_TIME_CONFIG,
+    retention_problems,
+    size_problems,
+    timestamp_problems,
+)
 
 __all__ = ["DEAD_LETTER_TOPIC_CONFIG", "ensure_dead_letter_topics"]
 
 logger = logging.getLogger("hopchain")
 
-DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
-"""Dead letters stay until someone resolves them: no time or size limit."""
+DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **BROKER_TIME_CONFIG}
+"""Dead letters stay until someone resolves them: no time or size limit. Their timestamps
+are the broker's (the park time, whatever the parking host's clock says)."""
 _TOPIC_EXISTS = 36
 _MAX_REPLICATION = 3
 _LEADER_WAIT_SECONDS = 30.0
@@ -85,7 +92,7 @@ async def ensure_dead_letter_topics(
     finally:
         await admin.close()
     for name in created:
-        logger.info("created dead-letter topic %s (retention unlimited)", name)
+        logger.info("created dead-letter topic %s (retention unlimited, broker time)", name)
     return created
 
 
@@ -94,13 +101,17 @@ async def _report_unsafe(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[
     if not topics:
         return {}
     found: dict[str, list[str]] = {}
-    for checked in (await retention_problems(admin, topics), await size_problems(admin, topics)):
+    for checked in (
+        await retention_problems(admin, topics),
+        await size_problems(admin, topics),
+        await timestamp_problems(admin, topics),
+    ):
         for topic, problems in checked.items():
             found.setdefault(topic, []).extend(problems)
     for topic, problems in sorted(found.items()):
         if problems:
             logger.error(
-                "dead-letter topic %s can lose or refuse dead letters: %s; change it with "
+                "dead-letter topic %s can lose, refuse or misdate dead letters: %s; change it with "
                 "kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config ...",
                 topic,
                 "; ".join(problems),

@@ -9,6 +9,11 @@ like a record rejected at a boundary::
     letters = [synthetic_dead_letter(owner="payments", source_topic="orders",
                                      parked_at=now - 60) for _ in range(10_000)]
     await produce_dead_letters(bootstrap, "orders.dlq", letters)
+
+A park time in the past can only be given on a topic stamped by its producers
+(``message.timestamp.type=CreateTime``): :func:`produce_dead_letters` switches a test's
+topic created with the broker's ``LogAppendTime`` (as hopchain creates dead-letter topics)
+back to ``CreateTime`` first, keeping its other settings.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from hopchain.exceptions import ReasonCode
 from hopchain.schemas.chain import append_hop, new_envelope
@@ -36,6 +43,7 @@ __all__ = [
     "SyntheticDeadLetter",
     "envelope_for",
     "produce_dead_letters",
+    "stamped_by_producers",
     "synthetic_dead_letter",
 ]
 
@@ -178,7 +186,12 @@ async def produce_dead_letters(
     *,
     in_flight: int = 5000,
 ) -> int:
-    """Send dead letters to ``topic`` as fast as the producer batches them; returns the count."""
+    """Send dead letters to ``topic`` as fast as the producer batches them; returns the count.
+
+    A ``LogAppendTime`` topic is switched to ``CreateTime`` first, so that each letter's
+    ``parked_at`` is its record's timestamp (the broker's clock would replace it).
+    """
+    await stamped_by_producers(bootstrap, topic)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         acks="all",
@@ -209,3 +222,34 @@ async def produce_dead_letters(
     finally:
         await producer.stop()
     return sent
+
+
+_TOPIC_OVERRIDE = 1
+"""``config_source`` of a setting made for the topic itself (DYNAMIC_TOPIC_CONFIG)."""
+
+
+async def stamped_by_producers(bootstrap: str, topic: str) -> None:
+    """Make an existing ``topic`` keep its producers' timestamps (``CreateTime``).
+
+    Its other topic-level settings are kept; a missing topic is left to be auto-created.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="hopchain-synthetic")
+    await admin.start()
+    try:
+        if topic not in await admin.list_topics():
+            return
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, None)]
+        )
+        [resource] = response.to_object()["resources"]
+        overrides = {
+            entry["config_names"]: entry["config_value"]
+            for entry in resource["config_entries"]
+            if entry.get("config_source") == _TOPIC_OVERRIDE or entry.get("is_default") is False
+        }
+        if overrides.get("message.timestamp.type") != "LogAppendTime":
+            return
+        overrides["message.timestamp.type"] = "CreateTime"
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, overrides)])
+    finally:
+        await admin.close()

@@ -90,7 +90,7 @@ async def test_overview_shows_the_figures_of_metrics_sorted_and_linked(
         )
         for number in range(count)
     ]
-    async with DeadLetterService(settings, clock=lambda: frozen) as service:
+    async with DeadLetterService(settings, clock=lambda: frozen, broker_clock=False) as service:
         for owner, topic in sources.items():
             chunk = [one for one in letters if one.owner == owner]
             await produce_dead_letters(settings.kafka_bootstrap, f"{topic}.dlq", chunk)

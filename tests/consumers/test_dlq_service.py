@@ -134,7 +134,7 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
         members.sort(key=lambda one: one.parked_at)
     assert len(groups) == len(OWNERS) * len(ERROR_TYPES)
 
-    async with DeadLetterService(settings, clock=lambda: frozen) as first:
+    async with DeadLetterService(settings, clock=lambda: frozen, broker_clock=False) as first:
         await first.wait_ready(timeout=30)
         started = time.perf_counter()
         await produce_by_topic(settings.kafka_bootstrap, letters)
@@ -165,7 +165,7 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
         }
         before_restart = {name: after[name] for name in STABLE_FAMILIES}
 
-    second = DeadLetterService(settings, clock=lambda: frozen)
+    second = DeadLetterService(settings, clock=lambda: frozen, broker_clock=False)
     await second.start()
     try:
         # Asked in-process before the loop can read anything: not caught up yet. (The HTTP

@@ -118,7 +118,7 @@ async def test_spring_and_connect_dead_letters_have_owner_source_exact_depth_and
 
     frozen = now_ms / 1000
     settings = dlq_settings(dlq_topics={spring_dlt: "billing-team", connect_dlq: "data-platform"})
-    async with DeadLetterService(settings, clock=lambda: frozen) as service:
+    async with DeadLetterService(settings, clock=lambda: frozen, broker_clock=False) as service:
         await wait_until(lambda: len(service.index) == 4, within=60, what="4 indexed")
         seen = await asyncio.to_thread(scrape, service.url)
 

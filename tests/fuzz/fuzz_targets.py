@@ -33,7 +33,7 @@ from hopchain.config import HopchainConfig
 from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.reader import IndexReader
-from hopchain.consumers.resolutions import read_resolution_record
+from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
 from hopchain.consumers.topics import TopicPlan
 from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.schemas import EnvelopeCodec, Keyring
@@ -158,6 +158,8 @@ def _read_dlq(case: Case) -> str:
     if caught.errors:
         raise caught.errors[0]
     if case.topic == RESOLUTIONS_TOPIC:
+        if is_clock_probe(case.headers):
+            return "resolutions:clock_probe"
         try:
             read = read_resolution_record(
                 case.key, case.value, case.headers, settings.resolution_key()

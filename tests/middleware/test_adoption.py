@@ -428,8 +428,9 @@ async def test_an_existing_dead_letter_topic_that_would_lose_letters_is_reported
     assert line.hopchain_event == "dead_letter_topic_unsafe"  # type: ignore[attr-defined]
     text = line.getMessage()
     assert "\n" not in text
-    assert f"{dlq} can lose or refuse dead letters" in text
+    assert f"{dlq} can lose, refuse or misdate dead letters" in text
     assert f"retention.ms={week} (needs -1)" in text
+    assert "message.timestamp.type=CreateTime (needs LogAppendTime" in text
     # The source allows the broker's default record size; parking adds headers on top.
     assert "max.message.bytes=1048588 (needs at least" in text
 
