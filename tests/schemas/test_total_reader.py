@@ -22,7 +22,7 @@ from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
 from hopchain.schemas import Decision, append_hop, envelope_schema, new_envelope, text_v2
 from hopchain.schemas import codec as codec_module
 from hopchain.schemas.codec import ENVELOPE_HEADER
-from hopchain.schemas.sealed import wire_of
+from hopchain.schemas.sealed import wire_of, write_envelope_text
 from hopchain.schemas.text_v2 import read_envelope_text
 
 RECORD = v2_record(HEADERS_TOPIC, stages=2)
@@ -349,6 +349,28 @@ def test_a_valid_chain_is_read_in_one_pass(topic: str, stages: int) -> None:
     # Else every record would take the careful way: right, and slower.
     assert text_v2._read_usual(text, start, None) is not None
     assert _outcome(text) == _careful(text)
+
+
+@pytest.mark.parametrize("appended", [0, 1, 2])
+def test_a_chain_read_and_written_on_is_spliced_to_the_bytes_a_join_writes(appended: int) -> None:
+    envelope, _ = read_envelope_text(TEXT, keyring=None)
+    for number in range(appended):
+        envelope = append_hop(
+            envelope,
+            component="splicer",
+            instance="splicer-0",
+            decision=Decision.FORWARDED,
+            span_id=f"c00000000000000{number}",
+            destination=HEADERS_TOPIC,
+        )
+    wire = wire_of(envelope)
+    assert wire is not None
+    spliced = write_envelope_text(wire)
+    assert wire.received is not None  # else the join below compares the join with itself
+
+    wire.received = None
+    assert spliced == write_envelope_text(wire)
+    assert (spliced == TEXT) is (appended == 0)
 
 
 def test_the_exported_schema_accepts_a_carried_schema_1_chain_and_refuses_legacy_objects() -> None:
