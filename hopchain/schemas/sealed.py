@@ -404,13 +404,13 @@ def write_envelope_text(wire: Wire) -> bytes:
     if received is not None and received.hops <= len(wire.hops):
         # The hops read are written as they came, in one piece: only later ones are joined.
         text, count = received.text, received.hops
+        digests = wire.digests[count:]
         return b"".join(
             (
                 text[: received.end],
-                *(b",\n" + hop for hop in wire.hops[count:]),
+                b",\n".join((b"", *wire.hops[count:])),
                 text[received.end : received.digests],
-                *(b',"%s"' % digest.encode() for digest in wire.digests[count:]),
-                b"]",
+                (',"' + '","'.join(digests) + '"]').encode() if digests else b"]",
                 SIGNATURES,
                 orjson.dumps(list(wire.signatures)),
                 b"}",
