@@ -3,7 +3,8 @@
 Imported only when a ``dlq`` command runs (see :mod:`hopchain.cli.dlq`), so that ``hopchain
 --help`` loads neither aiokafka nor the dead-letter stack. Every known failure ends the
 command with one line on stderr and its exit status: 1 failed (Kafka unreachable), 2 an
-invalid flag or variable, 4 not found, 5 refused.
+invalid flag or variable, 4 not found, 5 refused (including a reference dead letter whose
+original the source topic no longer holds, or holds with other bytes).
 """
 
 from __future__ import annotations
@@ -197,6 +198,15 @@ def list_letters(
         )
         return
     _console().print(list_table(letters, now, include_resolved=include_resolved))
+    references = sum(letter.reference is not None for letter, _ in letters)
+    if references:
+        _console().print(
+            f"{references} of these are references (REASON ends in '(reference)'): the record "
+            "was too large to park, so the dead letter holds no value. `hopchain dlq show ID` "
+            "says where the original is; redrive re-reads it from there while the source "
+            "topic retains it, and refuses (exit 5) once it is gone or differs",
+            markup=False,
+        )
     shown = f" (showing the oldest {len(letters)})" if total > len(letters) else ""
     _console().print(
         f"{total} dead letter(s){shown}; {snapshot.records_read} records read from "

@@ -23,7 +23,9 @@ from hopchain.schemas.deadletter import (
     DLQ_SOURCE_TOPIC_HEADER,
     REDRIVE_COUNT_HEADER,
     DeadLetterInfo,
+    Reference,
     read_dead_letter_headers,
+    read_reference,
 )
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.record import ConsumedRecord
@@ -72,6 +74,8 @@ class ParkedLetter:
         framework: who parked it: ``hopchain``, ``spring`` or ``connect``
             (see :mod:`hopchain.consumers.foreign`).
         description: another framework's exception class and message, when it parked it.
+        reference: set when the dead letter is a reference: the record was too large to
+            park, and this says where the original is and its size and SHA-256.
     """
 
     dead_letter_id: str
@@ -91,6 +95,7 @@ class ParkedLetter:
     problem: str | None = None
     framework: str = "hopchain"
     description: str | None = None
+    reference: Reference | None = None
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -122,7 +127,30 @@ class ParkedLetter:
             "problem": self.problem,
             "framework": self.framework,
             "description": self.description,
+            "reference": _reference_json(self.reference),
         }
+
+
+def _reference_json(reference: Reference | None) -> dict[str, Any] | None:
+    if reference is None:
+        return None
+    return {
+        "source_topic": reference.source_topic,
+        "source_partition": reference.source_partition,
+        "source_offset": reference.source_offset,
+        "size": reference.size,
+        "value_sha256": reference.value_sha256,
+        "key_sha256": reference.key_sha256,
+        "headers_kept": reference.headers_kept,
+    }
+
+
+def _read_reference(record: DeadLetterRecord) -> Reference | None:
+    """The reference the letter makes; a damaged one is refused at redrive, not here."""
+    try:
+        return read_reference(record.headers)
+    except ValueError:
+        return None
 
 
 def coordinate_id(topic: str, partition: int, offset: int) -> str:
@@ -232,6 +260,7 @@ def _from_info(
         intent_key=identity[2],
         component=info.component,
         redrive_count=max(redrive_count(record.headers, envelope), redriven),
+        reference=_read_reference(record),
     )
 
 

@@ -27,6 +27,7 @@ from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError
 from hopchain.consumers.filters import format_age
 from hopchain.consumers.records import UNKNOWN, ParkedLetter, original_headers
+from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 from hopchain.lookup import TraceResult, find_record, hop_facts, integrity_of
 from hopchain.schemas.vocabulary import ErrorType
@@ -219,6 +220,7 @@ async def letter_page(request: Request) -> Response:
         trace=await _trace(backend, letter, resolution),
         trace_url=trace_url,
         age=format_age(_now(backend) - letter.parked_at),
+        reference=describe_reference(letter.reference) if letter.reference else None,
         done=request.query_params.get("done"),
     )
 
