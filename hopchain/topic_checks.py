@@ -16,7 +16,7 @@ from aiokafka.errors import for_code
 
 from hopchain.schemas import DEAD_LETTER_SUFFIX
 
-__all__ = ["DEAD_LETTER_HEADROOM_BYTES", "retention_problems", "size_problems"]
+__all__ = ["DEAD_LETTER_HEADROOM_BYTES", "max_message_bytes", "retention_problems", "size_problems"]
 
 _CHECKED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes")
 _SIZE_CONFIG = "max.message.bytes"
@@ -82,7 +82,11 @@ async def retention_problems(
     return found
 
 
-async def _max_message_bytes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+async def max_message_bytes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Each topic's ``max.message.bytes`` (the broker's default where the topic sets none).
+
+    Topics whose configuration cannot be read are left out.
+    """
     resources = [
         ConfigResource(ConfigResourceType.TOPIC, name, {_SIZE_CONFIG: None}) for name in names
     ]
@@ -115,7 +119,7 @@ async def size_problems(
     }
     if not pairs:
         return {}
-    sizes = await _max_message_bytes(admin, sorted({*pairs, *pairs.values()}))
+    sizes = await max_message_bytes(admin, sorted({*pairs, *pairs.values()}))
     found: dict[str, list[str]] = {}
     for topic, source in pairs.items():
         mine, theirs = sizes.get(topic), sizes.get(source)

@@ -22,9 +22,9 @@ from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError
 from hopchain.metadata import wait_for_leaders
 from hopchain.schemas import ContractRegistry
-from hopchain.topic_checks import retention_problems, size_problems
+from hopchain.topic_checks import max_message_bytes, retention_problems, size_problems
 
-__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "ensure_dead_letter_topics"]
+__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "dead_letter_topic_sizes", "ensure_dead_letter_topics"]
 
 logger = logging.getLogger("hopchain")
 
@@ -87,6 +87,35 @@ async def ensure_dead_letter_topics(
     for name in created:
         logger.info("created dead-letter topic %s (retention unlimited)", name)
     return created
+
+
+async def dead_letter_topic_sizes(
+    config: HopchainConfig, registry: ContractRegistry, source_topics: Iterable[str]
+) -> dict[str, int]:
+    """The ``max.message.bytes`` of the dead-letter topics of ``source_topics``.
+
+    Topics that do not exist, or whose configuration cannot be read, are left out.
+    """
+    wanted = sorted(
+        {
+            registry.get(topic).dead_letter_topic
+            for topic in source_topics
+            if not registry.is_dead_letter_topic(topic)
+        }
+    )
+    if not wanted:
+        return {}
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=config.kafka_bootstrap,
+        client_id="hopchain-topics",
+        **config.client_kwargs(),
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        return await max_message_bytes(admin, [topic for topic in wanted if topic in existing])
+    finally:
+        await admin.close()
 
 
 async def _report_unsafe(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[str]]:
