@@ -174,10 +174,14 @@ async def test_a_reference_is_redriven_as_its_original_bytes_read_again_and_veri
         await service.wait_ready(timeout=60)
         page = await asyncio.to_thread(get, f"{service.url}/ui/dead-letters/{rejected}")
         listed = await asyncio.to_thread(get, f"{service.url}/ui/dead-letters")
+        preview = await asyncio.to_thread(
+            get, f"{service.url}/ui/bulk?action=redrive&source_topic={source}"
+        )
     assert 'id="reference"' in page
     assert f"the original ({size} bytes, sha256 {digest}…) is at {source}[0]@0; redrive" in page
     assert "This is the empty stand-in, not the record" in page
     assert listed.count('<span class="badge warn reference"') == 2
+    assert "2 of them are references (records too large to park)" in preview
 
     done = await dlq(settings, "redrive", rejected, "--who=alice", "--reason=parser fixed")
     assert done.exit_code == 0, done.output

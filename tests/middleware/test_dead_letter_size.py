@@ -15,9 +15,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
-from middleware_helpers import Doc, contract, read_topic, record_count, registry, wait_until
+from middleware_helpers import OWNER, Doc, contract, read_topic, record_count, registry, wait_until
 
 from hopchain import Hopchain, HopchainConfig, HopchainMiddleware
+from hopchain.consumers import DlqSettings, Triage, load_index
 from hopchain.exceptions import ReasonCode
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.schemas.deadletter import (
@@ -106,6 +107,24 @@ async def test_a_3_mb_record_is_parked_whole_on_5_mb_topics_and_as_a_reference_b
     assert found[DLQ_TRUNCATED_HEADER] == b"value"
     assert found[DLQ_VALUE_SHA256_HEADER] == hashlib.sha256(value).hexdigest().encode()
     assert found["origin"] == b"batch"
+
+    # Redriven, it is the 3 MB original again, read from the source and checked.
+    settings = DlqSettings(
+        kafka_bootstrap=kafka_bootstrap,
+        dlq_topics={f"{capped}.dlq": OWNER},
+        dlq_resolutions_topic=unique_topic_name("resolutions"),
+        dlq_max_request_bytes=6 << 20,
+    )
+    triage = Triage(settings, (await load_index(settings, timeout=60)).index)
+    await triage.start()
+    try:
+        letter = read_dead_letter_headers(list(reference.headers))
+        await triage.redrive(letter.dead_letter_id, who="ops", reason="room now")
+    finally:
+        await triage.stop()
+    original, redriven = await read_topic(kafka_bootstrap, capped)
+    assert redriven.value == original.value == value
+    assert redriven.key == b"big"
 
 
 async def test_the_setting_lowers_the_writer_size_and_never_raises_it() -> None:

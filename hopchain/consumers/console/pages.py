@@ -268,6 +268,7 @@ async def bulk_preview(request: Request) -> Response:
         letters=letters[:BULK_PREVIEW_ROWS],
         total=len(letters),
         matching=len(matching),
+        references=sum(letter.reference is not None for letter, _ in letters),
         digest=selection_digest(ids),
         as_of=f"{as_of:.6f}",
         now=as_of,
