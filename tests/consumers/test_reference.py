@@ -28,15 +28,20 @@ from typer.testing import CliRunner, Result
 from hopchain import EnvelopeProducer, Hopchain, HopchainMiddleware, origin
 from hopchain.cli.app import app
 from hopchain.consumers import DeadLetterService
+from hopchain.consumers.errors import ReferenceRefused
+from hopchain.consumers.records import DeadLetterRecord
+from hopchain.consumers.reference import describe_reference, reference_of
 from hopchain.schemas import ContractRegistry, Decision, TopicContract, verify_chain
 from hopchain.schemas.deadletter import (
     DLQ_TRUNCATED_HEADER,
     read_dead_letter_headers,
+    read_reference,
     reference_record,
 )
 from hopchain.schemas.ids import new_envelope_id
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing.deadletters import synthetic_dead_letter
 
 if TYPE_CHECKING:
     from hopchain.consumers import DlqSettings
@@ -286,3 +291,48 @@ async def delete_records_before(bootstrap: str, topic: str, offset: int) -> None
         await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(offset)})
     finally:
         await admin.close()
+
+
+# -- without a broker: what a reference says, and what matches it ------------------------------
+
+
+def made_reference(
+    value: bytes, key: bytes | None, headers: list[tuple[str, bytes | None]]
+) -> tuple[bytes, list[tuple[str, bytes | None]]]:
+    letter = synthetic_dead_letter(owner="billing", source_topic="orders", parked_at=100.0)
+    info = read_dead_letter_headers(letter.headers)
+    return reference_record(value, key, headers, replace(info, source_offset=41))
+
+
+def test_a_reference_says_where_its_original_is_and_matches_only_those_bytes() -> None:
+    original: list[tuple[str, bytes | None]] = [("origin", b"legacy")]
+    _, headers = made_reference(b"v" * 100, b"k", original)
+    reference = read_reference(headers)
+    assert reference is not None
+    assert (reference.source_topic, reference.source_partition, reference.source_offset) == (
+        "orders",
+        0,
+        41,
+    )
+    assert reference.headers_kept
+    assert reference.matches(b"v" * 100, b"k", original) is None
+    assert reference.matches(b"w" * 100, b"k", original) == "its value's SHA-256 differs"
+    assert reference.matches(b"v" * 100, b"j", original) == "its key differs"
+    assert reference.matches(b"v" * 100, None, [*original, ("k", b"")]) == "its key differs"
+    assert reference.matches(b"v" * 100, b"k", []) == "101 bytes, not 113"
+    assert (
+        read_reference([(name, raw) for name, raw in headers if name != DLQ_TRUNCATED_HEADER])
+        is None
+    )
+    text = describe_reference(reference)
+    assert text.startswith(f"the original (113 bytes, sha256 {reference.value_sha256[:16]}…)")
+    assert "is at orders[0]@41; redrive re-reads it from there while the source topic" in text
+
+
+def test_a_damaged_reference_is_refused_never_sent_as_its_stand_in() -> None:
+    value, headers = made_reference(b"v" * 100, b"k", [])
+    damaged = [(name, raw) for name, raw in headers if name != "hopchain-dlq-value-sha256"]
+    record = DeadLetterRecord("orders.dlq", 0, 3, 1000, b"k", value, tuple(damaged))
+    with pytest.raises(ReferenceRefused, match="refusing to redrive x: a reference dead letter"):
+        reference_of(record, "x")
+    assert reference_of(DeadLetterRecord("orders.dlq", 0, 3, 1000, b"k", b"{}", ()), "y") is None
