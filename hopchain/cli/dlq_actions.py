@@ -288,6 +288,15 @@ def _finish(outcome: Outcome, lines: list[tuple[str, bool]], *, json_output: boo
         raise typer.Exit(ExitCode.REFUSED)
 
 
+def _would_redrive(triage: Triage, dead_letter_id: str) -> dict[str, Any]:
+    """A dry run's line: the id, and where a reference's original would be read from."""
+    reference = triage.lookup(dead_letter_id)[0].reference
+    where = None
+    if reference is not None:
+        where = f"{reference.source_topic}[{reference.source_partition}]@{reference.source_offset}"
+    return {"id": dead_letter_id, "dry_run": True, "original_at": where}
+
+
 def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bool) -> None:
     """``dlq redrive``: republish to the source topic with a ``redriven`` hop, then resolve."""
     settings = source.settings()
@@ -296,7 +305,7 @@ def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bo
     async def action(snapshot: Snapshot, triage: Triage) -> Outcome:
         ids = request.ids(snapshot, triage)
         if request.dry_run:
-            return {"redriven": [{"id": one, "dry_run": True} for one in ids]}
+            return {"redriven": [_would_redrive(triage, one) for one in ids]}
 
         async def one(dead_letter_id: str) -> dict[str, Any]:
             done = await triage.redrive(

@@ -153,7 +153,9 @@ def redrive_lines(
     lines: list[tuple[str, bool]] = []
     for item in outcome["redriven"]:
         if dry_run:
-            lines.append((f"would redrive {item['id']}", False))
+            where = item.get("original_at")
+            read = f" (a reference: its original is read again from {where})" if where else ""
+            lines.append((f"would redrive {item['id']}{read}", False))
             continue
         target = item["resolution"]["redrive"]
         how = "with a redriven hop" if target["envelope_extended"] else "byte for byte"

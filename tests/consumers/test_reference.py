@@ -164,30 +164,10 @@ async def test_a_reference_is_redriven_as_its_original_bytes_read_again_and_veri
         "key_sha256": hashlib.sha256(b"k-1").hexdigest(),
         "headers_kept": True,
     }
-    table = await dlq(settings, "list")
-    assert "(reference)" in table.output
-    assert "2 of these are references" in table.output
-    shown = await dlq(settings, "show", rejected)
-    assert shown.exit_code == 0, shown.output
-    said = "".join(shown.output.split())  # the table wraps long lines anywhere
-    digest = hashlib.sha256(not_json).hexdigest()[:16]
-    size = references[rejected]["size"]
-    assert f"referencetheoriginal({size}bytes,sha256{digest}…)isat{source}[0]@0;" in said
-    assert "redrivere-readsitfromtherewhilethesourcetopicretainsit" in said
+    await check_shown_as_a_reference(settings, rejected, not_json, references[rejected])
 
-    async with DeadLetterService(settings) as service:
-        await service.wait_ready(timeout=60)
-        page = await asyncio.to_thread(get, f"{service.url}/ui/dead-letters/{rejected}")
-        listed = await asyncio.to_thread(get, f"{service.url}/ui/dead-letters")
-        preview = await asyncio.to_thread(
-            get, f"{service.url}/ui/bulk?action=redrive&source_topic={source}"
-        )
-    assert 'id="reference"' in page
-    assert f"the original ({size} bytes, sha256 {digest}…) is at {source}[0]@0; redrive" in page
-    assert "This is the empty stand-in, not the record" in page
-    assert listed.count('<span class="badge warn reference"') == 2
-    assert "2 of them are references (records too large to park)" in preview
-
+    dry = await dlq(settings, "redrive", rejected, "--reason=see", "--dry-run")
+    assert f"would redrive {rejected} (a reference: its original is read again from" in dry.output
     done = await dlq(settings, "redrive", rejected, "--who=alice", "--reason=parser fixed")
     assert done.exit_code == 0, done.output
     again = await dlq(settings, "redrive", failed, "--who=alice", "--reason=ledger fixed")
@@ -213,6 +193,35 @@ async def test_a_reference_is_redriven_as_its_original_bytes_read_again_and_veri
         Decision.REDRIVEN,
     ]
     assert headers["hopchain-redrive-of"] == failed.encode()
+
+
+async def check_shown_as_a_reference(
+    settings: DlqSettings, rejected: str, value: bytes, reference: dict[str, Any]
+) -> None:
+    """``dlq list``, ``dlq show`` and the console say it is a reference, and where to."""
+    source, size = reference["source_topic"], reference["size"]
+    table = await dlq(settings, "list")
+    assert "(reference)" in table.output
+    assert "2 of these are references" in table.output
+    shown = await dlq(settings, "show", rejected)
+    assert shown.exit_code == 0, shown.output
+    said = "".join(shown.output.split())  # the table wraps long lines anywhere
+    digest = hashlib.sha256(value).hexdigest()[:16]
+    assert f"referencetheoriginal({size}bytes,sha256{digest}…)isat{source}[0]@0;" in said
+    assert "redrivere-readsitfromtherewhilethesourcetopicretainsit" in said
+
+    async with DeadLetterService(settings) as service:
+        await service.wait_ready(timeout=60)
+        page = await asyncio.to_thread(get, f"{service.url}/ui/dead-letters/{rejected}")
+        listed = await asyncio.to_thread(get, f"{service.url}/ui/dead-letters")
+        preview = await asyncio.to_thread(
+            get, f"{service.url}/ui/bulk?action=redrive&source_topic={source}"
+        )
+    assert 'id="reference"' in page
+    assert f"the original ({size} bytes, sha256 {digest}…) is at {source}[0]@0; redrive" in page
+    assert "This is the empty stand-in, not the record" in page
+    assert listed.count('<span class="badge warn reference"') == 2
+    assert "2 of them are references (records too large to park)" in preview
 
 
 @pytest.mark.kafka
