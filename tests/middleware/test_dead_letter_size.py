@@ -135,5 +135,5 @@ async def test_the_setting_lowers_the_writer_size_and_never_raises_it() -> None:
     assert roomy.max_request_size == 1024 * 1024
     assert await roomy.fit(FIVE_MB) == FIVE_MB
     assert roomy.max_request_size == FIVE_MB
-    chosen = KafkaWriter(HopchainConfig(dead_letter_max_bytes=1024), max_request_size=FIVE_MB)
+    chosen = KafkaWriter(HopchainConfig(dead_letter_max_bytes=1 << 16), max_request_size=FIVE_MB)
     assert chosen.max_request_size == FIVE_MB  # an explicit argument is taken as given
