@@ -159,6 +159,14 @@ class HopchainConfig(BaseSettings):
     """Pause before the first retry of a dead-letter write, doubled each time
     (HOPCHAIN_DEAD_LETTER_BACKOFF_SECONDS)."""
 
+    dead_letter_max_bytes: int | None = Field(default=None, ge=64 * 1024)
+    """The most bytes one dead letter may take, to lower what the dead-letter topic allows
+    (HOPCHAIN_DEAD_LETTER_MAX_BYTES; at least 64 KiB, so that a reference still fits). The
+    FastStream middleware's own writer is sized at ``prepare()`` from its dead-letter topics'
+    ``max.message.bytes`` (the largest of them; 1 MiB, Kafka's client default, until then or
+    when it cannot be read); this only lowers that size. A record that does not fit is parked
+    as a reference: its key, headers, size, SHA-256 and source position, without the value."""
+
     transport_retries: int = Field(default=3, ge=0)
     """Retries in place of a ``transient`` failure of a handler that declares no stage
     (HOPCHAIN_TRANSPORT_RETRIES); a declared stage uses its own budget."""

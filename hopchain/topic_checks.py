@@ -19,6 +19,9 @@ from hopchain.schemas import DEAD_LETTER_SUFFIX
 __all__ = [
     "BROKER_TIME_CONFIG",
     "DEAD_LETTER_HEADROOM_BYTES",
+    "DEAD_LETTER_TOPIC_CONFIG",
+    "dead_letter_topic_config",
+    "max_message_bytes",
     "retention_problems",
     "size_problems",
     "timestamp_problems",
@@ -37,6 +40,22 @@ _SIZE_CONFIG = "max.message.bytes"
 DEAD_LETTER_HEADROOM_BYTES = 16 * 1024
 """Room a dead-letter topic needs above its source topic's ``max.message.bytes``: parking
 adds the ``hopchain-dlq-*`` headers (about 1-3 KB, more with a long chain)."""
+
+DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **BROKER_TIME_CONFIG}
+"""A dead-letter topic hopchain creates: every record kept until someone resolves it, each
+stamped with the broker's time (a letter's age follows no host's clock)."""
+
+
+def dead_letter_topic_config(source_bytes: int | None) -> dict[str, str]:
+    """The configuration of a new dead-letter topic whose source takes ``source_bytes``.
+
+    With the source's ``max.message.bytes`` known, the dead-letter topic takes that plus
+    :data:`DEAD_LETTER_HEADROOM_BYTES`, so the source's largest record is parked whole.
+    """
+    config = dict(DEAD_LETTER_TOPIC_CONFIG)
+    if source_bytes is not None:
+        config[_SIZE_CONFIG] = str(source_bytes + DEAD_LETTER_HEADROOM_BYTES)
+    return config
 
 
 def _problems(config: Mapping[str, str], *, compacted: bool) -> list[str]:
@@ -136,11 +155,17 @@ async def timestamp_problems(
     return found
 
 
-async def _max_message_bytes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+async def max_message_bytes(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Each topic's ``max.message.bytes`` (the broker's default where the topic sets none).
+
+    Topics whose configuration cannot be read are left out.
+    """
     resources = [
         ConfigResource(ConfigResourceType.TOPIC, name, {_SIZE_CONFIG: None}) for name in names
     ]
     found: dict[str, int] = {}
+    if not resources:
+        return found
     for response in await admin.describe_configs(resources):
         for resource in response.to_object()["resources"]:
             if resource["error_code"]:
@@ -169,7 +194,7 @@ async def size_problems(
     }
     if not pairs:
         return {}
-    sizes = await _max_message_bytes(admin, sorted({*pairs, *pairs.values()}))
+    sizes = await max_message_bytes(admin, sorted({*pairs, *pairs.values()}))
     found: dict[str, list[str]] = {}
     for topic, source in pairs.items():
         mine, theirs = sizes.get(topic), sizes.get(source)

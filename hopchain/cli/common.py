@@ -116,7 +116,9 @@ class ExitCode(enum.IntEnum):
     NOT_FOUND = 4
     """Nothing has the given id (or nothing matched the filter)."""
     REFUSED = 5
-    """Refused: already resolved, or redriven too often. ``--force`` overrides."""
+    """Refused: already resolved, or redriven too often (``--force`` overrides); or a
+    reference dead letter whose original is gone from its source or differs there (nothing
+    overrides: the empty stand-in is never sent)."""
     INTEGRITY_BROKEN = 6
     """Found, but a hop chain does not verify: tampered or damaged."""
 

@@ -4,7 +4,8 @@
 ``redrive`` and ``discard`` need no service: they rebuild the index straight from Kafka
 (the dead-letter topics and the resolutions topic, read up to their current end) and act
 on it. Exit codes: 0 done, 1 failed, 2 usage, 4 not found, 5 refused (already resolved,
-redrive limit reached: ``--force`` overrides).
+redrive limit reached: ``--force`` overrides; a reference dead letter whose original is
+gone or differs: nothing overrides).
 
 Each flag means one thing in every command: ``--dlq-topic NAME[=OWNER]`` is a dead-letter
 topic to read (with the owner paged for it), ``--owner`` and ``--source-topic`` choose dead
@@ -376,6 +377,12 @@ def redrive(
     byte). The intent key is unchanged. A dead letter already resolved, or redriven
     HOPCHAIN_DLQ_REDRIVE_LIMIT times (default 3), is refused with exit status 5 unless
     --force is given. Filters redrive every unresolved dead letter they match.
+
+    A reference dead letter (a record too large to park; `dlq list` marks it) holds no
+    value: its original is read again from its source topic, partition and offset, and sent
+    only if its size and SHA-256 match the reference. Once the source topic no longer holds
+    it, or holds other bytes there, the redrive is refused with exit status 5 and nothing is
+    sent, even with --force.
     """
     from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
 

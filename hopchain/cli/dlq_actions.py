@@ -3,7 +3,8 @@
 Imported only when a ``dlq`` command runs (see :mod:`hopchain.cli.dlq`), so that ``hopchain
 --help`` loads neither aiokafka nor the dead-letter stack. Every known failure ends the
 command with one line on stderr and its exit status: 1 failed (Kafka unreachable), 2 an
-invalid flag or variable, 4 not found, 5 refused.
+invalid flag or variable, 4 not found, 5 refused (including a reference dead letter whose
+original the source topic no longer holds, or holds with other bytes).
 """
 
 from __future__ import annotations
@@ -197,6 +198,15 @@ def list_letters(
         )
         return
     _console().print(list_table(letters, now, include_resolved=include_resolved))
+    references = sum(letter.reference is not None for letter, _ in letters)
+    if references:
+        _console().print(
+            f"{references} of these are references (REASON ends in '(reference)'): the record "
+            "was too large to park, so the dead letter holds no value. `hopchain dlq show ID` "
+            "says where the original is; redrive re-reads it from there while the source "
+            "topic retains it, and refuses (exit 5) once it is gone or differs",
+            markup=False,
+        )
     shown = f" (showing the oldest {len(letters)})" if total > len(letters) else ""
     _console().print(
         f"{total} dead letter(s){shown}; {snapshot.records_read} records read from "
@@ -278,6 +288,15 @@ def _finish(outcome: Outcome, lines: list[tuple[str, bool]], *, json_output: boo
         raise typer.Exit(ExitCode.REFUSED)
 
 
+def _would_redrive(triage: Triage, dead_letter_id: str) -> dict[str, Any]:
+    """A dry run's line: the id, and where a reference's original would be read from."""
+    reference = triage.lookup(dead_letter_id)[0].reference
+    where = None
+    if reference is not None:
+        where = f"{reference.source_topic}[{reference.source_partition}]@{reference.source_offset}"
+    return {"id": dead_letter_id, "dry_run": True, "original_at": where}
+
+
 def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bool) -> None:
     """``dlq redrive``: republish to the source topic with a ``redriven`` hop, then resolve."""
     settings = source.settings()
@@ -286,7 +305,7 @@ def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bo
     async def action(snapshot: Snapshot, triage: Triage) -> Outcome:
         ids = request.ids(snapshot, triage)
         if request.dry_run:
-            return {"redriven": [{"id": one, "dry_run": True} for one in ids]}
+            return {"redriven": [_would_redrive(triage, one) for one in ids]}
 
         async def one(dead_letter_id: str) -> dict[str, Any]:
             done = await triage.redrive(

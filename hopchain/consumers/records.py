@@ -23,7 +23,9 @@ from hopchain.schemas.deadletter import (
     DLQ_SOURCE_TOPIC_HEADER,
     REDRIVE_COUNT_HEADER,
     DeadLetterInfo,
+    Reference,
     read_dead_letter_headers,
+    read_reference,
 )
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.record import ConsumedRecord
@@ -74,6 +76,8 @@ class ParkedLetter:
         description: another framework's exception class and message, when it parked it.
         source_timestamp: the original record's timestamp in its source topic, in Unix
             seconds (``hopchain-dlq-source-timestamp``), when known.
+        reference: set when the dead letter is a reference: the record was too large to
+            park, and this says where the original is and its size and SHA-256.
     """
 
     dead_letter_id: str
@@ -94,6 +98,7 @@ class ParkedLetter:
     framework: str = "hopchain"
     description: str | None = None
     source_timestamp: float | None = None
+    reference: Reference | None = None
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -135,7 +140,30 @@ class ParkedLetter:
             "source_timestamp": (
                 None if self.source_datetime is None else self.source_datetime.isoformat()
             ),
+            "reference": _reference_json(self.reference),
         }
+
+
+def _reference_json(reference: Reference | None) -> dict[str, Any] | None:
+    if reference is None:
+        return None
+    return {
+        "source_topic": reference.source_topic,
+        "source_partition": reference.source_partition,
+        "source_offset": reference.source_offset,
+        "size": reference.size,
+        "value_sha256": reference.value_sha256,
+        "key_sha256": reference.key_sha256,
+        "headers_kept": reference.headers_kept,
+    }
+
+
+def _read_reference(record: DeadLetterRecord) -> Reference | None:
+    """The reference the letter makes; a damaged one is refused at redrive, not here."""
+    try:
+        return read_reference(record.headers)
+    except ValueError:
+        return None
 
 
 def coordinate_id(topic: str, partition: int, offset: int) -> str:
@@ -248,6 +276,7 @@ def _from_info(
         source_timestamp=_plausible(info.source_timestamp_ms / 1000)
         if info.source_timestamp_ms >= 0
         else None,
+        reference=_read_reference(record),
     )
 
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from hopchain.consumers.detail import DeadLetterDetail, describe_failure
 from hopchain.consumers.filters import format_age
 from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 
 __all__ = ["detail_view", "list_table", "redrive_lines", "resolution_json", "resolution_text"]
@@ -56,7 +57,8 @@ def list_table(
             letter.owner,
             letter.source_topic,
             letter.error_type,
-            letter.reason or ("-" if letter.problem is None else "unreadable"),
+            (letter.reason or ("-" if letter.problem is None else "unreadable"))
+            + (" (reference)" if letter.reference is not None else ""),
             _where(letter),
         ]
         if include_resolved:
@@ -91,6 +93,8 @@ def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableTy
             f"(group {info.group or '-'})",
         )
         fact("parked by", info.component)
+    if letter.reference is not None:
+        fact("reference", describe_reference(letter.reference))
     if letter.problem is not None:
         fact("unreadable", letter.problem)
     fact("parked at", f"{letter.parked_datetime:%Y-%m-%d %H:%M:%S}Z")
@@ -122,12 +126,20 @@ def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableTy
         parts.append(chain)
     else:
         parts.append(Text.assemble(("hop chain: ", "bold"), f"none ({detail.envelope_problem})"))
+    parts.extend(_record_parts(detail, payload=payload))
+    return parts
+
+
+def _record_parts(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableType]:
+    """The record's size and header names, and (with ``payload``) its key and value."""
     record = detail.record
     names = ", ".join(name for name, _ in record.headers if not name.startswith("hopchain-dlq-"))
     size = "null" if record.value is None else f"{len(record.value)} bytes"
-    parts.append(
+    if detail.letter.reference is not None:
+        size += " (the stand-in; the original is at its source, see reference above)"
+    parts: list[RenderableType] = [
         Text.assemble("\n", ("record: ", "bold"), f"value {size}; headers: {names or 'none'}")
-    )
+    ]
     if payload:
         body = detail.as_json(include_value=True)["record"]
         parts.append(Text(f"key: {body['key']}"))
@@ -151,7 +163,9 @@ def redrive_lines(
     lines: list[tuple[str, bool]] = []
     for item in outcome["redriven"]:
         if dry_run:
-            lines.append((f"would redrive {item['id']}", False))
+            where = item.get("original_at")
+            read = f" (a reference: its original is read again from {where})" if where else ""
+            lines.append((f"would redrive {item['id']}{read}", False))
             continue
         target = item["resolution"]["redrive"]
         how = "with a redriven hop" if target["envelope_extended"] else "byte for byte"

@@ -35,7 +35,6 @@ from hopchain.consumers.reader import IndexReader
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.topics import (
     DEAD_LETTER_HEADROOM_BYTES,
-    DEAD_LETTER_TOPIC_CONFIG,
     RESOLUTIONS_TOPIC_CONFIG,
     TopicPlan,
     create_missing_topics,
@@ -45,7 +44,9 @@ from hopchain.consumers.topics import (
     timestamp_problems,
 )
 from hopchain.consumers.triage import Triage
+from hopchain.schemas import DEAD_LETTER_SUFFIX
 from hopchain.schemas.contracts import ContractRegistry
+from hopchain.topic_checks import dead_letter_topic_config, max_message_bytes
 
 __all__ = ["DeadLetterService", "serve"]
 
@@ -115,7 +116,7 @@ class DeadLetterService:
             )
             await self._admin.start()
             if settings.dlq_create_topics:
-                wanted = dict.fromkeys(self.plan.named, DEAD_LETTER_TOPIC_CONFIG)
+                wanted = await self._dead_letter_topic_configs()
                 wanted[self.plan.resolutions_topic] = RESOLUTIONS_TOPIC_CONFIG
                 await create_missing_topics(
                     self._admin,
@@ -353,6 +354,21 @@ class DeadLetterService:
             self._reported[key] = problems
         self.sizes = found
         return found
+
+    async def _dead_letter_topic_configs(self) -> dict[str, dict[str, str]]:
+        """How each named dead-letter topic is created: sized from its source when known."""
+        assert self._admin is not None  # noqa: S101 - started by the caller
+        assert self.plan is not None  # noqa: S101 - planned by the caller
+        sources = {
+            topic: topic.removesuffix(DEAD_LETTER_SUFFIX)
+            for topic in self.plan.named
+            if topic.endswith(DEAD_LETTER_SUFFIX)
+        }
+        sizes = await max_message_bytes(self._admin, sorted(set(sources.values())))
+        return {
+            topic: dead_letter_topic_config(sizes.get(sources.get(topic, "")))
+            for topic in self.plan.named
+        }
 
     async def measure_clock(self) -> bool:
         """Measure the host clock's offset to the broker's (a probe on the resolutions topic).

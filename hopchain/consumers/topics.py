@@ -27,6 +27,7 @@ from hopchain.schemas.contracts import ContractRegistry
 from hopchain.topic_checks import (
     BROKER_TIME_CONFIG,
     DEAD_LETTER_HEADROOM_BYTES,
+    DEAD_LETTER_TOPIC_CONFIG,
     retention_problems,
     size_problems,
     timestamp_problems,
@@ -46,9 +47,6 @@ __all__ = [
 
 logger = logging.getLogger("hopchain.dlq")
 
-DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **BROKER_TIME_CONFIG}
-"""Topic configuration of a dead-letter topic the consumer creates: keep every record, and
-stamp it with the broker's time (the age of a letter follows no host's clock)."""
 RESOLUTIONS_TOPIC_CONFIG = {"cleanup.policy": "compact", **BROKER_TIME_CONFIG}
 """Topic configuration of the resolutions topic: keep the latest record of every key, and
 stamp it with the broker's time (claims expire by the broker's clock, not a writer's)."""

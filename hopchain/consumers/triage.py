@@ -12,6 +12,11 @@ that already has a resolution (unless forced), so redriving the same dead letter
 sends one record. Across processes (two CLIs, two service replicas, a service and a CLI),
 each redrive or discard first claims the dead letter through the resolutions topic (see
 :mod:`~hopchain.consumers.claims`): only the first claim is carried out.
+
+A reference dead letter (the stand-in parked for a record too large to park) is never sent
+itself: its original is read again from the source topic and sent once its size and SHA-256
+check out, or the redrive is refused (see :mod:`~hopchain.consumers.reference`). Every
+redrive (one id, a filter, the console, the HTTP API) comes through here.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from hopchain.consumers.redrive import (
     default_instance,
     redrive_span,
 )
+from hopchain.consumers.reference import read_original, reference_of, with_original
 from hopchain.consumers.resolutions import (
     CLOCK_PROBE_HEADER,
     CLOCK_PROBE_KEY,
@@ -178,6 +184,23 @@ class Triage:
                         )
                     return record
 
+    async def _original(self, letter: ParkedLetter, record: DeadLetterRecord) -> DeadLetterRecord:
+        """The record to redrive: the dead letter, or the original a reference stands for.
+
+        Raises:
+            ReferenceRefused: a reference whose original is gone or differs (never forced).
+        """
+        reference = reference_of(record, letter.dead_letter_id)
+        if reference is None:
+            return record
+        original = await read_original(
+            await self._fetcher(),
+            letter.dead_letter_id,
+            reference,
+            self.settings.dlq_request_timeout_seconds,
+        )
+        return with_original(record, original)
+
     # -- resolving ---------------------------------------------------------------------------
 
     async def redrive(
@@ -188,6 +211,8 @@ class Triage:
         Raises:
             DeadLetterNotFound: no such dead letter, or its record is gone.
             TriageRefused: it was resolved already, or redriven too often (not forced).
+            ReferenceRefused: it stands for a record too large to park, and the source
+                topic no longer holds that record, or holds other bytes (even forced).
             TriageError: it cannot be redriven (no source topic, a broken chain).
         """
         async with self._lock:
@@ -196,7 +221,7 @@ class Triage:
                 raise TriageRefused(dead_letter_id, _already(dead_letter_id, earlier, "redrive"))
             claim = await self._claim(dead_letter_id, who, ResolutionKind.REDRIVEN, force=force)
             try:
-                record = await self.fetch(letter)
+                record = await self._original(letter, await self.fetch(letter))
                 # propagation.sending(): an instrumentation adds no second traceparent.
                 with (
                     redrive_span(record, self.settings.dlq_component) as span_id,

@@ -22,9 +22,12 @@ from hopchain.config import HopchainConfig
 from hopchain.exceptions import RecordTooLargeError
 from hopchain.middleware.engine.writer import OutgoingRecord
 
-__all__ = ["KafkaWriter", "ProducerWriter"]
+__all__ = ["DEFAULT_REQUEST_BYTES", "KafkaWriter", "ProducerWriter"]
 
 logger = logging.getLogger("hopchain")
+
+DEFAULT_REQUEST_BYTES = 1_048_576
+"""Kafka's client default request size: a :class:`KafkaWriter`'s until :meth:`~KafkaWriter.fit`."""
 
 
 async def _send(producer: AIOKafkaProducer, record: OutgoingRecord) -> None:
@@ -59,7 +62,9 @@ class KafkaWriter:
     Args:
         config: where the cluster is (``HOPCHAIN_KAFKA_BOOTSTRAP``) and how to log in.
         client_id: the producer's client id, as the broker logs and quotas see it.
-        max_request_size: the largest record the producer sends, in bytes.
+        max_request_size: the largest record the producer sends, in bytes (record batch
+            overhead included, as ``max.message.bytes`` counts it). Default: 1 MiB, or
+            ``HOPCHAIN_DEAD_LETTER_MAX_BYTES`` when lower; :meth:`fit` changes it.
         options: further ``AIOKafkaProducer`` arguments; they override the login settings
             of ``config`` (e.g. those of ``hopchain.security.client_security(security)``).
         before_first_write: awaited once per topic before the first record is written to it
@@ -73,7 +78,7 @@ class KafkaWriter:
         config: HopchainConfig,
         *,
         client_id: str = "hopchain",
-        max_request_size: int = 1_048_576,
+        max_request_size: int | None = None,
         before_first_write: Callable[[str], Awaitable[object]] | None = None,
         **options: Any,
     ) -> None:
@@ -81,7 +86,8 @@ class KafkaWriter:
         self.before_first_write = before_first_write
         self._prepared: set[str] = set()
         self.client_id = client_id
-        self.max_request_size = max_request_size
+        default = self._capped(DEFAULT_REQUEST_BYTES)
+        self.max_request_size = max_request_size if max_request_size is not None else default
         self.options = options
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
@@ -104,6 +110,27 @@ class KafkaWriter:
                     raise
                 self._producer = producer
             return self._producer
+
+    def _capped(self, size: int) -> int:
+        cap = self.config.dead_letter_max_bytes
+        return size if cap is None else min(size, cap)
+
+    async def fit(self, topic_bytes: int) -> int:
+        """Size the producer for topics that take records of up to ``topic_bytes``.
+
+        ``topic_bytes`` is a ``max.message.bytes``; ``HOPCHAIN_DEAD_LETTER_MAX_BYTES`` lowers
+        it. A producer already started is stopped, and the next write starts one with the
+        new size. Returns the size now in force.
+        """
+        size = self._capped(topic_bytes)
+        async with self._lock:
+            producer = None
+            if size != self.max_request_size:
+                producer, self._producer = self._producer, None
+            self.max_request_size = size
+        if producer is not None:
+            await producer.stop()
+        return size
 
     async def write(self, record: OutgoingRecord) -> None:
         """Send one record and wait until every in-sync replica has it."""

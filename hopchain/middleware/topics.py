@@ -24,19 +24,18 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.metadata import wait_for_leaders
 from hopchain.schemas import ContractRegistry
 from hopchain.topic_checks import (
-    BROKER_TIME_CONFIG,
+    DEAD_LETTER_TOPIC_CONFIG,
+    dead_letter_topic_config,
+    max_message_bytes,
     retention_problems,
     size_problems,
     timestamp_problems,
 )
 
-__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "ensure_dead_letter_topics"]
+__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "dead_letter_topic_sizes", "ensure_dead_letter_topics"]
 
 logger = logging.getLogger("hopchain")
 
-DEAD_LETTER_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", **BROKER_TIME_CONFIG}
-"""Dead letters stay until someone resolves them: no time or size limit. Their timestamps
-are the broker's (the park time, whatever the parking host's clock says)."""
 _TOPIC_EXISTS = 36
 _MAX_REPLICATION = 3
 _LEADER_WAIT_SECONDS = 30.0
@@ -69,11 +68,14 @@ async def ensure_dead_letter_topics(
         await _report_unsafe(admin, sorted(set(wanted) & existing))
         if not missing:
             return []
+        sources = sorted(set(missing.values()) & existing)
         described = {
             topic["topic"]: len(topic["partitions"])
-            for topic in await admin.describe_topics(sorted(set(missing.values()) & existing))
+            for topic in await admin.describe_topics(sources)
             if topic["error_code"] == 0
         }
+        # Room for the source's largest record, parked whole with its dead-letter headers.
+        source_bytes = await max_message_bytes(admin, sources)
         brokers = len((await admin.describe_cluster())["brokers"])
         replication = min(_MAX_REPLICATION, max(brokers, 1))
         response = await admin.create_topics(
@@ -82,7 +84,7 @@ async def ensure_dead_letter_topics(
                     dlq,
                     num_partitions=described.get(source, 1),
                     replication_factor=replication,
-                    topic_configs=dict(DEAD_LETTER_TOPIC_CONFIG),
+                    topic_configs=dead_letter_topic_config(source_bytes.get(source)),
                 )
                 for dlq, source in sorted(missing.items())
             ]
@@ -94,6 +96,35 @@ async def ensure_dead_letter_topics(
     for name in created:
         logger.info("created dead-letter topic %s (retention unlimited, broker time)", name)
     return created
+
+
+async def dead_letter_topic_sizes(
+    config: HopchainConfig, registry: ContractRegistry, source_topics: Iterable[str]
+) -> dict[str, int]:
+    """The ``max.message.bytes`` of the dead-letter topics of ``source_topics``.
+
+    Topics that do not exist, or whose configuration cannot be read, are left out.
+    """
+    wanted = sorted(
+        {
+            registry.get(topic).dead_letter_topic
+            for topic in source_topics
+            if not registry.is_dead_letter_topic(topic)
+        }
+    )
+    if not wanted:
+        return {}
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=config.kafka_bootstrap,
+        client_id="hopchain-topics",
+        **config.client_kwargs(),
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        return await max_message_bytes(admin, [topic for topic in wanted if topic in existing])
+    finally:
+        await admin.close()
 
 
 async def _report_unsafe(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[str]]:

@@ -37,10 +37,13 @@ __all__ = [
     "REFERENCE_HEADERS_LIMIT",
     "RESERVED_HEADER_PREFIX",
     "DeadLetterInfo",
+    "Reference",
     "dead_letter_headers",
     "dead_letter_record",
     "original_value",
     "read_dead_letter_headers",
+    "read_reference",
+    "record_size",
     "reference_record",
 ]
 
@@ -212,6 +215,13 @@ def dead_letter_record(
     return value, parked
 
 
+def record_size(
+    value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> int:
+    """The size :data:`DLQ_ORIGINAL_SIZE_HEADER` gives: value, key, header names and values."""
+    return len(value or b"") + len(key or b"") + sum(len(n) + len(v or b"") for n, v in headers)
+
+
 def reference_record(
     value: bytes | None,
     key: bytes | None,
@@ -225,7 +235,7 @@ def reference_record(
     let an owner find and compare the record at its source coordinates.
     """
     original = [*headers]
-    size = len(value or b"") + len(key or b"") + sum(len(n) + len(v or b"") for n, v in original)
+    size = record_size(value, key, original)
     kept = original if size - len(value or b"") <= REFERENCE_HEADERS_LIMIT else []
     marker = "value" if kept else "value,headers"
     reference: list[tuple[str, bytes | None]] = [
@@ -247,3 +257,70 @@ def original_value(
     if any(name == DLQ_VALUE_HEADER and raw == NULL_VALUE_MARKER for name, raw in headers):
         return None
     return value
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a reference dead letter says about the record it stands for.
+
+    Attributes:
+        source_topic, source_partition, source_offset: where the original record is.
+        size: its size as :func:`record_size` counts it.
+        value_sha256: the SHA-256 of its value (hex).
+        key_sha256: the SHA-256 of its key (hex); None when it had no key.
+        headers_kept: whether its headers are in the dead letter (they fitted).
+    """
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    size: int
+    value_sha256: str
+    key_sha256: str | None
+    headers_kept: bool
+
+    def matches(
+        self, value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+    ) -> str | None:
+        """None when the record is the one referred to; else what differs, in words."""
+        if record_size(value, key, headers) != self.size:
+            return f"{record_size(value, key, headers)} bytes, not {self.size}"
+        if hashlib.sha256(value or b"").hexdigest() != self.value_sha256:
+            return "its value's SHA-256 differs"
+        found = None if key is None else hashlib.sha256(key).hexdigest()
+        if found != self.key_sha256:
+            return "its key differs"
+        return None
+
+
+def read_reference(headers: Sequence[tuple[str, bytes | None]]) -> Reference | None:
+    """The reference a dead letter's headers make, or None when it holds the record itself.
+
+    Raises:
+        ValueError: the headers mark a reference but do not say (in full) what it refers to.
+    """
+    found = {
+        name: (value or b"").decode(errors="replace")
+        for name, value in headers
+        if name.startswith(DLQ_PREFIX)
+    }
+    marker = found.get(DLQ_TRUNCATED_HEADER)
+    if marker is None:
+        return None
+    size, digest = found.get(DLQ_ORIGINAL_SIZE_HEADER, ""), found.get(DLQ_VALUE_SHA256_HEADER)
+    partition, offset = found.get(_PARTITION, ""), found.get(_OFFSET, "")
+    if not (size.isdigit() and digest and partition.isdigit() and offset.isdigit()):
+        msg = (
+            "a reference dead letter without its original's size, SHA-256 or source position "
+            f"({DLQ_ORIGINAL_SIZE_HEADER}, {DLQ_VALUE_SHA256_HEADER}, {_PARTITION}, {_OFFSET})"
+        )
+        raise ValueError(msg)
+    return Reference(
+        source_topic=found.get(_TOPIC, ""),
+        source_partition=int(partition),
+        source_offset=int(offset),
+        size=int(size),
+        value_sha256=digest,
+        key_sha256=found.get(DLQ_KEY_SHA256_HEADER),
+        headers_kept="headers" not in marker.split(","),
+    )

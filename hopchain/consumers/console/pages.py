@@ -27,6 +27,7 @@ from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError
 from hopchain.consumers.filters import format_age
 from hopchain.consumers.records import UNKNOWN, ParkedLetter, original_headers
+from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 from hopchain.lookup import TraceResult, find_record, hop_facts, integrity_of
 from hopchain.schemas.vocabulary import ErrorType
@@ -219,6 +220,7 @@ async def letter_page(request: Request) -> Response:
         trace=await _trace(backend, letter, resolution),
         trace_url=trace_url,
         age=format_age(_now(backend) - letter.parked_at),
+        reference=describe_reference(letter.reference) if letter.reference else None,
         done=request.query_params.get("done"),
     )
 
@@ -266,6 +268,7 @@ async def bulk_preview(request: Request) -> Response:
         letters=letters[:BULK_PREVIEW_ROWS],
         total=len(letters),
         matching=len(matching),
+        references=sum(letter.reference is not None for letter, _ in letters),
         digest=selection_digest(ids),
         as_of=f"{as_of:.6f}",
         now=as_of,

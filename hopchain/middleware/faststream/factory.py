@@ -24,7 +24,7 @@ from hopchain.middleware.faststream.commits import (
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.message import RecordMiddleware
 from hopchain.middleware.producer import KafkaWriter
-from hopchain.middleware.topics import ensure_dead_letter_topics
+from hopchain.middleware.topics import dead_letter_topic_sizes, ensure_dead_letter_topics
 
 __all__ = ["HopchainMiddleware"]
 
@@ -237,14 +237,30 @@ class HopchainMiddleware:
 
         Run it before the broker starts (``FastStream(broker, on_startup=[middleware.prepare])``):
         a dead-letter topic made by the broker's auto-creation would keep parked records
-        only for its default retention.
+        only for its default retention. The middleware's own writer is then sized from the
+        dead-letter topics' ``max.message.bytes`` (the largest; ``HOPCHAIN_DEAD_LETTER_MAX_BYTES``
+        can lower it): a record that fits is parked whole, a larger one as a reference.
 
         Raises:
             ConfigurationError: the broker refused to create one (one line, with the reason).
         """
-        return await ensure_dead_letter_topics(
-            self.hopchain.config, self.hopchain.registry, self.topics
-        )
+        config, registry = self.hopchain.config, self.hopchain.registry
+        created = await ensure_dead_letter_topics(config, registry, self.topics)
+        if self._owned is not None:
+            sizes = await dead_letter_topic_sizes(config, registry, self.topics)
+            if sizes:
+                size = await self._owned.fit(max(sizes.values()))
+                logger.info(
+                    "dead letters up to %d bytes are parked whole, larger ones as references "
+                    "(max.message.bytes of %s%s)",
+                    size,
+                    ", ".join(f"{topic}={limit}" for topic, limit in sorted(sizes.items())),
+                    "; lowered by HOPCHAIN_DEAD_LETTER_MAX_BYTES"
+                    if size < max(sizes.values())
+                    else "",
+                    extra={"hopchain_event": "dead_letter_size"},
+                )
+        return created
 
     async def _prepare_dead_letter_topic(self, topic: str) -> None:
         """Before the first park in ``topic``: create it, if missing, as :meth:`prepare` does.
