@@ -39,6 +39,7 @@ from hopchain.consumers.resolutions import (
 )
 from hopchain.consumers.topics import DEAD_LETTER_HEADROOM_BYTES, DEAD_LETTER_TOPIC_CONFIG
 from hopchain.consumers.triage import Redriven, Triage
+from hopchain.testing import create_topics
 from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
     produce_dead_letters,
@@ -287,10 +288,11 @@ async def test_a_3_mb_dead_letter_is_redriven_when_the_request_size_setting_allo
     dead_letter_topic = f"{source}.dlq"
     value = b'{"blob": "' + b"x" * (3 * 1024 * 1024) + b'"}'
     [letter] = letters_for(source, 1, value=value)
+    # Created beforehand with the broker's default size: too small for its source.
+    await create_topics(kafka_bootstrap, dead_letter_topic)
     settings = dlq_settings(dlq_topics={dead_letter_topic: "billing"})
 
     async with DeadLetterService(settings) as service:
-        # Created by the service with the broker's default size: too small for its source.
         assert service.sizes[dead_letter_topic] != []
         assert (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_size_unsafe"] == {
             (("topic", dead_letter_topic),): 1.0
@@ -326,6 +328,22 @@ async def test_a_3_mb_dead_letter_is_redriven_when_the_request_size_setting_allo
     [record] = await read_topic(kafka_bootstrap, source)
     assert record.value == value
     assert len(record.value) > 3 * 1024 * 1024
+
+
+@pytest.mark.kafka
+async def test_a_dead_letter_topic_the_service_creates_has_room_for_its_sources_records(
+    dlq_settings: SettingsFactory, new_topic: TopicFactory
+) -> None:
+    five_mb = 5 * 1024 * 1024
+    source = await new_topic(configs={"max.message.bytes": str(five_mb)})
+    dead_letter_topic = f"{source}.dlq"
+    settings = dlq_settings(dlq_topics={dead_letter_topic: "billing"})
+
+    async with DeadLetterService(settings) as service:
+        assert service.sizes[dead_letter_topic] == []
+        assert (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_size_unsafe"] == {
+            (("topic", dead_letter_topic),): 0.0
+        }
 
 
 async def alter_max_message_bytes(bootstrap: str, topic: str, size: int) -> None:

@@ -27,6 +27,7 @@ from middleware_helpers import (
 from hopchain import EnvelopeProducer, Hopchain, HopchainConfig, HopchainMiddleware
 from hopchain.exceptions import ConfigurationError
 from hopchain.testing import unique_topic_name
+from hopchain.topic_checks import DEAD_LETTER_HEADROOM_BYTES
 
 if TYPE_CHECKING:
     from hopchain.schemas import ContractRegistry
@@ -52,19 +53,29 @@ async def feed(bootstrap: str, contracts: ContractRegistry, topic: str, count: i
             await sender.send(topic, doc(number), key=str(number).encode())
 
 
-async def dead_letter_retention(bootstrap: str, topic: str) -> str | None:
+async def dead_letter_configs(bootstrap: str, topic: str) -> dict[str, str | None]:
+    """What a user relies on in a dead-letter topic hopchain created, as the broker says."""
+    names = ("retention.ms", "message.timestamp.type", "max.message.bytes")
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         [response] = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": None})]
+            [ConfigResource(ConfigResourceType.TOPIC, topic, dict.fromkeys(names))]
         )
     finally:
         await admin.close()
     [resource] = response.to_object()["resources"]
     values = {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
-    value = values.get("retention.ms")
-    return None if value is None else str(value)
+    return {name: None if values.get(name) is None else str(values[name]) for name in names}
+
+
+# Kept for ever, stamped with the broker's time, and with room for the source's largest
+# record (the broker's default, 1048588 bytes) plus the dead-letter headers.
+CREATED = {
+    "retention.ms": "-1",
+    "message.timestamp.type": "LogAppendTime",
+    "max.message.bytes": str(1048588 + DEAD_LETTER_HEADROOM_BYTES),
+}
 
 
 async def test_the_default_wiring_commits_in_batches_and_creates_dead_letter_topics(
@@ -103,7 +114,7 @@ async def test_the_default_wiring_commits_in_batches_and_creates_dead_letter_top
     [parked] = await read_topic(kafka_bootstrap, f"{source}.dlq")
     assert parked.value == b"not an envelope"
     # Created by start-up (prepare), not by the broker's auto-creation: kept for ever.
-    assert await dead_letter_retention(kafka_bootstrap, f"{source}.dlq") == "-1"
+    assert await dead_letter_configs(kafka_bootstrap, f"{source}.dlq") == CREATED
 
 
 async def test_faststreams_default_ack_policy_stops_start_up_in_one_line(
@@ -232,4 +243,4 @@ async def test_a_forgotten_prepare_still_parks_into_a_topic_kept_for_ever(
         await middleware.close()
         await broker.stop()
     assert parked.value == b"bare"
-    assert await dead_letter_retention(kafka_bootstrap, f"{source}.dlq") == "-1"
+    assert await dead_letter_configs(kafka_bootstrap, f"{source}.dlq") == CREATED
