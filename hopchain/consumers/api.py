@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -37,9 +38,13 @@ MAX_BODY = 64 * 1024
 """Largest request body read, JSON or form."""
 _MAX_REASON = 1000
 _MAX_WHO = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""What a name may not hold: a resolution's ``who`` is one line of printable text."""
 _DEFAULT_LIMIT = 1000
 MAX_LIMIT = 1000
 """Most dead letters one ``GET /dead-letters`` returns; a larger ``limit`` is refused (400)."""
+MAX_OFFSET = 2**63 - 1
+"""Largest ``offset`` of ``GET /dead-letters`` (Kafka's own largest offset); larger is 400."""
 
 
 class Refusal(Exception):  # noqa: N818 - a control-flow signal carrying an HTTP answer
@@ -190,13 +195,14 @@ async def _list(request: Request) -> Response:
     except ValueError as exc:
         raise Refusal(HTTPStatus.BAD_REQUEST, str(exc)) from None
     include_resolved = query.get("all") in {"1", "true", "yes"}
-    raw_limit = query.get("limit") or str(_DEFAULT_LIMIT)
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+    limit = _whole_number(query.get("limit"), _DEFAULT_LIMIT, 1, MAX_LIMIT)
+    if limit is None:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    raw_offset = query.get("offset") or "0"
-    if not raw_offset.isdigit():
-        raise Refusal(HTTPStatus.BAD_REQUEST, "offset must be a whole number (0 or more)")
-    start = int(raw_offset)
+    start = _whole_number(query.get("offset"), 0, 0, MAX_OFFSET)
+    if start is None:
+        raise Refusal(
+            HTTPStatus.BAD_REQUEST, f"offset must be a whole number from 0 to {MAX_OFFSET}"
+        )
     letters = backend_of(request).index.select(
         chosen.predicate(), include_resolved=include_resolved
     )
@@ -204,9 +210,20 @@ async def _list(request: Request) -> Response:
         HTTPStatus.OK,
         [
             {**letter.as_json(), "resolution": _resolution_json(resolution)}
-            for letter, resolution in letters[start : start + int(raw_limit)]
+            for letter, resolution in letters[start : start + limit]
         ],
     )
+
+
+def _whole_number(raw: str | None, default: int, low: int, high: int) -> int | None:
+    """A query parameter's whole number (ASCII digits) from ``low`` to ``high``; None if not."""
+    if not raw:
+        return default
+    # str.isdigit alone takes "²", which int() refuses, as it refuses 4,301 digits or more.
+    if not (raw.isascii() and raw.isdigit()) or len(raw.lstrip("0")) > len(str(high)):
+        return None
+    value = int(raw)
+    return value if low <= value <= high else None
 
 
 async def _show(request: Request) -> Response:
@@ -240,8 +257,16 @@ def check_resolution_fields(who: object, reason: object, force: object) -> tuple
     Raises:
         Refusal: 400 naming the missing or malformed field.
     """
-    if not isinstance(who, str) or not who.strip() or len(who) > _MAX_WHO:
-        raise Refusal(HTTPStatus.BAD_REQUEST, "'who' (who is doing this) is required")
+    if (
+        not isinstance(who, str)
+        or not who.strip()
+        or len(who) > _MAX_WHO
+        or _CONTROL.search(who) is not None
+    ):
+        raise Refusal(
+            HTTPStatus.BAD_REQUEST,
+            f"'who' (who is doing this: one line of text, 1-{_MAX_WHO} characters) is required",
+        )
     if not isinstance(reason, str) or not reason.strip() or len(reason) > _MAX_REASON:
         raise Refusal(
             HTTPStatus.BAD_REQUEST, f"'reason' (why, 1-{_MAX_REASON} characters) is required"
@@ -284,7 +309,7 @@ async def _resolve(request: Request) -> Response:
     raw = await read_body(request) or b"{}"
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         raise Refusal(HTTPStatus.BAD_REQUEST, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise Refusal(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
