@@ -4,6 +4,9 @@ Answers and status codes are those of the service's first HTTP server: JSON bodi
 sorted keys, errors as ``{"error", "status"}``, 401 with ``WWW-Authenticate``, 403 for
 every POST while no token is configured. Redrive and discard are awaited on the service's
 own event loop.
+
+``openapi.json`` beside this module describes every endpoint here (served at
+``/openapi.json``); tests/consumers/test_openapi.py holds the service to it by fuzzing it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,7 +34,7 @@ from hopchain.consumers.resolutions import Resolution
 if TYPE_CHECKING:
     from hopchain.consumers.backend import HttpBackend
 
-__all__ = ["Refusal", "api_routes", "backend_of", "json_response", "not_found"]
+__all__ = ["OPENAPI_DOCUMENT", "Refusal", "api_routes", "backend_of", "json_response", "not_found"]
 
 logger = logging.getLogger("hopchain.dlq.http")
 
@@ -45,6 +49,11 @@ MAX_LIMIT = 1000
 """Most dead letters one ``GET /dead-letters`` returns; a larger ``limit`` is refused (400)."""
 MAX_OFFSET = 2**63 - 1
 """Largest ``offset`` of ``GET /dead-letters`` (Kafka's own largest offset); larger is 400."""
+
+
+OPENAPI_DOCUMENT = Path(__file__).with_name("openapi.json")
+"""The OpenAPI document of these endpoints, shipped in the package and served as it is."""
+_OPENAPI = OPENAPI_DOCUMENT.read_bytes()
 
 
 class Refusal(Exception):  # noqa: N818 - a control-flow signal carrying an HTTP answer
@@ -159,6 +168,10 @@ def token_matches(expected: str, given: str) -> bool:
 
 def _resolution_json(resolution: Resolution | None) -> Any:
     return None if resolution is None else json.loads(resolution.model_dump_json())
+
+
+async def _openapi(_: Request) -> Response:
+    return Response(_OPENAPI, media_type="application/json")
 
 
 async def _metrics(request: Request) -> Response:
@@ -325,6 +338,7 @@ async def _resolve(request: Request) -> Response:
 def api_routes() -> list[BaseRoute]:
     """The JSON endpoints."""
     return [
+        Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/metrics", _guarded(_metrics), methods=["GET"]),
         Route("/healthz", _guarded(_healthz), methods=["GET"]),
         Route("/readyz", _guarded(_readyz), methods=["GET"]),
