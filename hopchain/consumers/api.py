@@ -4,6 +4,9 @@ Answers and status codes are those of the service's first HTTP server: JSON bodi
 sorted keys, errors as ``{"error", "status"}``, 401 with ``WWW-Authenticate``, 403 for
 every POST while no token is configured. Redrive and discard are awaited on the service's
 own event loop.
+
+``openapi.json`` beside this module describes every endpoint here (served at
+``/openapi.json``); tests/consumers/test_openapi.py holds the service to it by fuzzing it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,7 +34,7 @@ from hopchain.consumers.resolutions import Resolution
 if TYPE_CHECKING:
     from hopchain.consumers.backend import HttpBackend
 
-__all__ = ["Refusal", "api_routes", "backend_of", "json_response", "not_found"]
+__all__ = ["OPENAPI_DOCUMENT", "Refusal", "api_routes", "backend_of", "json_response", "not_found"]
 
 logger = logging.getLogger("hopchain.dlq.http")
 
@@ -37,9 +42,18 @@ MAX_BODY = 64 * 1024
 """Largest request body read, JSON or form."""
 _MAX_REASON = 1000
 _MAX_WHO = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""What a name may not hold: a resolution's ``who`` is one line of printable text."""
 _DEFAULT_LIMIT = 1000
 MAX_LIMIT = 1000
 """Most dead letters one ``GET /dead-letters`` returns; a larger ``limit`` is refused (400)."""
+MAX_OFFSET = 2**63 - 1
+"""Largest ``offset`` of ``GET /dead-letters`` (Kafka's own largest offset); larger is 400."""
+
+
+OPENAPI_DOCUMENT = Path(__file__).with_name("openapi.json")
+"""The OpenAPI document of these endpoints, shipped in the package and served as it is."""
+_OPENAPI = OPENAPI_DOCUMENT.read_bytes()
 
 
 class Refusal(Exception):  # noqa: N818 - a control-flow signal carrying an HTTP answer
@@ -156,6 +170,10 @@ def _resolution_json(resolution: Resolution | None) -> Any:
     return None if resolution is None else json.loads(resolution.model_dump_json())
 
 
+async def _openapi(_: Request) -> Response:
+    return Response(_OPENAPI, media_type="application/json")
+
+
 async def _metrics(request: Request) -> Response:
     body = generate_latest(WithoutCreated(backend_of(request).registry))
     return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -190,13 +208,14 @@ async def _list(request: Request) -> Response:
     except ValueError as exc:
         raise Refusal(HTTPStatus.BAD_REQUEST, str(exc)) from None
     include_resolved = query.get("all") in {"1", "true", "yes"}
-    raw_limit = query.get("limit") or str(_DEFAULT_LIMIT)
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+    limit = _whole_number(query.get("limit"), _DEFAULT_LIMIT, 1, MAX_LIMIT)
+    if limit is None:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    raw_offset = query.get("offset") or "0"
-    if not raw_offset.isdigit():
-        raise Refusal(HTTPStatus.BAD_REQUEST, "offset must be a whole number (0 or more)")
-    start = int(raw_offset)
+    start = _whole_number(query.get("offset"), 0, 0, MAX_OFFSET)
+    if start is None:
+        raise Refusal(
+            HTTPStatus.BAD_REQUEST, f"offset must be a whole number from 0 to {MAX_OFFSET}"
+        )
     letters = backend_of(request).index.select(
         chosen.predicate(), include_resolved=include_resolved
     )
@@ -204,9 +223,20 @@ async def _list(request: Request) -> Response:
         HTTPStatus.OK,
         [
             {**letter.as_json(), "resolution": _resolution_json(resolution)}
-            for letter, resolution in letters[start : start + int(raw_limit)]
+            for letter, resolution in letters[start : start + limit]
         ],
     )
+
+
+def _whole_number(raw: str | None, default: int, low: int, high: int) -> int | None:
+    """A query parameter's whole number (ASCII digits) from ``low`` to ``high``; None if not."""
+    if not raw:
+        return default
+    # str.isdigit alone takes "²", which int() refuses, as it refuses 4,301 digits or more.
+    if not (raw.isascii() and raw.isdigit()) or len(raw.lstrip("0")) > len(str(high)):
+        return None
+    value = int(raw)
+    return value if low <= value <= high else None
 
 
 async def _show(request: Request) -> Response:
@@ -240,8 +270,16 @@ def check_resolution_fields(who: object, reason: object, force: object) -> tuple
     Raises:
         Refusal: 400 naming the missing or malformed field.
     """
-    if not isinstance(who, str) or not who.strip() or len(who) > _MAX_WHO:
-        raise Refusal(HTTPStatus.BAD_REQUEST, "'who' (who is doing this) is required")
+    if (
+        not isinstance(who, str)
+        or not who.strip()
+        or len(who) > _MAX_WHO
+        or _CONTROL.search(who) is not None
+    ):
+        raise Refusal(
+            HTTPStatus.BAD_REQUEST,
+            f"'who' (who is doing this: one line of text, 1-{_MAX_WHO} characters) is required",
+        )
     if not isinstance(reason, str) or not reason.strip() or len(reason) > _MAX_REASON:
         raise Refusal(
             HTTPStatus.BAD_REQUEST, f"'reason' (why, 1-{_MAX_REASON} characters) is required"
@@ -284,7 +322,7 @@ async def _resolve(request: Request) -> Response:
     raw = await read_body(request) or b"{}"
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         raise Refusal(HTTPStatus.BAD_REQUEST, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise Refusal(HTTPStatus.BAD_REQUEST, "the body must be a JSON object")
@@ -300,6 +338,7 @@ async def _resolve(request: Request) -> Response:
 def api_routes() -> list[BaseRoute]:
     """The JSON endpoints."""
     return [
+        Route("/openapi.json", _openapi, methods=["GET"]),
         Route("/metrics", _guarded(_metrics), methods=["GET"]),
         Route("/healthz", _guarded(_healthz), methods=["GET"]),
         Route("/readyz", _guarded(_readyz), methods=["GET"]),

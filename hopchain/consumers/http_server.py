@@ -1,6 +1,7 @@
 """The dead-letter consumer's HTTP side: JSON endpoints and the console, on Starlette + uvicorn.
 
 =========================================  =====================================================
+``GET /openapi.json``                      the OpenAPI 3.1 document of the JSON endpoints below
 ``GET /metrics``                           Prometheus exposition of the injected registry
 ``GET /healthz``                           200 while the consumer loop is alive, else 503
 ``GET /readyz``                            200 once caught up to the start-up end offsets

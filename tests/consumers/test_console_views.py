@@ -85,6 +85,8 @@ def test_list_query_reads_filters_and_falls_back_on_nonsense() -> None:
     assert query.query(page=2) == "owner=a&min_age=2m&status=unresolved&page=2"
     with pytest.raises(ValueError, match="is not a duration"):
         ListQuery(min_age="soon").chosen()
+    for nonsense in ("0", "²", "9" * 5000):
+        assert ListQuery.parse(QueryParams({"page": nonsense})).page == 1
 
 
 def test_the_digest_names_exactly_one_selection() -> None:

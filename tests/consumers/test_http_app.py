@@ -28,12 +28,16 @@ def app(token: str | None = None, index: DeadLetterIndex | None = None) -> Any:
 
 
 async def request(
-    target: Any, method: str, path: str, headers: list[tuple[bytes, bytes]] | None = None
+    target: Any,
+    method: str,
+    path: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    body: bytes = b"",
 ) -> tuple[int, dict[str, str], bytes]:
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
@@ -120,3 +124,28 @@ async def test_a_bulk_preview_acts_on_at_most_the_oldest_thousand() -> None:
     assert b"1001 match; one confirmation acts on the oldest 1000" in body
     assert "… and 800 more.".encode() in body  # 200 listed by id
     assert (await request(app(None, index), "GET", "/ui/bulk?action=discard"))[0] == 400
+
+
+async def test_malformed_list_parameters_answer_400_never_500() -> None:
+    # Each of these once reached int() unchecked: "²" passes str.isdigit, and int() refuses
+    # more than 4,300 digits.
+    for query in ("limit=%C2%B2", "offset=%C2%B2", f"offset={'9' * 5000}", f"limit={'1' * 5000}"):
+        status, headers, body = await request(app(), "GET", f"/dead-letters?{query}")
+        assert status == 400, query
+        assert headers["content-type"] == "application/json"
+        assert json.loads(body)["status"] == 400
+    assert (await request(app(), "GET", "/dead-letters?limit=0001000&offset=9"))[0] == 200
+
+
+async def test_a_malformed_resolution_body_answers_400_never_500() -> None:
+    bearer = [(b"authorization", b"Bearer secret")]
+    for body in (
+        b"[" * 60_000,  # nested deeper than json reads: RecursionError, not ValueError
+        json.dumps({"who": "alice\x0f", "reason": "dup"}).encode(),  # not one line of text
+        json.dumps({"who": " ", "reason": "dup"}).encode(),
+        json.dumps({"who": "alice", "reason": "dup", "force": None}).encode(),
+    ):
+        status, _, answer = await request(
+            app("secret"), "POST", "/dead-letters/x/discard", bearer, body=body
+        )
+        assert (status, json.loads(answer)["status"]) == (400, 400), body[:40]

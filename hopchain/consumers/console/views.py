@@ -36,6 +36,7 @@ PAYLOAD_PREVIEW_BYTES = 64 * 1024
 """Bytes of a payload shown on its page; the whole value is a download away."""
 _HEX_PREVIEW_BYTES = 4096
 _STATUSES = ("unresolved", "resolved", "all")
+_MAX_PAGE_DIGITS = 9
 SORT_KEYS = ("owner", "source_topic", "error_type", "depth", "age")
 
 
@@ -104,13 +105,16 @@ class ListQuery:
         """Read the query string; unknown statuses and pages fall back to defaults."""
         status = query.get("status", "unresolved")
         page = query.get("page", "1")
+        # str.isdigit alone takes "²", which int() refuses, as it refuses 4,301 digits or more.
+        whole = page.isascii() and page.isdigit() and len(page) <= _MAX_PAGE_DIGITS
+        number = int(page) if whole else 0
         return cls(
             owner=query.get("owner", "").strip(),
             source_topic=query.get("source_topic", "").strip(),
             error_type=query.get("error_type", "").strip(),
             min_age=query.get("min_age", "").strip(),
             status=status if status in _STATUSES else "unresolved",
-            page=int(page) if page.isdigit() and int(page) > 0 else 1,
+            page=number if number > 0 else 1,
         )
 
     def chosen(self) -> DeadLetterFilter:
