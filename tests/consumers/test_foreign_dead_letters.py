@@ -8,6 +8,7 @@ partition as a 4-byte and its offset as an 8-byte big-endian integer, Connect's 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import time
 from typing import Any
@@ -17,7 +18,8 @@ from aiokafka import AIOKafkaProducer
 from dlq_helpers import SettingsFactory, group_key, scrape, settings_factory, wait_until
 
 from hopchain.consumers import DeadLetterService
-from hopchain.consumers.foreign import foreign_header_text, read_foreign, root_cause
+from hopchain.consumers.api import OPENAPI_DOCUMENT
+from hopchain.consumers.foreign import ParkTime, foreign_header_text, read_foreign, root_cause
 from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
 from hopchain.testing import create_topics, unique_topic_name
 
@@ -198,3 +200,15 @@ def test_age_is_time_since_parked_for_every_writer_with_the_original_beside_it()
     assert copied.parked_at_basis == "original"  # Connect does not record when it parked
     assert copied.problem is None
     assert copied.description == ("DataException: Converting byte[] to Kafka Connect data failed")
+
+
+def test_the_api_document_names_every_foreign_field_and_park_time_basis() -> None:
+    document = json.loads(OPENAPI_DOCUMENT.read_text(encoding="utf-8"))
+    schemas = document["components"]["schemas"]
+    failure = read_foreign(connect_headers("customers", 1, "TASK_PUT"))
+    assert failure is not None
+    written = set(failure.as_json())
+    assert set(schemas["ForeignFailure"]["properties"]) == written
+    assert set(schemas["ForeignFailure"]["required"]) == written
+    basis = schemas["DeadLetter"]["properties"]["parked_at_basis"]["enum"]
+    assert basis == [*(member.value for member in ParkTime), None]

@@ -26,10 +26,12 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from dlq_helpers import group_key, report_figure, scrape, settings_factory, wait_until
 from foreign_jvms import Parked, connect_files, jars, run_connect, run_spring
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
 from typer.testing import CliRunner
 
 from hopchain.cli.app import app
 from hopchain.consumers import DeadLetterService
+from hopchain.consumers.api import OPENAPI_DOCUMENT
 from hopchain.testing import create_topics, unique_topic_name
 from hopchain.testing._provision import default_cache_dir
 
@@ -40,6 +42,7 @@ DECLINED = "card declined: amount 5000 is over the limit of 1000"
 SPRING_WRAPPER = "org.springframework.kafka.listener.ListenerExecutionFailedException"
 SPRING_WRITER = "Spring Kafka's DeadLetterPublishingRecoverer (consumer group billing)"
 CONNECT_MESSAGE = "Converting byte[] to Kafka Connect data failed due to serialization error:"
+JSON_PARSE = "com.fasterxml.jackson.core.JsonParseException"
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes], timestamp_ms: int) -> None:
@@ -219,7 +222,7 @@ async def test_connect_letters_show_class_cause_and_message_and_a_documented_age
         assert foreign["source_topic"] == connect.source_topic
     causes = [(x["foreign"]["source_offset"], x["foreign"]["cause_class"]) for x in by_topic[exact]]
     assert causes == [
-        (1, "com.fasterxml.jackson.core.JsonParseException"),
+        (1, JSON_PARSE),
         (2, "com.fasterxml.jackson.core.io.JsonEOFException"),
     ]
     assert by_topic[exact][0]["foreign"]["cause_message"].startswith("Unrecognized token 'NOT'")
@@ -239,10 +242,7 @@ async def test_connect_letters_show_class_cause_and_message_and_a_documented_age
     assert sorted(x["id"] for x in old) == sorted(x["id"] for x in by_topic[copied])
 
     body = await asyncio.to_thread(shown, kafka_bootstrap, exact, by_topic[exact][0]["id"])
-    assert (
-        body["dead_letter"]["foreign"]["cause_class"]
-        == "com.fasterxml.jackson.core.JsonParseException"
-    )
+    assert body["dead_letter"]["foreign"]["cause_class"] == JSON_PARSE
     assert "KeyError" not in json.dumps(body)
     assert body["envelope_problem"].startswith("written by Kafka Connect's error reporter")
 
@@ -284,6 +284,19 @@ async def test_the_console_and_metrics_give_both_writers_the_same_age_and_show_t
         converted = await asyncio.to_thread(
             page, f"{service.url}/ui/dead-letters/{quote(f'{connect_topic}:0:0')}"
         )
+        api = json.loads(await asyncio.to_thread(page, f"{service.url}/dead-letters"))
+
+    # The JSON API answers them inside its OpenAPI document, with the same facts.
+    document = json.loads(OPENAPI_DOCUMENT.read_text(encoding="utf-8"))
+    schema = {"$ref": "#/components/schemas/DeadLetter", "components": document["components"]}
+    letters = api["dead_letters"] if isinstance(api, dict) else api
+    assert len(letters) == 4
+    for letter in letters:
+        Draft202012Validator(schema).validate(letter)
+    assert {letter["foreign"]["cause_class"] for letter in letters} >= {
+        "java.lang.IllegalStateException",
+        JSON_PARSE,
+    }
 
     # Both originals are an hour old; both were parked seconds ago, and that is the age.
     ages = seen["hopchain_dlq_oldest_age_seconds"]
@@ -304,7 +317,7 @@ async def test_the_console_and_metrics_give_both_writers_the_same_age_and_show_t
     assert "\ufffd" not in declined
     assert "KeyError" not in declined
 
-    assert 'id="cause-class">com.fasterxml.jackson.core.JsonParseException<' in converted
+    assert f'id="cause-class">{JSON_PARSE}<' in converted
     assert CONNECT_MESSAGE in converted
     assert "KeyError" not in converted
 
