@@ -56,9 +56,9 @@ JsonOption = Annotated[
 
 @functools.cache
 def _console() -> Console:
-    from rich.console import Console  # noqa: PLC0415 - see the imports
+    from hopchain.cli.output import console  # noqa: PLC0415 - see the imports
 
-    return Console(highlight=False)
+    return console()
 
 
 def _data_dir(data_dir: Path | None) -> Path:

@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError
 from rich.console import Console
 
 from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
+from hopchain.cli.output import console
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
@@ -61,7 +62,7 @@ Outcome = dict[str, list[dict[str, Any]]]
 
 @functools.cache
 def _console(*, stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return console(stderr=stderr)
 
 
 @dataclass(frozen=True)

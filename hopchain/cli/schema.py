@@ -73,9 +73,9 @@ def export(
 ) -> None:
     """Write the envelope's JSON Schema and, with --contracts, one per topic."""
     # Imported here, not at the top: `hopchain --help` loads no pydantic and no Rich.
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
+    from hopchain.cli.output import console as whole_value_console  # noqa: PLC0415
     from hopchain.loading import LoadError, load_registry  # noqa: PLC0415
     from hopchain.schemas import ContractRegistry, export_schemas  # noqa: PLC0415
 
@@ -92,7 +92,7 @@ def export(
     if as_json:
         typer.echo(json.dumps({"directory": str(directory), "files": files}, sort_keys=True))
         return
-    console = Console(highlight=False)
+    console = whole_value_console()
     table = Table(title=f"JSON Schema (draft 2020-12) written to {directory}", title_justify="left")
     table.add_column("file", overflow="fold")
     table.add_column("describes", overflow="fold")

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
+from hopchain.cli.output import console as whole_value_console
 from hopchain.exceptions import ConfigurationError
 from hopchain.lookup import Sighting, TraceResult, as_json, find_record, hop_facts
 from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
@@ -143,7 +144,7 @@ def run_trace(
     if as_json_output:
         typer.echo(as_json(result))
     elif result.sightings:
-        render(result, Console())
+        render(result, whole_value_console())
     if not result.sightings:
         fail(
             f"{record_id!r} not found: no envelope, trace, intent or dead-letter id matched in "

@@ -179,10 +179,14 @@ def inspect_dead_letter(
     info: DeadLetterInfo | None = None
     envelope: Envelope | None = None
     problem: str | None = None
-    try:
-        info = read_dead_letter_headers(record.headers)
-    except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
-        problem = f"hopchain-dlq-* headers unreadable ({type(exc).__name__}: {exc})"[:500]
+    if letter.foreign is not None:
+        # Not hopchain's letter: say whose it is, not why hopchain's headers are missing.
+        problem = f"written by {letter.foreign.writer}, which records no hop chain"
+    else:
+        try:
+            info = read_dead_letter_headers(record.headers)
+        except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
+            problem = f"hopchain-dlq-* headers unreadable ({type(exc).__name__}: {exc})"[:500]
     if info is not None and info.envelope is not None:
         envelope = info.envelope
     else:

@@ -1,4 +1,8 @@
-"""Choosing dead letters: by owner, source topic, dead-letter topic, error type and age."""
+"""Choosing dead letters, and the short texts every view shows of one.
+
+Dead letters are chosen by owner, source topic, dead-letter topic, error type and age; each
+is shown with its age, its original record's age and its reason.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,14 @@ from dataclasses import dataclass
 
 from hopchain.consumers.records import ParkedLetter
 
-__all__ = ["DeadLetterFilter", "format_age", "parse_duration"]
+__all__ = [
+    "DeadLetterFilter",
+    "age_text",
+    "format_age",
+    "original_age_text",
+    "parse_duration",
+    "reason_text",
+]
 
 _DURATION = re.compile(r"^\s*(?P<amount>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d|w)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -43,6 +54,26 @@ def format_age(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def age_text(letter: ParkedLetter, now: float) -> str:
+    """How long ago it was parked; ``<=`` marks an upper bound (the park time not recorded)."""
+    bound = "<=" if letter.parked_at_basis == "original" else ""
+    return bound + format_age(now - letter.parked_at)
+
+
+def original_age_text(letter: ParkedLetter, now: float) -> str:
+    """How long ago the original record was written, or ``-`` when unknown."""
+    return "-" if letter.source_timestamp is None else format_age(now - letter.source_timestamp)
+
+
+def reason_text(letter: ParkedLetter) -> str:
+    """The reason code; another framework's exception, root cause and message; or ``-``."""
+    if letter.reason is not None:
+        return letter.reason
+    if letter.description is not None:
+        return letter.description
+    return "-" if letter.problem is None else "unreadable"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hopchain.consumers.foreign import ForeignFailure, read_foreign
+from hopchain.consumers.foreign import ForeignFailure, ParkTime, read_foreign
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.deadletter import (
     DLQ_ID_HEADER,
@@ -73,9 +73,16 @@ class ParkedLetter:
             (or when another framework's headers said what there was to say).
         framework: who parked it: ``hopchain``, ``spring`` or ``connect``
             (see :mod:`hopchain.consumers.foreign`).
-        description: another framework's exception class and message, when it parked it.
+        description: another framework's exception class, message and root cause, in one
+            line, when it parked it.
         source_timestamp: the original record's timestamp in its source topic, in Unix
-            seconds (``hopchain-dlq-source-timestamp``), when known.
+            seconds (``hopchain-dlq-source-timestamp``, Spring's
+            ``kafka_dlt-original-timestamp``, Connect's copy), when known.
+        foreign: everything another framework's headers say, decoded, when it parked it.
+        parked_at_basis: what ``parked_at`` was read from (a
+            :class:`~hopchain.consumers.foreign.ParkTime` value) for another framework's
+            letter; ``original`` means the park time was not recorded and the age counted
+            from it is an upper bound.
         reference: set when the dead letter is a reference: the record was too large to
             park, and this says where the original is and its size and SHA-256.
     """
@@ -99,6 +106,8 @@ class ParkedLetter:
     description: str | None = None
     source_timestamp: float | None = None
     reference: Reference | None = None
+    foreign: ForeignFailure | None = None
+    parked_at_basis: str | None = None
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -141,6 +150,8 @@ class ParkedLetter:
                 None if self.source_datetime is None else self.source_datetime.isoformat()
             ),
             "reference": _reference_json(self.reference),
+            "parked_at_basis": self.parked_at_basis,
+            "foreign": None if self.foreign is None else self.foreign.as_json(),
         }
 
 
@@ -358,21 +369,40 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
 def _from_foreign(
     record: DeadLetterRecord, foreign: ForeignFailure, topic_owner: str | None
 ) -> ParkedLetter:
-    """Index entry of a dead letter parked by Spring Kafka or Kafka Connect."""
-    described = ": ".join(t for t in (foreign.exception_class, foreign.exception_message) if t)
+    """Index entry of a dead letter parked by Spring Kafka or Kafka Connect.
+
+    Its age means what a hopchain letter's does, the time since it was parked (see
+    :class:`~hopchain.consumers.foreign.ParkTime`): the broker's append time on a
+    ``LogAppendTime`` topic; else Spring's publish time, the record's own timestamp; else,
+    for Connect (which copies the original's timestamp), the original's time, an upper bound.
+    """
+    stamped = _plausible(record.timestamp_ms / 1000) if record.timestamp_ms >= 0 else None
+    header_ms = foreign.original_timestamp_ms
+    original = _plausible(header_ms / 1000) if header_ms is not None else None
+    if record.log_append_time:
+        basis = ParkTime.BROKER
+    elif foreign.framework == "spring" and header_ms != record.timestamp_ms:
+        basis = ParkTime.PUBLISHER
+    else:  # Connect, or a recoverer made to copy the original's timestamp
+        basis, original = ParkTime.ORIGINAL, original or stamped
     return ParkedLetter(
         dead_letter_id=coordinate_id(record.topic, record.partition, record.offset),
         owner=topic_owner or UNKNOWN,
         source_topic=_identifier(foreign.source_topic) or UNKNOWN,
         error_type=foreign.error_type,
         reason=None,
-        parked_at=_broker_time(record),
+        parked_at=stamped if stamped is not None else (original or 0.0),
         topic=record.topic,
         partition=record.partition,
         offset=record.offset,
         component=foreign.parked_by,
         framework=foreign.framework,
-        description=described or None,
+        description=foreign.summary
+        if foreign.exception_class or foreign.exception_message
+        else None,
+        foreign=foreign,
+        source_timestamp=original,
+        parked_at_basis=basis.value,
     )
 
 

@@ -14,12 +14,19 @@ from rich.table import Table
 from rich.text import Text
 
 from hopchain.consumers.detail import DeadLetterDetail, describe_failure
-from hopchain.consumers.filters import format_age
+from hopchain.consumers.filters import age_text, format_age, original_age_text, reason_text
+from hopchain.consumers.foreign import ForeignFailure
 from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 
-__all__ = ["detail_view", "list_table", "redrive_lines", "resolution_json", "resolution_text"]
+__all__ = [
+    "detail_view",
+    "list_table",
+    "redrive_lines",
+    "resolution_json",
+    "resolution_text",
+]
 
 
 def resolution_json(resolution: Resolution | None) -> Any:
@@ -44,21 +51,28 @@ def resolution_text(resolution: Resolution | None) -> str:
 def list_table(
     letters: list[tuple[ParkedLetter, Resolution | None]], now: float, *, include_resolved: bool
 ) -> Table:
-    """One row per dead letter: id, age, owner, source topic, error type, reason, where."""
+    """One row per dead letter: id, age, owner, source topic, error type, reason, where.
+
+    An ORIGINAL AGE column (how long ago the original record was written) is added when
+    any letter shown knows it; an AGE of ``<=5m`` is an upper bound (see ``age_text``).
+    """
+    originals = any(letter.source_timestamp is not None for letter, _ in letters)
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("ID", "AGE", "OWNER", "SOURCE TOPIC", "ERROR TYPE", "REASON", "WHERE"):
+    columns = ["ID", "AGE", *(["ORIGINAL AGE"] if originals else [])]
+    columns += ["OWNER", "SOURCE TOPIC", "ERROR TYPE", "REASON", "WHERE"]
+    for column in columns:
         table.add_column(column, no_wrap=column in {"ID", "WHERE"})
     if include_resolved:
         table.add_column("RESOLUTION")
     for letter, resolution in letters:
-        row = [
-            letter.dead_letter_id,
-            format_age(now - letter.parked_at),
+        row = [letter.dead_letter_id, age_text(letter, now)]
+        if originals:
+            row.append(original_age_text(letter, now))
+        row += [
             letter.owner,
             letter.source_topic,
             letter.error_type,
-            (letter.reason or ("-" if letter.problem is None else "unreadable"))
-            + (" (reference)" if letter.reference is not None else ""),
+            reason_text(letter) + (" (reference)" if letter.reference is not None else ""),
             _where(letter),
         ]
         if include_resolved:
@@ -67,47 +81,93 @@ def list_table(
     return table
 
 
+_BASIS = {
+    "broker": "the broker's append time",
+    "publisher": "the dead letter's publish time",
+    "original": "not recorded: the original record's time, so the age is an upper bound",
+}
+
+
+def _foreign_facts(foreign: ForeignFailure) -> list[tuple[str, str]]:
+    """What another framework's headers say, decoded, as labelled lines."""
+    where = (
+        f"{foreign.source_topic or '?'}[{_number(foreign.source_partition)}]"
+        f"@{_number(foreign.source_offset)}"
+    )
+    facts = [
+        ("written by", foreign.writer),
+        ("exception", foreign.exception_class or "-"),
+        ("message", foreign.exception_message or "-"),
+        ("root cause", foreign.cause_class or "-"),
+    ]
+    if foreign.cause_message:
+        facts.append(("cause message", foreign.cause_message))
+    facts.append(("source", where))
+    return facts
+
+
+def _time_facts(letter: ParkedLetter, now: float) -> list[tuple[str, str]]:
+    """When it was parked (and from what), its age, and its original record's age."""
+    basis = _BASIS.get(letter.parked_at_basis or "")
+    parked = f"{letter.parked_datetime:%Y-%m-%d %H:%M:%S}Z" + (f" ({basis})" if basis else "")
+    return [
+        ("parked at", parked),
+        ("age", age_text(letter, now)),
+        ("source record time", source_time(letter, now)),
+    ]
+
+
+def _number(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _facts(detail: DeadLetterDetail) -> list[tuple[str, str]]:
+    """Every labelled fact ``dlq show`` prints above the hop chain, in order."""
+    letter, info = detail.letter, detail.info
+    facts = [
+        ("id", letter.dead_letter_id),
+        ("status", resolution_text(detail.resolution)),
+        ("owner", letter.owner),
+        ("error type", letter.error_type),
+    ]
+    if letter.reason is not None:
+        path = f" at {info.path}" if info is not None and info.path else ""
+        facts.append(("reason", letter.reason + path))
+    if info is not None:
+        source = (
+            f"{info.source_topic}[{info.source_partition}]@{info.source_offset} "
+            f"(group {info.group or '-'})"
+        )
+        facts += [
+            ("failure", describe_failure(info.failure)),
+            ("source", source),
+            ("parked by", info.component),
+        ]
+    if letter.reference is not None:
+        facts.append(("reference", describe_reference(letter.reference)))
+    if letter.foreign is not None:
+        facts += _foreign_facts(letter.foreign)
+    if letter.problem is not None:
+        facts.append(("unreadable", letter.problem))
+    facts += _time_facts(letter, time.time())
+    facts.append(("dead letter", _where(letter)))
+    facts += [
+        ("envelope", letter.envelope_id or "-"),
+        ("trace", letter.trace_id or "-"),
+        ("intent key", letter.intent_key or "-"),
+        ("redriven", f"{letter.redrive_count} time(s) before"),
+    ]
+    return facts
+
+
 def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableType]:
     """The facts, the hop chain as a timeline, and the record, for people."""
     parts: list[RenderableType] = []
-    letter, info = detail.letter, detail.info
     facts = Table(show_header=False, box=None, pad_edge=False)
     facts.add_column(style="bold")
     facts.add_column()
-
-    def fact(label: str, value: str) -> None:
+    for label, value in _facts(detail):
         facts.add_row(label, Text(value))
-
-    fact("id", letter.dead_letter_id)
-    fact("status", resolution_text(detail.resolution))
-    fact("owner", letter.owner)
-    fact("error type", letter.error_type)
-    if letter.reason is not None:
-        path = f" at {info.path}" if info is not None and info.path else ""
-        fact("reason", letter.reason + path)
-    if info is not None:
-        fact("failure", describe_failure(info.failure))
-        fact(
-            "source",
-            f"{info.source_topic}[{info.source_partition}]@{info.source_offset} "
-            f"(group {info.group or '-'})",
-        )
-        fact("parked by", info.component)
-    if letter.reference is not None:
-        fact("reference", describe_reference(letter.reference))
-    if letter.problem is not None:
-        fact("unreadable", letter.problem)
-    fact("parked at", f"{letter.parked_datetime:%Y-%m-%d %H:%M:%S}Z")
-    fact("age", format_age(time.time() - letter.parked_at))
-    fact("source record time", source_time(letter))
-    fact("dead letter", _where(letter))
-    for label, value in (
-        ("envelope", letter.envelope_id),
-        ("trace", letter.trace_id),
-        ("intent key", letter.intent_key),
-    ):
-        fact(label, value or "-")
-    fact("redriven", f"{letter.redrive_count} time(s) before")
     parts.append(facts)
     parts.append("")
     rows = detail.timeline()
@@ -147,13 +207,17 @@ def _record_parts(detail: DeadLetterDetail, *, payload: bool) -> list[Renderable
     return parts
 
 
-def source_time(letter: ParkedLetter) -> str:
-    """The original record's timestamp, and how long before the park: ``-`` when unknown."""
+def source_time(letter: ParkedLetter, now: float | None = None) -> str:
+    """The original record's timestamp and how long before the park it was; ``-`` if unknown.
+
+    Given ``now``, also how long ago the original was written: its age, beside the letter's.
+    """
     original = letter.source_datetime
     if original is None:
         return "-"
     before = format_age(letter.parked_at - original.timestamp())
-    return f"{original:%Y-%m-%d %H:%M:%S}Z ({before} before it was parked)"
+    ago = "" if now is None else f", {original_age_text(letter, now)} ago"
+    return f"{original:%Y-%m-%d %H:%M:%S}Z ({before} before it was parked{ago})"
 
 
 def redrive_lines(

@@ -9,6 +9,9 @@ from hopchain.schemas.hop import Position
 
 __all__ = ["ConsumedRecord"]
 
+_LOG_APPEND_TIME = 1
+"""The Kafka protocol's timestamp type of a broker-set time (0 is the producer's)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumedRecord:
@@ -21,6 +24,9 @@ class ConsumedRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    log_append_time: bool = False
+    """Whether ``timestamp_ms`` is the broker's append time (a ``LogAppendTime`` topic)
+    rather than the time its producer set."""
 
     @classmethod
     def from_aiokafka(cls, record: Any) -> ConsumedRecord:
@@ -33,6 +39,7 @@ class ConsumedRecord:
             key=record.key,
             value=record.value,
             headers=tuple(record.headers or ()),
+            log_append_time=getattr(record, "timestamp_type", 0) == _LOG_APPEND_TIME,
         )
 
     @property

@@ -8,15 +8,19 @@ partition as a 4-byte and its offset as an 8-byte big-endian integer, Connect's 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import time
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from dlq_helpers import SettingsFactory, group_key, scrape, settings_factory, wait_until
 
 from hopchain.consumers import DeadLetterService
-from hopchain.consumers.foreign import read_foreign
+from hopchain.consumers.api import OPENAPI_DOCUMENT
+from hopchain.consumers.foreign import ParkTime, foreign_header_text, read_foreign, root_cause
+from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
 from hopchain.testing import create_topics, unique_topic_name
 
 pytestmark = pytest.mark.kafka
@@ -92,7 +96,7 @@ def test_spring_and_connect_headers_are_read_as_those_frameworks_write_them() ->
 async def test_spring_and_connect_dead_letters_have_owner_source_exact_depth_and_age(
     kafka_bootstrap: str, dlq_settings: SettingsFactory
 ) -> None:
-    spring_dlt, connect_dlq = unique_topic_name("orders.DLT"), unique_topic_name("connect-dlq")
+    spring_dlt, connect_dlq = unique_topic_name("orders") + "-dlt", unique_topic_name("connect-dlq")
     await create_topics(kafka_bootstrap, spring_dlt, connect_dlq)
     now_ms = int(time.time() * 1000)
     ages = {"spring": (3_600_000, 60_000), "connect": (7_200_000, 120_000)}
@@ -130,3 +134,81 @@ async def test_spring_and_connect_dead_letters_have_owner_source_exact_depth_and
     assert seen["hopchain_dlq_oldest_age_seconds"][connect_key] == pytest.approx(7200, abs=1)
     # Read, not unreadable: another framework's headers said what there was to say.
     assert seen.get("hopchain_dlq_unreadable_records_total", {}) in ({}, {(): 0.0})
+
+
+def test_the_root_cause_is_the_innermost_caused_by_with_its_whole_message() -> None:
+    trace = (
+        b"org.apache.kafka.connect.errors.DataException: Converting failed\n"
+        b"\tat org.apache.kafka.connect.json.JsonConverter.toConnectData(JsonConverter.java:1)\n"
+        b"Caused by: org.apache.kafka.common.errors.SerializationException: outer\n"
+        b"\t... 18 more\n"
+        b"Caused by: com.fasterxml.jackson.core.JsonParseException: Unrecognized token 'NOT'\n"
+        b" at [Source: REDACTED; line: 1, column: 1]\n"
+        b"\tat com.fasterxml.jackson.core.JsonParser._constructError(JsonParser.java:2)\n"
+    )
+    assert root_cause(trace) == (
+        "com.fasterxml.jackson.core.JsonParseException",
+        "Unrecognized token 'NOT'\n at [Source: REDACTED; line: 1, column: 1]",
+    )
+    assert root_cause(b"java.lang.IllegalStateException: no cause\n\tat x.y(Z.java:1)") == (
+        None,
+        None,
+    )
+    assert root_cause(None) == (None, None)
+
+
+def test_spring_binary_headers_read_as_numbers_and_times_never_bytes() -> None:
+    assert foreign_header_text("kafka_dlt-original-partition", struct.pack(">i", 4)) == "4"
+    offset = struct.pack(">q", 5_000_000_000)
+    assert foreign_header_text("kafka_dlt-original-offset", offset) == "5000000000"
+    stamp = struct.pack(">q", 1_700_000_000_123)
+    assert foreign_header_text("kafka_dlt-original-timestamp", stamp) == (
+        "1700000000123 (2023-11-14 22:13:20.123Z)"
+    )
+    assert foreign_header_text("kafka_dlt-original-offset", b"\x00\x01") == (
+        "(not a 8-byte big-endian integer: 0x0001)"
+    )
+    assert foreign_header_text("kafka_dlt-original-topic", b"orders") is None
+
+
+def dead_letter(headers: list[tuple[str, bytes]], timestamp_ms: int, *, log_append: bool) -> Any:
+    return DeadLetterRecord(
+        topic="x-dlt",
+        partition=0,
+        offset=7,
+        timestamp_ms=timestamp_ms,
+        key=None,
+        value=b"v",
+        headers=tuple(headers),
+        log_append_time=log_append,
+    )
+
+
+def test_age_is_time_since_parked_for_every_writer_with_the_original_beside_it() -> None:
+    parked_ms, original_ms = 1_800_000_000_000, 1_700_000_000_000
+    spring = spring_headers("orders", 0, 1, "java.lang.IllegalStateException")  # original_ms
+    connect = connect_headers("customers", 1, "VALUE_CONVERTER")
+
+    published = parse_dead_letter(dead_letter(spring, parked_ms, log_append=False))
+    assert (published.parked_at, published.source_timestamp) == (1_800_000_000.0, 1_700_000_000.0)
+    assert published.parked_at_basis == "publisher"
+    appended = parse_dead_letter(dead_letter(connect, parked_ms, log_append=True))
+    assert (appended.parked_at, appended.source_timestamp) == (1_800_000_000.0, None)
+    assert appended.parked_at_basis == "broker"
+    copied = parse_dead_letter(dead_letter(connect, original_ms, log_append=False))
+    assert (copied.parked_at, copied.source_timestamp) == (1_700_000_000.0, 1_700_000_000.0)
+    assert copied.parked_at_basis == "original"  # Connect does not record when it parked
+    assert copied.problem is None
+    assert copied.description == ("DataException: Converting byte[] to Kafka Connect data failed")
+
+
+def test_the_api_document_names_every_foreign_field_and_park_time_basis() -> None:
+    document = json.loads(OPENAPI_DOCUMENT.read_text(encoding="utf-8"))
+    schemas = document["components"]["schemas"]
+    failure = read_foreign(connect_headers("customers", 1, "TASK_PUT"))
+    assert failure is not None
+    written = set(failure.as_json())
+    assert set(schemas["ForeignFailure"]["properties"]) == written
+    assert set(schemas["ForeignFailure"]["required"]) == written
+    basis = schemas["DeadLetter"]["properties"]["parked_at_basis"]["enum"]
+    assert basis == [*(member.value for member in ParkTime), None]

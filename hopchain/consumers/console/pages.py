@@ -25,7 +25,8 @@ from hopchain.consumers.console.views import (
 )
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError
-from hopchain.consumers.filters import format_age
+from hopchain.consumers.filters import age_text, format_age, original_age_text, reason_text
+from hopchain.consumers.foreign import foreign_header_text
 from hopchain.consumers.records import UNKNOWN, ParkedLetter, original_headers
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
@@ -78,6 +79,9 @@ def render(
         csrf=state.guard.sign(nonce),
         mutations=backend.token is not None,
         format_age=format_age,
+        age_text=age_text,
+        original_age_text=original_age_text,
+        reason_text=reason_text,
         **context,
     )
     response = HTMLResponse(page, status_code=code.value)
@@ -134,6 +138,7 @@ async def list_page(request: Request) -> Response:
         "list.html",
         query=query,
         letters=shown,
+        originals=any(letter.source_timestamp is not None for letter, _ in shown),
         total=len(letters),
         page=page,
         pages=pages,
@@ -199,7 +204,9 @@ async def letter_page(request: Request) -> Response:
     headers = []
     if detail is not None:
         for name, raw in original_headers(detail.record.headers):
-            text = "null" if raw is None else raw.decode(errors="replace")
+            text = foreign_header_text(name, raw) or (
+                "null" if raw is None else raw.decode(errors="replace")
+            )
             cut = text[:_HEADER_PREVIEW] + ("…" if len(text) > _HEADER_PREVIEW else "")
             headers.append((name, cut))
     trace_url = None
@@ -219,7 +226,8 @@ async def letter_page(request: Request) -> Response:
         chain=_hops(detail, backend) if detail is not None else None,
         trace=await _trace(backend, letter, resolution),
         trace_url=trace_url,
-        age=format_age(_now(backend) - letter.parked_at),
+        age=age_text(letter, _now(backend)),
+        original_age=original_age_text(letter, _now(backend)),
         reference=describe_reference(letter.reference) if letter.reference else None,
         done=request.query_params.get("done"),
     )
