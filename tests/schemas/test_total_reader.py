@@ -351,6 +351,38 @@ def test_a_valid_chain_is_read_in_one_pass(topic: str, stages: int) -> None:
     assert _outcome(text) == _careful(text)
 
 
+def test_a_valid_text_is_read_without_the_careful_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    def careful(*_: object, **__: object) -> None:
+        pytest.fail("the valid text was read the careful way")
+
+    monkeypatch.setattr(text_v2, "_read_carefully", careful)
+    envelope, rest = read_envelope_text(TEXT, keyring=None)
+
+    assert (envelope.id, rest) == (parts_of(RECORD).identity["id"], b"}")
+
+
+@pytest.mark.parametrize(
+    ("run_id", "expected"),
+    [
+        ("run-\\u0007-1", (ReasonCode.INVALID_VALUE, "$.run_id")),
+        ("run-\\u007f-1", (ReasonCode.INVALID_VALUE, "$.run_id")),
+        ("run-\x7f-1", (ReasonCode.INVALID_VALUE, "$.run_id")),  # DEL, which JSON leaves raw
+        ("run-\\u00e9-1", (ReasonCode.NOT_CANONICAL, "$")),  # valid, but spelled escaped
+    ],
+)
+def test_identity_names_written_with_escapes_are_checked_for_control_characters(
+    run_id: str, expected: tuple[ReasonCode, str]
+) -> None:
+    parts = parts_of(RECORD)
+    identity = canonical(parts.identity).replace(
+        b'"run_id":"%s"' % parts.identity["run_id"].encode(), b'"run_id":"%s"' % run_id.encode()
+    )
+    text = reseal(parts, identity=identity)
+
+    assert refusal(text) == expected
+    assert _outcome(text) == _careful(text)
+
+
 @pytest.mark.parametrize("appended", [0, 1, 2])
 def test_a_chain_read_and_written_on_is_spliced_to_the_bytes_a_join_writes(appended: int) -> None:
     envelope, _ = read_envelope_text(TEXT, keyring=None)
