@@ -37,7 +37,7 @@ from hopchain.schemas.headers import (
 from hopchain.schemas.integrity import Keyring
 from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.sealed import wire_of
-from hopchain.schemas.traceparent import format_traceparent, hop_traceparent
+from hopchain.schemas.traceparent import format_traceparent, hop_traceparent, usual_traceparent
 from hopchain.schemas.wire import WIRE_MAJOR
 
 __all__ = [
@@ -179,9 +179,11 @@ class EnvelopeCodec:
         # its missing envelope, not by the trace context it also lacks.
         envelope, payload = self._read_value(contract, value, first.get(ENVELOPE_HEADER))
         wire = wire_of(envelope)
-        traceparent = hop_traceparent(
-            headers, envelope.trace_id, wire.last.span_id if wire and wire.last else None
-        )
+        last_span = wire.last.span_id if wire and wire.last else None
+        # The usual record: its first traceparent is hopchain's own (else every one is read).
+        traceparent = usual_traceparent(first.get(TRACEPARENT_HEADER), envelope.trace_id, last_span)
+        if traceparent is None:
+            traceparent = hop_traceparent(headers, envelope.trace_id, last_span)
         degraded = _text(first.get(DEGRADED_HEADER))
         # Schema 1: a codec writing schema 1 keeps a schema-1 envelope as it was read.
         if degraded is not None and degraded != (

@@ -9,7 +9,13 @@ from typing import NamedTuple
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.headers import TRACEPARENT_HEADER
 
-__all__ = ["TraceParent", "format_traceparent", "hop_traceparent", "parse_traceparent"]
+__all__ = [
+    "TraceParent",
+    "format_traceparent",
+    "hop_traceparent",
+    "parse_traceparent",
+    "usual_traceparent",
+]
 
 _FLAGS = (b"01", b"00")
 
@@ -47,6 +53,18 @@ def format_traceparent(trace_id: str, span_id: str, *, sampled: bool = True) -> 
     return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
 
 
+def usual_traceparent(value: bytes | None, trace_id: str, last_span: str | None) -> str | None:
+    """``value`` if it is hopchain's own, spelled as hopchain writes it; else None."""
+    if (
+        value
+        and last_span is not None
+        and value[-2:] in _FLAGS
+        and value[:-2] == b"00-%s-%s-" % (trace_id.encode(), last_span.encode())
+    ):
+        return value.decode()
+    return None
+
+
 def hop_traceparent(
     headers: Sequence[tuple[str, bytes | None]],
     trace_id: str,
@@ -62,14 +80,9 @@ def hop_traceparent(
         EnvelopeError: ``bad_traceparent``, naming what was missing or wrong.
     """
     values = [raw for name, raw in headers if name == TRACEPARENT_HEADER and raw is not None]
-    # The usual record: the first is hopchain's own, spelled as hopchain writes it.
-    if (
-        values
-        and last_span is not None
-        and values[0][-2:] in _FLAGS
-        and values[0][:-2] == b"00-%s-%s-" % (trace_id.encode(), last_span.encode())
-    ):
-        return values[0].decode()
+    usual = usual_traceparent(values[0], trace_id, last_span) if values else None
+    if usual is not None:
+        return usual
     if not values:
         raise EnvelopeError(
             ReasonCode.BAD_TRACEPARENT,
