@@ -299,23 +299,30 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
     return _chain_read(parsed, last)
 
 
-def read_usual_chain(chain: bytes) -> tuple[tuple[bytes, ...], ChainRead] | None:
+def read_usual_chain(
+    raw: bytes, first: int, end: int
+) -> tuple[tuple[bytes, ...], ChainRead] | None:
     r"""The usual chain (canonical, valid) read in one pass: its hops' bytes, and what was read.
 
-    ``chain`` is the text between ``[`` LF and LF ``]``. The whole chain is decoded at once and
-    each hop encoded again: the pieces joined with ``,`` LF must give ``chain`` back, which
-    proves every hop canonical and finds where each one is without a search. None when
-    anything is off: the caller reads the chain hop by hop (:func:`decode_hops`) to say why.
+    The chain is ``raw[first:end]``, the text between ``[`` LF and LF ``]``. It is decoded at
+    once, in place, and each hop encoded again: the pieces joined with ``,`` LF must give the
+    chain back, which proves every hop canonical and finds where each one is without a
+    search. None when anything is off: the caller reads the chain hop by hop
+    (:func:`decode_hops`) to say why.
     """
     decoder, check, plain = chain_twin(HopWire)
-    if b"\\" not in chain and b"\x7f" not in chain:
+    if raw.find(b"\\", first, end) < 0 and raw.find(b"\x7f", first, end) < 0:
         check = plain
     try:
-        parsed = decoder.decode(b"[%s]" % chain)
+        # From "[" LF to LF "]": line feeds are white space to the decoder.
+        parsed = decoder.decode(memoryview(raw)[first - 2 : end + 2])
         hops = tuple(map(_ENCODE, parsed))
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
         return None  # UnicodeEncodeError (a lone surrogate) is a ValueError
-    if not hops or b",\n".join(hops) != chain or not check(parsed):
+    joined = b",\n".join(hops)
+    if not hops or len(joined) != end - first or not raw.startswith(joined, first):
+        return None
+    if not check(parsed):
         return None
     last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
     return hops, _chain_read(parsed, last)

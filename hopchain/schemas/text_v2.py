@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from binascii import hexlify
 from collections.abc import Sequence
+from functools import lru_cache
 from hashlib import sha256 as _sha256
 from itertools import repeat
 from typing import TYPE_CHECKING, NamedTuple
@@ -94,8 +95,14 @@ def _digests(text: bytes, count: int) -> list[str]:
     return values
 
 
+@lru_cache(maxsize=128)
+def _unsigned(count: int) -> bytes:
+    """The signatures' text of a chain of ``count`` hops none of which is signed."""
+    return b"[%s]" % b",".join(repeat(b"null", count))
+
+
 def _signatures(text: bytes, count: int) -> tuple[str | None, ...]:
-    if text == b"[%s]" % b",".join(repeat(b"null", count)):  # no hop signed: the usual case
+    if text == _unsigned(count):  # no hop signed: the usual case
         return (None,) * count
     try:
         values = orjson.loads(text)
@@ -284,7 +291,7 @@ def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None
     close = raw.find(b"]", middle + 1) if middle > 0 else -1
     if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
         return None
-    usual = read_usual_chain(raw[start + len(CHAIN_START) : end])
+    usual = read_usual_chain(raw, start + len(CHAIN_START), end)
     identity = raw[:start] + b"}"
     ident = read_usual_identity(identity)
     if usual is None or ident is None:
