@@ -11,12 +11,11 @@ import json
 import re
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import orjson
@@ -233,8 +232,7 @@ _DEGRADATION = attrgetter("degradation")
 _ENCODE = msgspec.json.Encoder().encode
 
 
-@dataclass(frozen=True, slots=True)
-class ChainRead:
+class ChainRead(NamedTuple):
     """What a reader keeps of a chain it checked: the last hop, and what it needs of the rest.
 
     Attributes:

@@ -306,7 +306,10 @@ def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None
         digest.update(hop)
         previous = hexlify(digest.digest())
         digests.append(previous)
-    if raw[end + len(CHAIN_END) : middle + 1] != b'["%s"]' % b'","'.join(digests):
+    written = b'["%s"]' % b'","'.join(digests)
+    if middle + 1 - end - len(CHAIN_END) != len(written) or not raw.startswith(
+        written, end + len(CHAIN_END)
+    ):
         return None
     legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
     signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
