@@ -61,6 +61,13 @@ RESOLUTION_SCHEMA_VERSION = 1
 _CONFIG = ConfigDict(strict=True, frozen=True, extra="ignore")
 
 
+TopicName = Annotated[str, Field(min_length=1, max_length=249, pattern=r"^[^\x00-\x1f\x7f]+$")]
+"""A Kafka topic's name: up to the 249 characters Kafka allows."""
+LetterId = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]+$")]
+"""A dead letter's id, ``<topic>:<partition>:<offset>``: longer than other names when its topic
+has the longest name Kafka allows."""
+
+
 class ResolutionKind(StrEnum):
     """How a dead letter was resolved."""
 
@@ -75,7 +82,7 @@ class RedriveTarget(BaseModel):
 
     model_config = _CONFIG
 
-    topic: Identifier
+    topic: TopicName
     """The source topic it went back to."""
     partition: Annotated[int, Field(ge=0)]
     """The partition the broker put it in."""
@@ -97,7 +104,7 @@ class Resolution(BaseModel):
 
     schema_version: int = RESOLUTION_SCHEMA_VERSION
     """Version of this record's layout."""
-    dead_letter_id: Identifier
+    dead_letter_id: LetterId
     """The resolved dead letter."""
     resolution: ResolutionKind
     """What was done."""
@@ -107,7 +114,7 @@ class Resolution(BaseModel):
     """When."""
     reason: Annotated[ShortText, Field(min_length=1)]
     """Why, for people."""
-    dead_letter_topic: Identifier
+    dead_letter_topic: TopicName
     """Where the dead letter is."""
     partition: Annotated[int, Field(ge=0)]
     """Its partition."""
@@ -126,7 +133,7 @@ class Claim(BaseModel):
 
     model_config = _CONFIG
 
-    dead_letter_id: Identifier
+    dead_letter_id: LetterId
     """The dead letter claimed."""
     claim_id: Identifier
     """Unique per attempt: how the holder recognises its own claim."""

@@ -221,6 +221,21 @@ async def test_discard_records_who_and_why_and_survives_a_restart(
 
 
 @pytest.mark.kafka
+async def test_a_dead_letter_topic_with_the_longest_name_kafka_allows_is_triaged(
+    dlq_settings: SettingsFactory,
+) -> None:
+    # 249 characters with ".dlq": the letters' ids are longer than any other name here.
+    topic = unique_topic_name("l" * 300)[len(".dlq") :] + ".dlq"
+    settings = dlq_settings(dlq_topics={topic: "claims-team"})
+    ids = await park_three(settings)
+
+    done = await dlq(settings, "discard", ids[0], "--who=carol", "--reason=test data")
+    assert done.exit_code == 0, done.output
+    everything = listed(await dlq(settings, "list", "--json", "--all"))
+    assert (len(topic), everything[0]["resolution"]["dead_letter_id"]) == (249, ids[0])
+
+
+@pytest.mark.kafka
 async def test_exit_codes_mean_not_found_usage_and_refused(
     dlq_settings: SettingsFactory,
 ) -> None:
