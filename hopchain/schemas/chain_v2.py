@@ -47,6 +47,7 @@ __all__ = [
     "check_signature",
     "mint_v2",
     "payload_digest",
+    "recontracted",
     "reseal_last",
     "settle_pending",
     "upgrade",
@@ -81,6 +82,22 @@ def _new_envelope(
     state = _state(wire.ident, contract, version)
     state["head"] = head
     return sealed_envelope(state, wire)
+
+
+def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
+    """The envelope naming another contract, for the hop about to be appended to it.
+
+    A schema-2 envelope as received is given it without building its chain as objects (a
+    copy would); any other envelope is copied, and the writer's checks apply to the copy.
+    """
+    wire = wire_of(envelope)
+    if wire is None or carried_chain(envelope) is not None:
+        return envelope.model_copy(update={"contract": contract, "contract_version": version})
+    try:
+        verify_wire_fields(envelope, wire)
+    except EnvelopeError:  # changed after it was read: the copy is refused when written
+        return envelope.model_copy(update={"contract": contract, "contract_version": version})
+    return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
 
 
 def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:

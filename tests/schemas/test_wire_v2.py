@@ -15,7 +15,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from strategies import HEADERS_TOPIC, OWNER, Sample, hop_facts, sample_payload, sample_registry
+from strategies import (
+    HEADERS_TOPIC,
+    OWNER,
+    T0,
+    Sample,
+    hop_facts,
+    sample_payload,
+    sample_registry,
+)
 from wire_support import TOPICS, Parts, parts_of, reseal, v2_codec, v2_record, with_text
 
 import hopchain.schemas.sealed as sealed_module
@@ -23,6 +31,7 @@ from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, Re
 from hopchain.schemas import (
     ContractRegistry,
     Decision,
+    Envelope,
     EnvelopeCodec,
     Keyring,
     TopicContract,
@@ -30,8 +39,10 @@ from hopchain.schemas import (
     new_envelope,
     verify_chain,
 )
+from hopchain.schemas.chain_v2 import recontracted
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
-from hopchain.schemas.sealed import CHAIN_END, SealedHop
+from hopchain.schemas.sealed import CHAIN_END, SealedHop, carried_chain
+from hopchain.schemas.text_v2 import envelope_text
 
 
 def refusal(
@@ -514,3 +525,28 @@ def test_a_reader_holding_public_keys_cannot_sign() -> None:
 
     assert parts.signatures[-1] is None
     assert (error.code, error.path) == (ReasonCode.UNSIGNED_HOP, "$.chain[2]")
+
+
+def test_a_received_envelope_recontracted_appends_the_hop_a_copy_would() -> None:
+    record = v2_record(HEADERS_TOPIC, stages=2)
+    received = v2_codec().decode(HEADERS_TOPIC, record.value, list(record.headers)).envelope
+
+    def appended_to(envelope: Envelope) -> Envelope:
+        return append_hop(
+            envelope,
+            component="translator",
+            instance="translator-0",
+            decision=Decision.FORWARDED,
+            span_id="d000000000000001",
+            decided_at=T0,
+            destination="translated",
+        )
+
+    fast = recontracted(received, "translations", 2)
+    copied = received.model_copy(update={"contract": "translations", "contract_version": 2})
+
+    assert carried_chain(fast) is None  # its chain was not built as objects
+    appended, expected = appended_to(fast), appended_to(copied)
+    assert (appended.contract, appended.contract_version) == ("translations", 2)
+    assert envelope_text(appended) == envelope_text(expected)
+    assert appended.model_dump() == expected.model_dump()

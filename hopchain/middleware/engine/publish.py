@@ -28,6 +28,7 @@ from hopchain.schemas import (
     new_envelope,
     new_envelope_id,
 )
+from hopchain.schemas.chain_v2 import recontracted
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
 from hopchain.tracing import forward_span, publish_span
@@ -96,10 +97,8 @@ class Publisher:
         metrics.child(metrics.stage_decisions, stage_label(hop), decided.value).inc()
         hop.hops_appended += 1
         base = hop.envelope
-        if contract is not None:
-            base = base.model_copy(
-                update={"contract": contract[0], "contract_version": contract[1]}
-            )
+        if contract is not None and contract != (base.contract, base.contract_version):
+            base = recontracted(base, *contract)
         return append_hop(
             base,
             component=parts.component,
