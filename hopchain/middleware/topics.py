@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
@@ -32,7 +33,7 @@ from hopchain.topic_checks import (
     timestamp_problems,
 )
 
-__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "dead_letter_topic_sizes", "ensure_dead_letter_topics"]
+__all__ = ["DEAD_LETTER_TOPIC_CONFIG", "DeadLetterTopics", "ensure_dead_letter_topics"]
 
 logger = logging.getLogger("hopchain")
 
@@ -41,10 +42,20 @@ _MAX_REPLICATION = 3
 _LEADER_WAIT_SECONDS = 30.0
 
 
+@dataclass(frozen=True)
+class DeadLetterTopics:
+    """The dead-letter topics of some source topics, once made ready."""
+
+    created: list[str]
+    """Those created just now."""
+    sizes: dict[str, int]
+    """The ``max.message.bytes`` of each that exists (and whose configuration was read)."""
+
+
 async def ensure_dead_letter_topics(
     config: HopchainConfig, registry: ContractRegistry, source_topics: Iterable[str]
-) -> list[str]:
-    """Create the missing dead-letter topics of ``source_topics``; return those created.
+) -> DeadLetterTopics:
+    """Create the missing dead-letter topics of ``source_topics``; check those that exist.
 
     Raises:
         ConfigurationError: the broker refused to create one (named, with the reason).
@@ -55,7 +66,7 @@ async def ensure_dead_letter_topics(
         if not registry.is_dead_letter_topic(topic)
     }
     if not wanted:
-        return []
+        return DeadLetterTopics([], {})
     admin = AIOKafkaAdminClient(
         bootstrap_servers=config.kafka_bootstrap,
         client_id="hopchain-topics",
@@ -66,65 +77,43 @@ async def ensure_dead_letter_topics(
         existing = set(await admin.list_topics())
         missing = {dlq: source for dlq, source in wanted.items() if dlq not in existing}
         await _report_unsafe(admin, sorted(set(wanted) & existing))
-        if not missing:
-            return []
-        sources = sorted(set(missing.values()) & existing)
-        described = {
-            topic["topic"]: len(topic["partitions"])
-            for topic in await admin.describe_topics(sources)
-            if topic["error_code"] == 0
-        }
-        # Room for the source's largest record, parked whole with its dead-letter headers.
-        source_bytes = await max_message_bytes(admin, sources)
-        brokers = len((await admin.describe_cluster())["brokers"])
-        replication = min(_MAX_REPLICATION, max(brokers, 1))
-        response = await admin.create_topics(
-            [
-                NewTopic(
-                    dlq,
-                    num_partitions=described.get(source, 1),
-                    replication_factor=replication,
-                    topic_configs=dead_letter_topic_config(source_bytes.get(source)),
-                )
-                for dlq, source in sorted(missing.items())
-            ]
-        )
-        created = _created(response.to_object()["topic_errors"])
-        await wait_for_leaders(admin, created, _LEADER_WAIT_SECONDS)
+        created = await _create(admin, missing, existing) if missing else []
+        sizes = await max_message_bytes(admin, sorted(set(wanted) & {*existing, *created}))
     finally:
         await admin.close()
     for name in created:
         logger.info("created dead-letter topic %s (retention unlimited, broker time)", name)
+    return DeadLetterTopics(created, sizes)
+
+
+async def _create(
+    admin: AIOKafkaAdminClient, missing: dict[str, str], existing: set[str]
+) -> list[str]:
+    """Create the dead-letter topics ``missing`` (each with its source): return those created."""
+    sources = sorted(set(missing.values()) & existing)
+    described = {
+        topic["topic"]: len(topic["partitions"])
+        for topic in await admin.describe_topics(sources)
+        if topic["error_code"] == 0
+    }
+    # Room for the source's largest record, parked whole with its dead-letter headers.
+    source_bytes = await max_message_bytes(admin, sources)
+    brokers = len((await admin.describe_cluster())["brokers"])
+    replication = min(_MAX_REPLICATION, max(brokers, 1))
+    response = await admin.create_topics(
+        [
+            NewTopic(
+                dlq,
+                num_partitions=described.get(source, 1),
+                replication_factor=replication,
+                topic_configs=dead_letter_topic_config(source_bytes.get(source)),
+            )
+            for dlq, source in sorted(missing.items())
+        ]
+    )
+    created = _created(response.to_object()["topic_errors"])
+    await wait_for_leaders(admin, created, _LEADER_WAIT_SECONDS)
     return created
-
-
-async def dead_letter_topic_sizes(
-    config: HopchainConfig, registry: ContractRegistry, source_topics: Iterable[str]
-) -> dict[str, int]:
-    """The ``max.message.bytes`` of the dead-letter topics of ``source_topics``.
-
-    Topics that do not exist, or whose configuration cannot be read, are left out.
-    """
-    wanted = sorted(
-        {
-            registry.get(topic).dead_letter_topic
-            for topic in source_topics
-            if not registry.is_dead_letter_topic(topic)
-        }
-    )
-    if not wanted:
-        return {}
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=config.kafka_bootstrap,
-        client_id="hopchain-topics",
-        **config.client_kwargs(),
-    )
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        return await max_message_bytes(admin, [topic for topic in wanted if topic in existing])
-    finally:
-        await admin.close()
 
 
 async def _report_unsafe(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, list[str]]:

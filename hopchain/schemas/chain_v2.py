@@ -91,13 +91,14 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
     copy would); any other envelope is copied, and the writer's checks apply to the copy.
     """
     wire = wire_of(envelope)
-    if wire is None or carried_chain(envelope) is not None:
-        return envelope.model_copy(update={"contract": contract, "contract_version": version})
-    try:
-        verify_wire_fields(envelope, wire)
-    except EnvelopeError:  # changed after it was read: the copy is refused when written
-        return envelope.model_copy(update={"contract": contract, "contract_version": version})
-    return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
+    if wire is not None and carried_chain(envelope) is None:
+        try:
+            verify_wire_fields(envelope, wire)
+        except EnvelopeError:  # changed after it was read: the copy is refused when written
+            pass
+        else:
+            return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
+    return envelope.model_copy(update={"contract": contract, "contract_version": version})
 
 
 def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:

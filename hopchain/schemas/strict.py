@@ -22,7 +22,7 @@ import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.fastcheck import chain_twin, fast_twin, plain_check
-from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire, IdentityWire
+from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
 __all__ = [
     "MAX_DEPTH",
@@ -34,11 +34,12 @@ __all__ = [
     "exact_integers",
     "jcs",
     "nesting",
+    "read_canonical",
     "read_usual_chain",
-    "read_usual_identity",
 ]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
+_ENCODE = msgspec.json.Encoder().encode
 
 MAX_DEPTH = 64
 """Arrays and objects nested deeper than this are refused (``too_deep``): no schema-2 object
@@ -184,6 +185,29 @@ def _join(path: str, where: str) -> str:
     return path + where[1:]
 
 
+def read_canonical(raw: bytes, kind: type[StructT]) -> StructT | None:
+    """``raw`` read as ``kind`` when it is one canonical, valid object; None for any other.
+
+    :func:`decode_strict` reads any other and says why.
+    """
+    _, check = fast_twin(kind)
+    if b"\\" not in raw and b"\x7f" not in raw:
+        check = plain_check(kind)  # no control character in any string: names need no pattern
+    try:
+        fast = _decoder(kind).decode(raw)
+        canonical = _ENCODE(fast) == raw
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
+        return None  # UnicodeEncodeError (a lone surrogate) is a ValueError
+    # The twin has the same members: callers read it as the wire struct.
+    return typing.cast("StructT", fast) if canonical and check(fast) else None
+
+
+@cache
+def _decoder(kind: type[msgspec.Struct]) -> msgspec.json.Decoder[Any]:
+    """A decoder of the unconstrained twin of ``kind`` (see :func:`fast_twin`)."""
+    return msgspec.json.Decoder(fast_twin(kind)[0])
+
+
 def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
     """Decode one canonical object of schema 2 into its wire struct.
 
@@ -193,16 +217,9 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
             ``unknown_decision``...), or ``not_canonical`` for valid content written in
             another form than RFC 8785.
     """
-    twin, check = fast_twin(kind)
-    if b"\\" not in raw and b"\x7f" not in raw:
-        check = plain_check(kind)  # no control character in any string: names need no pattern
-    try:
-        fast = msgspec.json.decode(raw, type=twin)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        fast = None
-    if fast is not None and msgspec.json.encode(fast) == raw and check(fast):
-        # The twin has the same members: callers read it as the wire struct.
-        return typing.cast("StructT", fast)
+    fast = read_canonical(raw, kind)
+    if fast is not None:
+        return fast
     # Refused: find out why.
     document = _parse(raw, path)
     if isinstance(document, dict) and "legacy" in document:
@@ -229,9 +246,6 @@ _HOP_START = b'{"component":"'
 _DEGRADATION = attrgetter("degradation")
 
 
-_ENCODE = msgspec.json.Encoder().encode
-
-
 class ChainRead(NamedTuple):
     """What a reader keeps of a chain it checked: the last hop, and what it needs of the rest.
 
@@ -249,11 +263,6 @@ class ChainRead(NamedTuple):
         """The component of hop ``index``."""
         component: str = self.hops[index].component
         return component
-
-
-@cache
-def _hop_decoder() -> msgspec.json.Decoder[Any]:
-    return msgspec.json.Decoder(fast_twin(HopWire)[0])
 
 
 def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
@@ -285,7 +294,7 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
     ):
         parsed: Sequence[Any] = fast
         # Checked above; read again with timestamps as text, as the wire struct has them.
-        last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
+        last = typing.cast("HopWire", _decoder(HopWire).decode(hops[-1]))
     else:
         parsed = []
         for index, hop in enumerate(hops):
@@ -322,29 +331,8 @@ def read_usual_chain(
         return None
     if not check(parsed):
         return None
-    last = typing.cast("HopWire", _hop_decoder().decode(hops[-1]))
+    last = typing.cast("HopWire", _decoder(HopWire).decode(hops[-1]))
     return hops, _chain_read(parsed, last)
-
-
-def read_usual_identity(identity: bytes) -> IdentityWire | None:
-    """The usual identity (canonical, valid, plain text) read; None for any other.
-
-    :func:`decode_strict` reads any other and says why.
-    """
-    if b"\\" in identity or b"\x7f" in identity:
-        return None
-    try:
-        fast = _identity_decoder().decode(identity)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
-        return None
-    if _ENCODE(fast) != identity or not plain_check(IdentityWire)(fast):
-        return None
-    return typing.cast("IdentityWire", fast)
-
-
-@cache
-def _identity_decoder() -> msgspec.json.Decoder[Any]:
-    return msgspec.json.Decoder(fast_twin(IdentityWire)[0])
 
 
 def _chain_read(parsed: Sequence[Any], last: HopWire) -> ChainRead:

@@ -48,8 +48,8 @@ from hopchain.schemas.strict import (
     exact_integers,
     jcs,
     nesting,
+    read_canonical,
     read_usual_chain,
-    read_usual_identity,
 )
 from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
@@ -287,13 +287,13 @@ def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None
     careful way would name first too.
     """
     end = raw.rfind(CHAIN_END)
-    middle = raw.find(b"]", end + len(CHAIN_END)) if end > start else -1
-    close = raw.find(b"]", middle + 1) if middle > 0 else -1
-    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
+    tail = _tail(raw, end) if end > start else None
+    if tail is None:
         return None
+    middle, close = tail
     usual = read_usual_chain(raw, start + len(CHAIN_START), end)
     identity = raw[:start] + b"}"
-    ident = read_usual_identity(identity)
+    ident = read_canonical(identity, IdentityWire)
     if usual is None or ident is None:
         return None
     hops, chain = usual
@@ -319,18 +319,27 @@ def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None
     )
 
 
+def _tail(raw: bytes, end: int) -> tuple[int, int] | None:
+    """Where the digests and the signatures after the chain's end close; None: they do not."""
+    middle = raw.find(b"]", end + len(CHAIN_END))
+    close = raw.find(b"]", middle + 1) if middle > 0 else -1
+    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
+        return None
+    return middle, close
+
+
 def _read_carefully(raw: bytes, start: int, keyring: Keyring | None, *, check: bool) -> _Read:
     """Read a text part by part, in the order of SPEC.md section 5: the first fault decides."""
     end, hops = _chain(raw, start) if start > 0 else (-1, ())
-    middle = raw.find(b"]", end + len(CHAIN_END)) if end > 0 else -1
-    close = raw.find(b"]", middle + 1) if middle > 0 else -1
-    if close < 0 or raw[middle + 1 : middle + 1 + len(SIGNATURES)] != SIGNATURES:
+    tail = _tail(raw, end) if end > 0 else None
+    if tail is None:
         raise EnvelopeError(
             ReasonCode.NOT_CANONICAL,
             "not in the schema-2 layout: identity, then chain (one hop a line), then digests "
             "and signatures",
             "$",
         )
+    middle, close = tail
     identity = raw[:start] + b"}"
     ident = decode_strict(identity, IdentityWire, "$")
     legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()

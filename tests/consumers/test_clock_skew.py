@@ -364,10 +364,10 @@ async def test_topics_stamped_by_their_writers_clocks_are_reported_at_start_up(
     # The stage's start-up says the same of its existing dead-letter topic.
     contracts = ContractRegistry([TopicContract(topic=source, model=Order, owner="billing")])
     caplog.clear()
-    created = await ensure_dead_letter_topics(
+    topics = await ensure_dead_letter_topics(
         HopchainConfig(kafka_bootstrap=kafka_bootstrap), contracts, [source]
     )
-    assert created == []
+    assert topics.created == []
     [line] = [
         record.getMessage()
         for record in caplog.records

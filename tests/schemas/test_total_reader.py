@@ -15,11 +15,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
-from strategies import BODY_TOPIC, HEADERS_TOPIC, sample_payload
-from wire_support import Parts, canonical, parts_of, reseal, v2_codec, v2_record, with_text
+from strategies import BODY_TOPIC, HEADERS_TOPIC
+from wire_support import (
+    Parts,
+    canonical,
+    carried_over,
+    parts_of,
+    reseal,
+    v2_codec,
+    v2_record,
+    with_text,
+)
 
 from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
-from hopchain.schemas import Decision, append_hop, envelope_schema, new_envelope, text_v2
+from hopchain.schemas import Decision, append_hop, envelope_schema, text_v2
 from hopchain.schemas import codec as codec_module
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import wire_of, write_envelope_text
@@ -406,28 +415,7 @@ def test_a_chain_read_and_written_on_is_spliced_to_the_bytes_a_join_writes(appen
 
 
 def test_the_exported_schema_accepts_a_carried_schema_1_chain_and_refuses_legacy_objects() -> None:
-    old, new = v2_codec(schema=1), v2_codec()
-    origin = append_hop(
-        new_envelope(
-            contract="samples", contract_version=1, run_id="r", work_item_id="w", schema=1
-        ),
-        component="orders-api",
-        instance="o",
-        decision=Decision.ORIGINATED,
-        span_id="a000000000000001",
-        destination=HEADERS_TOPIC,
-    )
-    v1 = old.encode(HEADERS_TOPIC, origin, sample_payload())
-    received = new.decode(HEADERS_TOPIC, v1.value, list(v1.headers))
-    outgoing = append_hop(
-        received.envelope,
-        component="stage-1",
-        instance="s",
-        decision=Decision.FORWARDED,
-        span_id="b000000000000001",
-        destination=HEADERS_TOPIC,
-    )
-    v2 = new.encode(HEADERS_TOPIC, outgoing, received.payload, verified_hops=1)
+    _, v2 = carried_over(HEADERS_TOPIC)
     document = json.loads(dict(v2.headers)[ENVELOPE_HEADER])
     validator = Draft202012Validator(envelope_schema())
 

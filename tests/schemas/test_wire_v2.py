@@ -24,7 +24,16 @@ from strategies import (
     sample_payload,
     sample_registry,
 )
-from wire_support import TOPICS, Parts, parts_of, reseal, v2_codec, v2_record, with_text
+from wire_support import (
+    TOPICS,
+    Parts,
+    carried_over,
+    parts_of,
+    reseal,
+    v2_codec,
+    v2_record,
+    with_text,
+)
 
 import hopchain.schemas.sealed as sealed_module
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
@@ -391,32 +400,8 @@ def test_a_hop_forged_for_a_keyed_component_is_refused(topic: str) -> None:
 @pytest.mark.parametrize("topic", TOPICS)
 def test_a_schema_1_chain_continued_by_a_schema_2_writer_verifies(topic: str) -> None:
     keys = Keyring(KEYS)
-    old = v2_codec(schema=1, keyring=keys)
+    envelope, v2 = carried_over(topic, keyring=keys)
     new = v2_codec(keyring=keys)
-    envelope = append_hop(
-        new_envelope(
-            contract="samples", contract_version=1, run_id="r", work_item_id="w", schema=1
-        ),
-        component="orders-api",
-        instance="o",
-        decision=Decision.ORIGINATED,
-        span_id="a000000000000001",
-        destination=topic,
-        keyring=keys,
-    )
-    v1 = old.encode(topic, envelope, sample_payload())
-
-    received = new.decode(topic, v1.value, list(v1.headers))
-    outgoing = append_hop(
-        received.envelope,
-        component="stage-1",
-        instance="s",
-        decision=Decision.FORWARDED,
-        span_id="b000000000000001",
-        destination=topic,
-        keyring=keys,
-    )
-    v2 = new.encode(topic, outgoing, received.payload, verified_hops=received.envelope.hop_count)
     read = new.decode(topic, v2.value, list(v2.headers))
 
     assert [hop.component for hop in read.envelope.chain] == ["orders-api", "stage-1"]

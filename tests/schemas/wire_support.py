@@ -13,6 +13,7 @@ from strategies import BODY_TOPIC, HEADERS_TOPIC, T0, sample_payload, sample_reg
 
 from hopchain.schemas import (
     Decision,
+    Envelope,
     EnvelopeCodec,
     Keyring,
     Position,
@@ -181,3 +182,34 @@ def with_text(
 
 
 TOPICS = (HEADERS_TOPIC, BODY_TOPIC)
+
+
+def carried_over(topic: str, *, keyring: Keyring | None = None) -> tuple[Envelope, EncodedRecord]:
+    """A schema-1 origin, and the schema-2 record a stage writes on from it (its hop kept)."""
+    old, new = v2_codec(schema=1, keyring=keyring), v2_codec(keyring=keyring)
+    origin = append_hop(
+        new_envelope(
+            contract="samples", contract_version=1, run_id="r", work_item_id="w", schema=1
+        ),
+        component="orders-api",
+        instance="o",
+        decision=Decision.ORIGINATED,
+        span_id="a000000000000001",
+        destination=topic,
+        keyring=keyring,
+    )
+    v1 = old.encode(topic, origin, sample_payload())
+    received = new.decode(topic, v1.value, list(v1.headers))
+    outgoing = append_hop(
+        received.envelope,
+        component="stage-1",
+        instance="s",
+        decision=Decision.FORWARDED,
+        span_id="b000000000000001",
+        destination=topic,
+        keyring=keyring,
+    )
+    written = new.encode(
+        topic, outgoing, received.payload, verified_hops=received.envelope.hop_count
+    )
+    return origin, written

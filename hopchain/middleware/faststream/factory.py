@@ -24,7 +24,7 @@ from hopchain.middleware.faststream.commits import (
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.message import RecordMiddleware
 from hopchain.middleware.producer import KafkaWriter
-from hopchain.middleware.topics import dead_letter_topic_sizes, ensure_dead_letter_topics
+from hopchain.middleware.topics import ensure_dead_letter_topics
 
 __all__ = ["HopchainMiddleware"]
 
@@ -245,22 +245,20 @@ class HopchainMiddleware:
             ConfigurationError: the broker refused to create one (one line, with the reason).
         """
         config, registry = self.hopchain.config, self.hopchain.registry
-        created = await ensure_dead_letter_topics(config, registry, self.topics)
-        if self._owned is not None:
-            sizes = await dead_letter_topic_sizes(config, registry, self.topics)
-            if sizes:
-                size = await self._owned.fit(max(sizes.values()))
-                logger.info(
-                    "dead letters up to %d bytes are parked whole, larger ones as references "
-                    "(max.message.bytes of %s%s)",
-                    size,
-                    ", ".join(f"{topic}={limit}" for topic, limit in sorted(sizes.items())),
-                    "; lowered by HOPCHAIN_DEAD_LETTER_MAX_BYTES"
-                    if size < max(sizes.values())
-                    else "",
-                    extra={"hopchain_event": "dead_letter_size"},
-                )
-        return created
+        topics = await ensure_dead_letter_topics(config, registry, self.topics)
+        sizes = topics.sizes
+        if self._owned is not None and sizes:
+            largest = max(sizes.values())
+            size = await self._owned.fit(largest)
+            logger.info(
+                "dead letters up to %d bytes are parked whole, larger ones as references "
+                "(max.message.bytes of %s%s)",
+                size,
+                ", ".join(f"{topic}={limit}" for topic, limit in sorted(sizes.items())),
+                "; lowered by HOPCHAIN_DEAD_LETTER_MAX_BYTES" if size < largest else "",
+                extra={"hopchain_event": "dead_letter_size"},
+            )
+        return topics.created
 
     async def _prepare_dead_letter_topic(self, topic: str) -> None:
         """Before the first park in ``topic``: create it, if missing, as :meth:`prepare` does.
