@@ -520,11 +520,15 @@ async def test_kill_9_of_a_batch_stage_loses_nothing(
             records = await read_all(kafka_bootstrap, [output], isolation)
             return Counter(CrashDoc.model_validate_json(r.value).seq for r in records)
 
+        async def parked_keys() -> Counter[int]:
+            records = await read_all(kafka_bootstrap, [f"{source}.dlq"], isolation)
+            return Counter(int(r.key) for r in records)
+
+        # Settled: every valid record delivered and every invalid one parked (the feed ends
+        # with an invalid record, which may still be on its way to the dead-letter topic).
         deadline = time.monotonic() + CRASH_WAIT
-        delivered: Counter[int] = Counter()
         while time.monotonic() < deadline:
-            delivered = await seen()
-            if set(delivered) >= valid:
+            if set(await seen()) >= valid and set(await parked_keys()) >= invalid:
                 break
             await asyncio.sleep(1.0)
         process.send_signal(signal.SIGTERM)
@@ -535,9 +539,7 @@ async def test_kill_9_of_a_batch_stage_loses_nothing(
             process.kill()
             await process.wait()
     delivered = await seen()
-    parked = Counter(
-        int(r.key) for r in await read_all(kafka_bootstrap, [f"{source}.dlq"], isolation)
-    )
+    parked = await parked_keys()
     lost = sorted(valid - set(delivered))
     duplicates = sum(count - 1 for count in delivered.values())
     print(  # noqa: T201 - the figures the report quotes
