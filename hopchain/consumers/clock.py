@@ -42,15 +42,24 @@ class BrokerClock:
 
     Args:
         host: the host's clock (Unix seconds).
+        max_round_trip: a probe's round trip (seconds) up to which its answer always sets
+            the offset; a slower one does only when no quicker one did. The offset's error
+            can be half the round trip, and a probe written during a leader election can take
+            tens of seconds.
 
     Attributes:
         offset: seconds to add to the host's clock (0 until measured).
+        round_trip: the round trip of the probe the offset comes from (None: not measured).
         measured: whether the last measurement had a broker timestamp to go by.
     """
 
-    def __init__(self, host: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, host: Callable[[], float] = time.time, *, max_round_trip: float = 0.5
+    ) -> None:
         self.host = host
+        self.max_round_trip = max_round_trip
         self.offset = 0.0
+        self.round_trip: float | None = None
         self.measured = False
 
     def __call__(self) -> float:
@@ -59,6 +68,10 @@ class BrokerClock:
 
     async def measure(self, write: Callable[[], Awaitable[AppendedRecord]]) -> bool:
         """Write one probe with ``write`` and set the offset from the broker's append time.
+
+        A probe slower than ``max_round_trip`` and than the one the offset comes from leaves
+        the offset as it was: the broker appended it at some moment of that round trip, not
+        known closer.
 
         Returns:
             True when the broker stamped the probe (``LogAppendTime``); False leaves the
@@ -70,6 +83,13 @@ class BrokerClock:
         if appended.timestamp_type != LOG_APPEND_TIME or appended.timestamp is None:
             self.measured = False
             return False
-        self.offset = appended.timestamp / 1000 - (before + after) / 2
+        round_trip = after - before
+        if (
+            self.round_trip is None
+            or round_trip <= self.max_round_trip
+            or round_trip <= self.round_trip
+        ):
+            self.offset = appended.timestamp / 1000 - (before + after) / 2
+            self.round_trip = round_trip
         self.measured = True
         return True

@@ -50,3 +50,16 @@ async def test_a_create_time_answer_leaves_the_clock_as_it_was() -> None:
     assert not await clock.measure(write)
     assert clock.offset == 12.0
     assert not clock.measured
+
+
+async def test_a_slow_probe_leaves_the_offset_a_quicker_one_measured() -> None:
+    clock = BrokerClock(SteppingClock(1_000_000.0 + 3600), max_round_trip=0.5)
+    clock.offset, clock.round_trip = -3600.0, 0.01  # measured before, by a quick probe
+
+    async def write() -> Appended:
+        # Appended 10 s off the middle of a 1 s round trip: too uncertain to go by.
+        return Appended(timestamp=1_000_011_500, timestamp_type=LOG_APPEND_TIME)
+
+    assert await clock.measure(write)
+    assert clock.offset == -3600.0
+    assert clock.measured
