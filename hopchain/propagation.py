@@ -20,8 +20,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
-from opentelemetry import propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import (
     CarrierT,
     DefaultSetter,
@@ -31,6 +33,7 @@ from opentelemetry.propagators.textmap import (
     default_getter,
     default_setter,
 )
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
     "TRACE_CONTEXT_HEADERS",
@@ -140,6 +143,15 @@ def inject_trace_context(
     """
     current = trace.get_current_span().get_span_context()
     same_trace = current.is_valid and trace.format_trace_id(current.trace_id) == trace_id
+    configured = _configured()
+    if (
+        _writes_only_w3c(configured)
+        and not (same_trace and (current.trace_state or current.trace_flags != _SAMPLED))
+        and not baggage.get_all()
+    ):
+        # What the default propagators would write: hopchain's own sampled traceparent
+        # for this span, and no tracestate or baggage. The headers stay as they are.
+        return _with_traceparent(headers, trace_id, span_id)
     span_context = trace.SpanContext(
         trace_id=int(trace_id, 16),
         span_id=int(span_id, 16),
@@ -151,7 +163,7 @@ def inject_trace_context(
     )
     written: dict[str, str] = {}
     context = trace.set_span_in_context(trace.NonRecordingSpan(span_context))
-    _configured().inject(written, context=context, setter=_DICT_SETTER)
+    configured.inject(written, context=context, setter=_DICT_SETTER)
     fields = {name.lower(): value.encode() for name, value in written.items()}
     # In place, so the headers keep their order; then what the propagator adds.
     kept = [
@@ -165,3 +177,42 @@ def inject_trace_context(
 
 
 _DICT_SETTER: Setter[Any] = DefaultSetter()
+
+_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+_W3C = (TraceContextTextMapPropagator, W3CBaggagePropagator)
+_ONLY_W3C: dict[int, tuple[TextMapPropagator, bool]] = {}
+
+
+def _writes_only_w3c(propagator: TextMapPropagator) -> bool:
+    """Whether ``propagator`` is OpenTelemetry's default: W3C trace context and baggage only.
+
+    Remembered per propagator object (configuring propagators installs a new one).
+    """
+    known = _ONLY_W3C.get(id(propagator))
+    if known is not None and known[0] is propagator:
+        return known[1]
+    if type(propagator) in _W3C:
+        only = type(propagator) is TraceContextTextMapPropagator
+    else:
+        inner = getattr(propagator, "_propagators", None)
+        only = (
+            type(propagator) is CompositePropagator
+            and isinstance(inner, list | tuple)
+            and bool(inner)
+            and all(type(each) in _W3C for each in inner)
+            and any(type(each) is TraceContextTextMapPropagator for each in inner)
+        )
+    _ONLY_W3C[id(propagator)] = (propagator, only)
+    return only
+
+
+def _with_traceparent(
+    headers: Sequence[tuple[str, bytes]], trace_id: str, span_id: str
+) -> tuple[tuple[str, bytes], ...]:
+    """``headers`` as the default propagators write them: a sampled ``traceparent`` in place."""
+    value = f"00-{trace_id}-{span_id}-01".encode()
+    if not any(name.lower() == "traceparent" for name, _ in headers):
+        return (*headers, ("traceparent", value))
+    return tuple(
+        (name, value) if name.lower() == "traceparent" else (name, raw) for name, raw in headers
+    )
