@@ -18,6 +18,9 @@ __all__ = ["DEAD_LETTER_SUFFIX", "ContractRegistry", "TopicContract", "WireMode"
 
 DEAD_LETTER_SUFFIX = ".dlq"
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_NAME = re.compile(r"^[^\x00-\x1f\x7f]+$")
+_NAME_LENGTH = 200
+"""A contract's name is a SPEC *name*: carried in every envelope, 1-200 characters."""
 
 
 class WireMode(StrEnum):
@@ -91,12 +94,36 @@ class TopicContract:
                 f"topic {self.topic!r} adopts bare records, which needs mode=WireMode.HEADERS: "
                 "in body mode a record without an envelope has no payload to read"
             )
-        if not self.name:
-            object.__setattr__(self, "name", self.topic)
+        object.__setattr__(self, "name", self._checked_name())
         if not self.dead_letter_topic:
-            object.__setattr__(self, "dead_letter_topic", self.topic + DEAD_LETTER_SUFFIX)
+            object.__setattr__(self, "dead_letter_topic", self._default_dead_letter_topic())
         if self.dead_letter_topic == self.topic:
             raise ConfigurationError(f"topic {self.topic!r} cannot be its own dead-letter topic")
+
+    def _checked_name(self) -> str:
+        """The contract's name (the topic when none is given), checked to be a SPEC name."""
+        if not self.name and len(self.topic) > _NAME_LENGTH:
+            raise ConfigurationError(
+                f"topic {self.topic!r} has {len(self.topic)} characters; a contract's name "
+                f"is at most {_NAME_LENGTH} and defaults to the topic: give it a name"
+            )
+        name = self.name or self.topic
+        if len(name) > _NAME_LENGTH or not _NAME.match(name):
+            raise ConfigurationError(
+                f"contract name {name!r} for {self.topic!r} is not a name: "
+                f"1-{_NAME_LENGTH} characters, no control characters"
+            )
+        return name
+
+    def _default_dead_letter_topic(self) -> str:
+        dead_letter_topic = self.topic + DEAD_LETTER_SUFFIX
+        if not _TOPIC_NAME.match(dead_letter_topic):
+            raise ConfigurationError(
+                f"topic {self.topic!r} is too long for the default dead-letter topic "
+                f"({len(dead_letter_topic)} characters; Kafka allows 249): "
+                "give a dead_letter_topic"
+            )
+        return dead_letter_topic
 
     def validate_payload(self, raw: bytes) -> BaseModel:
         """Read a payload's JSON with the contract's model: strict, unless ``lax_payloads``.

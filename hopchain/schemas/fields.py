@@ -15,6 +15,7 @@ __all__ = [
     "Identifier",
     "ShortText",
     "SpanId",
+    "TopicName",
     "TraceId",
     "UtcDatetime",
 ]
@@ -72,6 +73,9 @@ UtcDatetime = Annotated[AwareDatetime, BeforeValidator(_canonical_timestamp)]
 
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 """A name or id: one line of printable text, at most 200 characters."""
+
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+"""A Kafka topic's name, as Kafka allows it: up to 249 of these characters."""
 
 ShortText = Annotated[str, Field(max_length=1000)]
 """Text for people, bounded so it stays small enough for a header."""

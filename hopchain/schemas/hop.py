@@ -11,7 +11,14 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 
 from hopchain.schemas.failure import Attempt, Degradation, Effect, Failure
-from hopchain.schemas.fields import MODEL_CONFIG, Identifier, ShortText, SpanId, UtcDatetime
+from hopchain.schemas.fields import (
+    MODEL_CONFIG,
+    Identifier,
+    ShortText,
+    SpanId,
+    TopicName,
+    UtcDatetime,
+)
 from hopchain.schemas.vocabulary import Decision
 
 __all__ = ["DIGEST_PATTERN", "SIGNATURE_PATTERN", "Hop", "Position"]
@@ -29,7 +36,7 @@ class Position(BaseModel):
     """The record's offset in its partition."""
     partition: Annotated[int, Field(ge=0)]
     """The partition it was read from."""
-    topic: Identifier
+    topic: TopicName
     """The topic it was read from."""
 
 
@@ -48,7 +55,7 @@ class Hop(BaseModel):
     """What the component decided to do with the record."""
     degradation: Degradation | None = None
     """Set when this hop substituted its output; consumers filter on it."""
-    destination: Identifier | None = None
+    destination: TopicName | None = None
     """The topic the record was sent to, if any."""
     digest: Annotated[str, Field(pattern=DIGEST_PATTERN)]
     """SHA-256 over the hop's canonical encoding, which includes ``prev_digest``."""

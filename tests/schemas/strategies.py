@@ -151,7 +151,9 @@ failures = st.builds(
 degradations = st.builds(
     Degradation, error_type=st.sampled_from(ErrorType), reason=texts, stage=identifiers
 )
-positions = st.builds(Position, offset=counts, partition=st.integers(0, 10_000), topic=identifiers)
+topic_names = st.from_regex(r"[A-Za-z0-9._-]{1,249}", fullmatch=True)
+"""Any name Kafka allows a topic, up to its 249 characters."""
+positions = st.builds(Position, offset=counts, partition=st.integers(0, 10_000), topic=topic_names)
 
 payloads = st.builds(
     Sample,
@@ -202,7 +204,7 @@ def hop_facts(
         "received_from": draw(st.none() | positions),
         "received_at": draw(st.none() | timestamps),
         "decided_at": draw(timestamps),
-        "destination": draw(st.none() | identifiers),
+        "destination": draw(st.none() | topic_names),
         "attempts": draw(st.lists(attempts, max_size=2)),
         "effects": draw(st.lists(effects, max_size=2)),
         "failure": draw(st.none() | failures),

@@ -59,7 +59,8 @@ def test_a_copy_of_a_sealed_hop_is_checked_again() -> None:
         (Position.model_construct(topic="samples", partition=0, offset=-1), "offset"),
         (Position.model_construct(topic="", partition=0, offset=1), "topic"),
         (Position.model_construct(topic="samples", partition=-2, offset=1), "partition"),
-        (Position.model_construct(topic="t" * 201, partition=0, offset=1), "topic"),
+        (Position.model_construct(topic="t" * 250, partition=0, offset=1), "topic"),
+        (Position.model_construct(topic="not a topic", partition=0, offset=1), "topic"),
     ],
 )
 def test_a_position_built_without_validation_is_still_refused(
