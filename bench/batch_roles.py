@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.pipeline_roles import (
     BATCH_RECORDS,
+    PRODUCE_BATCH_BYTES,
     PRODUCER_WINDOW,
     Progress,
     Role,
@@ -42,10 +43,6 @@ from hopchain.schemas import WireMode
 
 BATCH_TIMEOUT = 0.1
 """Seconds a read waits for the first record (the floor's ``getmany`` timeout)."""
-PRODUCE_BATCH_BYTES = 512 * 1024
-"""The producer's ``max_batch_size``: a record with its envelope is 2.5-3 KiB here, so
-aiokafka's default of 16 KiB would send a batch's outputs 5 or 6 records per request, one
-request in flight at a time."""
 
 
 async def _batches(args: argparse.Namespace, progress: Progress, *, sink: bool) -> None:
