@@ -70,6 +70,7 @@ from hopchain.middleware.context import (
 from hopchain.middleware.engine import Hopchain, Received, Verdict
 from hopchain.middleware.engine.consume import closing
 from hopchain.middleware.failures import ExceptionMapper
+from hopchain.middleware.header_names import read_undecodable_header_names
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
@@ -131,6 +132,7 @@ class EnvelopeConsumer:
                 "EnvelopeConsumer needs the consumer's group_id as group=...: offsets are "
                 "committed for that group after handling"
             )
+        read_undecodable_header_names()  # else one such record stalls its partition
         self.consumer = consumer
         self.producer = producer
         self.writer = ProducerWriter(producer)

@@ -276,7 +276,6 @@ class EnvelopeCodec:
         """
         first: dict[str, bytes] = {}
         size = 0
-        wide: list[str] = []
         for name, value in headers:
             if name in first and name in _SINGLE_HEADERS:
                 raise EnvelopeError(
@@ -287,19 +286,19 @@ class EnvelopeCodec:
             raw = b"" if value is None else value
             try:
                 raw.isascii() or raw.decode()  # ASCII (the usual value) is told without decoding
+                size += len(raw) + (len(name) if name.isascii() else len(name.encode()))
             except UnicodeDecodeError as exc:
                 raise EnvelopeError(
                     ReasonCode.NOT_UTF8,
                     f"header {name!r} is not UTF-8 (byte {exc.start}); header values are text",
                     f"$.headers.{name}",
                 ) from None
+            except UnicodeEncodeError:  # a name read with surrogateescape: not UTF-8 bytes
+                raise EnvelopeError(
+                    ReasonCode.NOT_UTF8, f"a header name is not UTF-8: {name!a}", "$.headers"
+                ) from None
             first.setdefault(name, raw)
-            size += len(raw)
-            if name.isascii():
-                size += len(name)
-            else:
-                wide.append(name)
-        return first, size + sum(len(name.encode()) for name in wide)
+        return first, size
 
     # -- writing -----------------------------------------------------------------------------
 

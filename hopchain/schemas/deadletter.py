@@ -31,6 +31,7 @@ __all__ = [
     "DLQ_TRUNCATED_HEADER",
     "DLQ_VALUE_HEADER",
     "DLQ_VALUE_SHA256_HEADER",
+    "NAME_ESCAPE_PREFIX",
     "NULL_VALUE_MARKER",
     "REDRIVE_COUNT_HEADER",
     "REDRIVE_OF_HEADER",
@@ -45,11 +46,16 @@ __all__ = [
     "read_reference",
     "record_size",
     "reference_record",
+    "undecodable_name_bytes",
+    "writable_header_name",
 ]
 
 RESERVED_HEADER_PREFIX = "hopchain-"
 """Every header whose name starts with this is written by hopchain; callers may not set one."""
 DLQ_PREFIX = "hopchain-dlq-"
+NAME_ESCAPE_PREFIX = DLQ_PREFIX + "header-name-hex-"
+"""A parked header whose name is not UTF-8 is written under this prefix and the name's hex:
+Kafka clients write header names as UTF-8 text only."""
 """The headers a dead letter adds to the original record's headers."""
 DLQ_ID_HEADER = DLQ_PREFIX + "id"
 DLQ_ENVELOPE_HEADER = DLQ_PREFIX + "envelope"
@@ -208,7 +214,10 @@ def dead_letter_record(
     A record with neither key nor value (Kafka refuses to write one) gets an empty value and
     the :data:`DLQ_VALUE_HEADER` marker, rather than an invented payload.
     """
-    parked: list[tuple[str, bytes | None]] = [*headers, *dead_letter_headers(info)]
+    parked: list[tuple[str, bytes | None]] = [
+        *((writable_header_name(name), raw) for name, raw in headers),
+        *dead_letter_headers(info),
+    ]
     if value is None and key is None:
         value = b""
         parked.append((DLQ_VALUE_HEADER, NULL_VALUE_MARKER))
@@ -234,7 +243,7 @@ def reference_record(
     :data:`REFERENCE_HEADERS_LIMIT`. The SHA-256 of the value and key and the original size
     let an owner find and compare the record at its source coordinates.
     """
-    original = [*headers]
+    original = [(writable_header_name(name), raw) for name, raw in headers]
     size = record_size(value, key, original)
     kept = original if size - len(value or b"") <= REFERENCE_HEADERS_LIMIT else []
     marker = "value" if kept else "value,headers"
@@ -324,3 +333,20 @@ def read_reference(headers: Sequence[tuple[str, bytes | None]]) -> Reference | N
         key_sha256=found.get(DLQ_KEY_SHA256_HEADER),
         headers_kept="headers" not in marker.split(","),
     )
+
+
+def undecodable_name_bytes(name: str) -> bytes | None:
+    """The bytes of a header name read as not UTF-8 (``surrogateescape``); None for others."""
+    if name.isascii():
+        return None
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape")
+    return None
+
+
+def writable_header_name(name: str) -> str:
+    """``name``, or for one that is not UTF-8, :data:`NAME_ESCAPE_PREFIX` and its bytes' hex."""
+    raw = undecodable_name_bytes(name)
+    return name if raw is None else NAME_ESCAPE_PREFIX + raw.hex()

@@ -127,7 +127,7 @@ def to_bytes(case: Case) -> bytes:
         str(case.timestamp_ms).encode(),
     ]
     fields.extend(
-        name.encode() if raw is None else name.encode() + _NAME_END + raw
+        name.encode(errors="surrogateescape") + (b"" if raw is None else _NAME_END + raw)
         for name, raw in case.headers
     )
     return _SEP.join(fields)
@@ -152,8 +152,9 @@ def from_bytes(data: bytes, target: str | None = None) -> Case:
     headers: list[tuple[str, bytes | None]] = []
     for field in rest[3:]:
         name, found, raw = field.partition(_NAME_END)
-        # A Kafka client hands names over as text: bytes that are not UTF-8 arrive replaced.
-        headers.append((name.decode(errors="replace"), raw if found else None))
+        # Names are handed over as text; bytes that are not UTF-8 arrive as aiokafka with
+        # hopchain's batch reader gives them (hopchain.middleware.header_names).
+        headers.append((name.decode(errors="surrogateescape"), raw if found else None))
     return Case(
         target=target,
         topic=topics(target)[1 if flags & _TOPIC else 0],

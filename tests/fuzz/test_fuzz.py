@@ -149,7 +149,9 @@ def test_any_dead_letter_or_resolution_is_indexed_or_refused(
 @given(
     seed=st.sampled_from(seeds(CODEC) + seeds(DLQ)),
     index=st.integers(0, 40),
-    name=st.text(max_size=20),
+    # Text, or any bytes as a consumer hands them over (not UTF-8: with surrogateescape).
+    name=st.text(max_size=20)
+    | st.binary(max_size=20).map(lambda raw: raw.decode(errors="surrogateescape")),
     raw=st.one_of(st.none(), st.binary(max_size=80)),
     twice=st.booleans(),
 )

@@ -48,7 +48,7 @@ from hopchain import (
 )
 from hopchain.exceptions import ReasonCode
 from hopchain.schemas import ENVELOPE_HEADER, EncodedRecord, WireMode
-from hopchain.schemas.deadletter import read_dead_letter_headers
+from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
@@ -375,3 +375,42 @@ async def test_a_serializer_raising_on_a_body_mode_record_parks_it(
     assert info.reason in {ReasonCode.READER_ERROR, ReasonCode.CONTRACT_ERROR}
     assert info.source_offset == 1
     assert len(watch.observed) == 2
+
+
+# -- a header name that is not UTF-8, which aiokafka could not read -----------------------------
+
+
+async def test_a_header_name_that_is_not_utf8_is_parked_and_the_partition_read_on(
+    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, output = await new_topic(prefix="names-in"), await new_topic(prefix="names-out")
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    contracts = registry(contract(source), contract(output))
+    factory = MalformedFactory(Hopchain(contracts, component="feeder"), source)
+    group = unique_topic_name("names")
+    watch = DeadLetterWatch(kafka_bootstrap, group)
+    watch.install(monkeypatch)
+    async with raw_producer(kafka_bootstrap) as producer:
+        first = factory.valid(0)
+        await send(producer, source, first.value, list(first.headers))
+    kcat = shutil.which("kcat")
+    if kcat is None:  # pragma: no cover - the test machines have it
+        pytest.fail("kcat is not installed; .ci/run installs it")
+    process = await asyncio.create_subprocess_exec(
+        kcat, "-P", "-b", kafka_bootstrap, "-t", source, "-p", "0", "-H", b"\xff\xfe=odd",
+        stdin=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    await process.communicate(b'{"id": 1, "text": "sent by kcat"}\n')
+    assert process.returncode == 0
+    async with raw_producer(kafka_bootstrap) as producer:
+        last = factory.valid(2)
+        await send(producer, source, last.value, list(last.headers))
+    seen: list[Doc] = []
+    async with service(kafka_bootstrap, contracts, (source, output, group), seen):
+        [letter] = await run_until_committed(kafka_bootstrap, group, source, 3, watch)
+
+    assert [item.id for item in seen] == [0, 2]
+    assert letter.value == b'{"id": 1, "text": "sent by kcat"}'
+    assert letter.headers[0] == (NAME_ESCAPE_PREFIX + "fffe", b"odd")
+    info = read_dead_letter_headers(letter.headers)
+    assert (info.reason, info.source_offset) == (ReasonCode.NOT_UTF8, 1)

@@ -23,6 +23,7 @@ from hopchain.middleware.faststream.commits import (
 )
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.message import RecordMiddleware
+from hopchain.middleware.header_names import read_undecodable_header_names
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 
@@ -47,6 +48,7 @@ class HopchainMiddleware:
     def __init__(
         self, hopchain: Hopchain, *, writer: RecordWriter | None = None, group: str | None = None
     ) -> None:
+        read_undecodable_header_names()  # else one such record stalls its partition
         self.hopchain = hopchain
         self._owned = (
             KafkaWriter(
