@@ -9,7 +9,7 @@ mints span ids itself so every hop still has its own.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 from opentelemetry import context as context_api
@@ -261,7 +261,6 @@ def _send_attributes(
     return _attributes(topic, "send", extra)
 
 
-@contextmanager
 def forward_span(
     topic: str,
     *,
@@ -271,7 +270,7 @@ def forward_span(
     key: bytes | None = None,
     server_address: str | None = None,
     client_id: str | None = None,
-) -> Iterator[trace.Span]:
+) -> AbstractContextManager[trace.Span]:
     """A PRODUCER span around one forward: child of the hop's span, current for the send.
 
     The parent is named, not taken from the current span: another middleware (FastStream's
@@ -281,8 +280,32 @@ def forward_span(
     :func:`note_sent` once the broker acknowledged the record.
     """
     if _tracing_is_noop():
-        yield trace.INVALID_SPAN
-        return
+        return _NO_SPAN  # every record when no SDK is installed: no generator to run
+    return _forward_span(
+        topic,
+        trace_id=trace_id,
+        parent_span_id=parent_span_id,
+        component=component,
+        key=key,
+        server_address=server_address,
+        client_id=client_id,
+    )
+
+
+_NO_SPAN = nullcontext(trace.INVALID_SPAN)
+
+
+@contextmanager
+def _forward_span(
+    topic: str,
+    *,
+    trace_id: str,
+    parent_span_id: str,
+    component: str,
+    key: bytes | None,
+    server_address: str | None,
+    client_id: str | None,
+) -> Iterator[trace.Span]:
     attributes = _send_attributes(topic, component, key, server_address)
     if client_id:
         attributes["messaging.client.id"] = client_id
