@@ -31,11 +31,13 @@ from hopchain.exceptions import EnvelopeError
 from hopchain.schemas.chain import append_hop, verify_chain
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.deadletter import (
+    NAME_ESCAPE_PREFIX,
     REDRIVE_COUNT_HEADER,
     REDRIVE_OF_HEADER,
     DeadLetterInfo,
     original_value,
     read_dead_letter_headers,
+    undecodable_name_bytes,
 )
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Position
@@ -147,6 +149,7 @@ def build_redrive(
             f"again (limit {limit}): it is in a loop, not unlucky. Fix the cause, then redrive "
             "with --force",
         )
+    _check_header_names(letter.dead_letter_id, record.headers)
     headers = [
         (name, raw)
         for name, raw in original_headers(record.headers)
@@ -198,6 +201,27 @@ def build_redrive(
         envelope=extended,
         over_limit=over_limit,
     )
+
+
+def _check_header_names(dead_letter_id: str, headers: tuple[tuple[str, bytes | None], ...]) -> None:
+    """Refuse a record with a header name that is not UTF-8: no Kafka client can write it.
+
+    Raises:
+        TriageError: naming the header's bytes (``--force`` cannot help).
+    """
+    for name, _ in headers:
+        raw = (
+            bytes.fromhex(name.removeprefix(NAME_ESCAPE_PREFIX))
+            if name.startswith(NAME_ESCAPE_PREFIX)
+            else undecodable_name_bytes(name)
+        )
+        if raw is not None:
+            raise TriageError(
+                f"the record of {dead_letter_id} had a header whose name is not UTF-8 "
+                f"(bytes {raw.hex(' ')}); Kafka clients write header names as UTF-8 only, so "
+                "it cannot be redriven as it was. Republish it by hand without that header, "
+                "then discard the dead letter"
+            )
 
 
 @contextmanager

@@ -8,7 +8,11 @@ from hopchain.consumers.errors import TriageError, TriageRefused
 from hopchain.consumers.records import DeadLetterRecord
 from hopchain.consumers.redrive import build_redrive
 from hopchain.schemas import Decision, verify_chain
-from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER, REDRIVE_OF_HEADER
+from hopchain.schemas.deadletter import (
+    REDRIVE_COUNT_HEADER,
+    REDRIVE_OF_HEADER,
+    writable_header_name,
+)
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.schemas.traceparent import parse_traceparent
 from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
@@ -160,3 +164,15 @@ def test_the_redriven_hops_of_the_chain_count_towards_the_limit() -> None:
 def test_a_foreign_record_without_a_source_topic_cannot_be_redriven() -> None:
     with pytest.raises(TriageError, match="does not say which topic"):
         redrive(record_of((("x", b"y"),), b"v"))
+
+
+@pytest.mark.parametrize("parked", [True, False], ids=["as-parked", "as-read-from-source"])
+def test_a_record_with_a_header_name_that_is_not_utf8_cannot_be_redriven(*, parked: bool) -> None:
+    odd = b"\xff\xfe".decode(errors="surrogateescape")  # as the consumer hands it over
+    made = synthetic_dead_letter(owner="payments", source_topic="orders", parked_at=1.0)
+    # Parked, the name is written as its hex; a reference's original, read again from its
+    # source, has it as the consumer hands it over.
+    name = writable_header_name(odd) if parked else odd
+    value, headers = b"v", [(name, b"x"), *made.headers]
+    with pytest.raises(TriageError, match=r"not UTF-8 \(bytes ff fe\)"):
+        redrive(record_of(tuple(headers), value), force=True)
