@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 from starlette.datastructures import QueryParams
 
 from hopchain.consumers.filters import DeadLetterFilter, format_age, parse_duration
-from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.index import LetterIndex
 from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
@@ -63,9 +63,7 @@ class GroupRow:
         )
 
 
-def overview_rows(
-    index: DeadLetterIndex, now: float, sort: str, *, descending: bool
-) -> list[GroupRow]:
+def overview_rows(index: LetterIndex, now: float, sort: str, *, descending: bool) -> list[GroupRow]:
     """Every group with depth and oldest age at ``now`` (the same reading as a scrape)."""
     rows = [
         GroupRow(
@@ -131,7 +129,7 @@ class ListQuery:
         )
 
     def select(
-        self, index: DeadLetterIndex, now: float
+        self, index: LetterIndex, now: float
     ) -> list[tuple[ParkedLetter, Resolution | None]]:
         """Every match, oldest first.
 

@@ -1,0 +1,439 @@
+"""The dead-letter index on disk: one SQLite file, resumed on restart, rebuilt when lost.
+
+Kafka stays the source of truth; the file is a cache of what was read from it. Each
+fetched batch is written in one transaction together with the offset reached on every
+partition it came from, so after a restart reading resumes exactly where the file ends. A
+file that is missing, truncated, unreadable, of another schema version or written for other
+settings is discarded with one WARNING and rebuilt from the start of every topic.
+
+Only what the metrics, the filters, the console and triage need is kept: the
+:class:`~hopchain.consumers.records.ParkedLetter` fields (small) and the resolutions.
+Payloads stay in Kafka and are read on demand by id, so a row costs the same whatever
+the record's size. Depth per ``(owner, source_topic, error_type)`` and the counters are
+kept as aggregate rows (a few per label group, in memory too); the oldest unresolved
+``parked_at`` of a group is the first entry of a partial index of unresolved letters, so
+a scrape costs one index lookup per group, whatever the depth.
+
+A second process opening the same file (two replicas given one volume) gets a temporary
+file of its own instead: a file has one writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import astuple, fields
+from pathlib import Path
+from typing import IO, Any
+
+from hopchain.consumers.config import DlqSettings
+from hopchain.consumers.foreign import ForeignFailure
+from hopchain.consumers.index import Added, GroupStats, Labels, Offsets, Tally
+from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.resolutions import Resolution
+from hopchain.consumers.store_schema import (
+    LETTER_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    looks_truncated,
+)
+from hopchain.consumers.topics import TopicPlan
+from hopchain.schemas.deadletter import Reference
+
+__all__ = ["MEMORY", "LetterStore", "fingerprint"]
+
+logger = logging.getLogger("hopchain.dlq")
+
+MEMORY = ":memory:"
+"""The path that keeps the store in memory (rebuilt from Kafka on every start)."""
+
+_COLUMNS = ", ".join(f'"{name}"' for name in LETTER_COLUMNS)
+_INSERT = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * (len(LETTER_COLUMNS) + 1))})"  # noqa: E501, S608
+_QUALIFIED = ", ".join(f'l."{name}"' for name in LETTER_COLUMNS)
+_SELECT = f"SELECT {_QUALIFIED}, r.body FROM letters l LEFT JOIN resolutions r ON r.id = l.id"  # noqa: S608
+_CACHE_KIB = 65536
+
+
+def _row(letter: ParkedLetter) -> tuple[Any, ...]:
+    values = [getattr(letter, field.name) for field in fields(ParkedLetter)]
+    reference, foreign = letter.reference, letter.foreign
+    values[_REFERENCE] = None if reference is None else json.dumps(astuple(reference))
+    values[_FOREIGN] = None if foreign is None else json.dumps(astuple(foreign))
+    return tuple(values)
+
+
+def _letter(row: Iterable[Any]) -> ParkedLetter:
+    values = list(row)
+    if values[_REFERENCE] is not None:
+        values[_REFERENCE] = Reference(*json.loads(values[_REFERENCE]))
+    if values[_FOREIGN] is not None:
+        values[_FOREIGN] = ForeignFailure(*json.loads(values[_FOREIGN]))
+    return ParkedLetter(*values)
+
+
+def _pair(row: tuple[Any, ...]) -> tuple[ParkedLetter, Resolution | None]:
+    body = row[-1]
+    return _letter(row[:-1]), None if body is None else Resolution.model_validate_json(body)
+
+
+_NAMES = [field.name for field in fields(ParkedLetter)]
+_REFERENCE = _NAMES.index("reference")
+_FOREIGN = _NAMES.index("foreign")
+
+
+def fingerprint(settings: DlqSettings, plan: TopicPlan) -> str:
+    """What an index file is written for: brokers, topics, owners and the resolution key.
+
+    A file whose fingerprint differs holds letters indexed under other owners, or read from
+    another cluster, and is rebuilt.
+    """
+    key = settings.resolution_key()
+    facts = {
+        "brokers": settings.kafka_bootstrap,
+        "named": plan.named,
+        "pattern": None if plan.pattern is None else plan.pattern.pattern,
+        "resolutions": plan.resolutions_topic,
+        "key": None if key is None else hashlib.sha256(key).hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+class LetterStore:
+    """Dead letters and resolutions in SQLite, with the offsets applied per partition.
+
+    Args:
+        path: the file; :data:`MEMORY` keeps it in memory. Its folder is created.
+        fingerprint: what the file was written for (the topics, owners and cluster read);
+            a file written for something else is discarded.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fingerprint: str = "") -> None:
+        self.path = MEMORY if str(path) == MEMORY else str(Path(path).expanduser())
+        self.fingerprint = fingerprint
+        self.resumed = False
+        """Whether the file held an index to resume from when it was opened."""
+        self._lock = threading.RLock()
+        self._lockfile: IO[bytes] | None = None
+        self._temporary: str | None = None
+        self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
+        self._depth: dict[Labels, int] = {}
+        self._tallies: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._dirty: set[tuple[str, tuple[str, ...]]] = set()
+        self._counts = {"dead_letters": 0, "resolutions": 0}
+        self._writing = False
+        self._closed = False
+        self._create()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open (or create) the file: resume it if it is sound, else start it afresh."""
+        with self._lock:
+            if self.path == MEMORY:
+                return
+            path = Path(self.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._take_lock(path):
+                handle, name = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+                os.close(handle)
+                self._temporary = name
+                logger.warning(
+                    "dead-letter index %s is in use by another process: this one keeps its "
+                    "index in %s, rebuilt from Kafka and deleted when it stops",
+                    path,
+                    name,
+                )
+                self._connect(name, fresh=True)
+                return
+            problem = self._problem(path)
+            if problem is not None:
+                logger.warning(
+                    "dead-letter index %s %s; discarded it, rebuilding it from Kafka",
+                    path,
+                    problem,
+                )
+            self._connect(str(path), fresh=problem is not None)
+
+    def _take_lock(self, path: Path) -> bool:
+        lockfile = (path.parent / (path.name + ".lock")).open("ab")
+        try:
+            fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lockfile.close()
+            return False
+        self._lockfile = lockfile
+        return True
+
+    def _problem(self, path: Path) -> str | None:
+        """Why the file cannot be resumed; None when it can (or does not exist)."""
+        if not path.exists():
+            return None
+        if looks_truncated(path):
+            return "is truncated"
+        try:
+            db = sqlite3.connect(path, isolation_level=None)
+            try:
+                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+                db.execute("SELECT count(*) FROM groups").fetchone()
+                db.execute("SELECT count(*) FROM offsets").fetchone()
+            finally:
+                db.close()
+        except sqlite3.DatabaseError as exc:
+            return f"cannot be read ({exc})"
+        if meta.get("schema_version") != str(SCHEMA_VERSION):
+            return f"has schema version {meta.get('schema_version')}, not {SCHEMA_VERSION}"
+        if meta.get("fingerprint") != self.fingerprint:
+            return "was written for other topics, owners or brokers"
+        return None
+
+    def _connect(self, name: str, *, fresh: bool) -> None:
+        if fresh:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(name + suffix).unlink()
+        self._db.close()
+        self._db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
+        self._writing = False
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._create()
+        if not fresh:
+            self._load()
+
+    def _create(self) -> None:
+        db = self._db
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        db.execute("PRAGMA temp_store=MEMORY")
+        if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+            db.executescript(SCHEMA)
+            db.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [("schema_version", str(SCHEMA_VERSION)), ("fingerprint", self.fingerprint)],
+            )
+        self._depth, self._tallies, self._dirty = {}, {}, set()
+        self._counts = {"dead_letters": 0, "resolutions": 0}
+        self.resumed = False
+
+    def _load(self) -> None:
+        db = self._db
+        self._depth = {
+            (owner, topic, error): depth
+            for owner, topic, error, depth in db.execute("SELECT * FROM groups")
+        }
+        self._tallies = {
+            (name, tuple(json.loads(labels))): value
+            for name, labels, value in db.execute("SELECT * FROM tallies")
+        }
+        for key, value in db.execute("SELECT key, value FROM meta"):
+            if key in self._counts:
+                self._counts[key] = int(value)
+        self.resumed = bool(self.applied_offsets())
+
+    def discard(self, reason: str) -> None:
+        """Drop everything and start afresh (the file no longer matches Kafka)."""
+        with self._lock:
+            logger.warning(
+                "dead-letter index %s %s; discarded it, rebuilding it from Kafka",
+                self.path,
+                reason,
+            )
+            name = self._temporary or self.path
+            if name == MEMORY:
+                self._db.close()
+                self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
+                self._create()
+            else:
+                self._connect(name, fresh=True)
+
+    def close(self) -> None:
+        """Write what is pending and close the file (its lock is released)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.commit({})
+            self._db.close()
+            if self._temporary is not None:
+                for suffix in ("", "-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        Path(self._temporary + suffix).unlink()
+                self._temporary = None
+            if self._lockfile is not None:
+                self._lockfile.close()
+                self._lockfile = None
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write(self) -> sqlite3.Connection:
+        if not self._writing:
+            self._db.execute("BEGIN")
+            self._writing = True
+        return self._db
+
+    def commit(self, offsets: Offsets) -> None:
+        """Make every write so far durable, together with the offsets they reach."""
+        with self._lock:
+            if not self._writing and not offsets:
+                return
+            db = self._write()
+            db.executemany(
+                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
+                [(topic, partition, nxt) for (topic, partition), nxt in offsets.items()],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?)",
+                [(*labels, depth) for labels, depth in self._depth.items()],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO tallies VALUES (?, ?, ?)",
+                [
+                    (name, json.dumps(labels), self._tallies[name, labels])
+                    for name, labels in self._dirty
+                ],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                [(k, str(v)) for k, v in self._counts.items()],
+            )
+            db.execute("COMMIT")
+            self._writing = False
+            self._dirty.clear()
+
+    def add(self, letter: ParkedLetter) -> Added:
+        """Index a dead letter; a second record with an indexed id is ignored."""
+        with self._lock:
+            db = self._write()
+            resolution = self._resolution(letter.dead_letter_id)
+            if db.execute(_INSERT, (*_row(letter), resolution is not None)).rowcount == 0:
+                return Added(new=False)
+            self._counts["dead_letters"] += 1
+            depth = self._depth.get(letter.labels, 0)
+            self._depth[letter.labels] = depth + (resolution is None)
+            return Added(new=True, resolution=resolution)
+
+    def resolve(self, resolution: Resolution) -> ParkedLetter | None:
+        """Record a resolution; returns the dead letter when it was unresolved until now."""
+        with self._lock:
+            db = self._write()
+            dead_letter_id = resolution.dead_letter_id
+            was_resolved = self._resolution(dead_letter_id) is not None
+            db.execute(
+                "INSERT OR REPLACE INTO resolutions VALUES (?, ?)",
+                (dead_letter_id, resolution.model_dump_json()),
+            )
+            if was_resolved:
+                return None
+            self._counts["resolutions"] += 1
+            found = db.execute(f"{_SELECT} WHERE l.id = ?", (dead_letter_id,)).fetchone()
+            if found is None:
+                return None
+            db.execute("UPDATE letters SET resolved = 1 WHERE id = ?", (dead_letter_id,))
+            letter = _letter(found[:-1])
+            self._depth[letter.labels] -= 1
+            return letter
+
+    def tally(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
+        """Count ``amount`` more of a counter, kept with the index (restored on restart)."""
+        with self._lock:
+            key = (name, labels)
+            self._tallies[key] = self._tallies.get(key, 0) + amount
+            self._dirty.add(key)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._counts["dead_letters"]
+
+    def _resolution(self, dead_letter_id: str) -> Resolution | None:
+        found = self._db.execute(
+            "SELECT body FROM resolutions WHERE id = ?", (dead_letter_id,)
+        ).fetchone()
+        return None if found is None else Resolution.model_validate_json(found[0])
+
+    def get(self, dead_letter_id: str) -> tuple[ParkedLetter, Resolution | None] | None:
+        """The dead letter with its resolution, or None when no such id is indexed."""
+        with self._lock:
+            found = self._db.execute(f"{_SELECT} WHERE l.id = ?", (dead_letter_id,)).fetchone()
+        return None if found is None else _pair(found)
+
+    def resolution(self, dead_letter_id: str) -> Resolution | None:
+        """The resolution recorded for an id, whether or not its dead letter was read."""
+        with self._lock:
+            return self._resolution(dead_letter_id)
+
+    def select(
+        self,
+        accept: Callable[[ParkedLetter], bool] | None = None,
+        *,
+        include_resolved: bool = False,
+    ) -> list[tuple[ParkedLetter, Resolution | None]]:
+        """Dead letters (unresolved only, by default) that ``accept``, oldest first."""
+        return [
+            pair
+            for pair in self.scan(include_resolved=include_resolved)
+            if accept is None or accept(pair[0])
+        ]
+
+    def scan(
+        self, *, include_resolved: bool = False, where: str = "", args: tuple[Any, ...] = ()
+    ) -> Iterator[tuple[ParkedLetter, Resolution | None]]:
+        """Dead letters oldest first, fetched a page at a time (the lock is not held between)."""
+        clauses = [] if include_resolved else ["l.resolved = 0"]
+        if where:
+            clauses.append(where)
+        after: tuple[float, str] | None = None
+        while True:
+            keyset = [*clauses, "(l.parked_at, l.id) > (?, ?)"] if after else clauses
+            sql = f"{_SELECT} {'WHERE ' + ' AND '.join(keyset) if keyset else ''} ORDER BY l.parked_at, l.id LIMIT 1000"  # noqa: E501
+            with self._lock:
+                rows = self._db.execute(sql, (*args, *(after or ()))).fetchall()
+            for row in rows:
+                yield _pair(row)
+            if len(rows) < 1000:  # noqa: PLR2004
+                return
+            after = (rows[-1][_NAMES.index("parked_at")], rows[-1][0])
+
+    def groups(self) -> list[GroupStats]:
+        """Depth and oldest unresolved ``parked_at`` of every label group ever seen."""
+        with self._lock:
+            return [
+                GroupStats(labels, depth, self._oldest(labels) if depth else None)
+                for labels, depth in sorted(self._depth.items())
+            ]
+
+    def _oldest(self, labels: Labels) -> float | None:
+        found = self._db.execute(
+            "SELECT min(parked_at) FROM letters WHERE resolved = 0 AND owner = ? "
+            "AND source_topic = ? AND error_type = ?",
+            labels,
+        ).fetchone()
+        return None if found is None else found[0]
+
+    def counts(self) -> dict[str, int]:
+        """How many dead letters are indexed, unresolved, and how many resolutions are known."""
+        with self._lock:
+            return {
+                "dead_letters": self._counts["dead_letters"],
+                "unresolved": sum(self._depth.values()),
+                "resolutions": self._counts["resolutions"],
+            }
+
+    def applied_offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to read of every partition the index has applied records from."""
+        with self._lock:
+            rows = self._db.execute("SELECT topic, partition, next FROM offsets").fetchall()
+        return {(topic, partition): nxt for topic, partition, nxt in rows}
+
+    def tallies(self) -> list[Tally]:
+        """Every counter kept with the index, to restore the metrics from."""
+        with self._lock:
+            return [(name, labels, value) for (name, labels), value in self._tallies.items()]
