@@ -21,18 +21,35 @@ import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
+from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
-__all__ = ["Added", "DeadLetterIndex", "GroupStats", "Labels", "LetterIndex", "Offsets", "Tally"]
+__all__ = [
+    "Added",
+    "DeadLetterIndex",
+    "GroupStats",
+    "Keyset",
+    "Labels",
+    "LetterIndex",
+    "Offsets",
+    "Pair",
+    "Tally",
+]
 
 Labels = tuple[str, str, str]
 """``(owner, source_topic, error_type)``."""
 
 Offsets = Mapping[tuple[str, int], int]
 """The next offset to read, by ``(topic, partition)``."""
+
+Keyset = tuple[float, str]
+"""``(parked_at, dead_letter_id)`` of the last dead letter of a page: the next starts after it."""
+
+Pair = tuple[ParkedLetter, Resolution | None]
+"""A dead letter with its resolution (None while unresolved)."""
 
 Tally = tuple[str, tuple[str, ...], int]
 """A counter kept with the index: its name, label values and value."""
@@ -96,9 +113,23 @@ class LetterIndex(Protocol):
         """Dead letters that ``accept``, oldest first."""
 
     def scan(
-        self, *, include_resolved: bool = False, where: str = "", args: tuple[Any, ...] = ()
-    ) -> Iterator[tuple[ParkedLetter, Resolution | None]]:
-        """Dead letters oldest first, read a page at a time."""
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+        after: Keyset | None = None,
+    ) -> Iterator[Pair]:
+        """Dead letters ``chosen`` oldest first, from just after ``after``."""
+
+    def count(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+    ) -> int:
+        """How many dead letters ``scan`` would yield."""
 
     def groups(self) -> list[GroupStats]:
         """Depth and oldest unresolved ``parked_at`` of every label group."""
@@ -245,11 +276,38 @@ class DeadLetterIndex:
             return list(self._letters)
 
     def scan(
-        self, *, include_resolved: bool = False, where: str = "", args: tuple[Any, ...] = ()
-    ) -> Iterator[tuple[ParkedLetter, Resolution | None]]:
-        """Dead letters oldest first (``where`` is for an index on disk: none here)."""
-        del where, args
-        yield from self.select(include_resolved=include_resolved)
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+        after: Keyset | None = None,
+    ) -> Iterator[Pair]:
+        """Dead letters ``chosen`` oldest first, from just after ``after``.
+
+        Args:
+            chosen: which dead letters (all when None).
+            now: the moment minimum ages are measured from (Unix seconds; now when None).
+            resolved: False for unresolved ones only, True for resolved ones only, None
+                for both.
+            after: ``(parked_at, id)`` of the last dead letter of the page before.
+        """
+        accept = (chosen or DeadLetterFilter()).predicate(now)
+        for pair in self.select(accept, include_resolved=resolved is not False):
+            if resolved and pair[1] is None:
+                continue
+            if after is None or (pair[0].parked_at, pair[0].dead_letter_id) > after:
+                yield pair
+
+    def count(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+    ) -> int:
+        """How many dead letters ``scan`` would yield."""
+        return sum(1 for _ in self.scan(chosen, now=now, resolved=resolved))
 
     # -- what an index on disk keeps (nothing to keep in memory) ------------------------------
 

@@ -364,8 +364,11 @@ async def load_index(
     *,
     contracts: ContractRegistry | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 - bounds a whole rebuild, not one call
+    index: LetterIndex | None = None,
 ) -> Snapshot:
     """Rebuild the index straight from Kafka, without the service, and stop reading.
+
+    Into ``index`` when given (an opened store, to keep memory bounded), else in memory.
 
     Raises:
         TimeoutError: the topics were not read to their end within ``timeout`` seconds.
@@ -373,7 +376,7 @@ async def load_index(
     """
     started = time.monotonic()
     plan = plan_topics(settings, contracts)
-    index = DeadLetterIndex()
+    index = DeadLetterIndex() if index is None else index
     metrics = DlqMetrics(index)
     admin = AIOKafkaAdminClient(
         **settings.client_kwargs(),

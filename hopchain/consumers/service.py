@@ -33,7 +33,8 @@ from hopchain.consumers.http_server import DlqHttpServer, HttpBackend
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.reader import IndexReader
 from hopchain.consumers.resolutions import Resolution
-from hopchain.consumers.store import LetterStore, fingerprint
+from hopchain.consumers.store import LetterStore
+from hopchain.consumers.store_rows import fingerprint
 from hopchain.consumers.topics import (
     DEAD_LETTER_HEADROOM_BYTES,
     RESOLUTIONS_TOPIC_CONFIG,

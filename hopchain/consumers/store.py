@@ -22,88 +22,41 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import astuple, fields
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from hopchain.consumers.config import DlqSettings
-from hopchain.consumers.foreign import ForeignFailure
-from hopchain.consumers.index import Added, GroupStats, Labels, Offsets, Tally
+from hopchain.consumers.filters import DeadLetterFilter
+from hopchain.consumers.index import Added, GroupStats, Keyset, Labels, Offsets, Pair, Tally
 from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
-from hopchain.consumers.store_schema import (
-    LETTER_COLUMNS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    looks_truncated,
+from hopchain.consumers.store_rows import (
+    INSERT_LETTER,
+    PARKED_AT,
+    SELECT_PAIRS,
+    conditions,
+    letter_row,
+    read_letter,
+    read_pair,
 )
-from hopchain.consumers.topics import TopicPlan
-from hopchain.schemas.deadletter import Reference
+from hopchain.consumers.store_schema import SCHEMA, SCHEMA_VERSION, looks_truncated
+from hopchain.exceptions import ConfigurationError
 
-__all__ = ["MEMORY", "LetterStore", "fingerprint"]
+__all__ = ["MEMORY", "LetterStore"]
 
 logger = logging.getLogger("hopchain.dlq")
 
 MEMORY = ":memory:"
 """The path that keeps the store in memory (rebuilt from Kafka on every start)."""
 
-_COLUMNS = ", ".join(f'"{name}"' for name in LETTER_COLUMNS)
-_INSERT = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * (len(LETTER_COLUMNS) + 1))})"  # noqa: E501, S608
-_QUALIFIED = ", ".join(f'l."{name}"' for name in LETTER_COLUMNS)
-_SELECT = f"SELECT {_QUALIFIED}, r.body FROM letters l LEFT JOIN resolutions r ON r.id = l.id"  # noqa: S608
 _CACHE_KIB = 65536
-
-
-def _row(letter: ParkedLetter) -> tuple[Any, ...]:
-    values = [getattr(letter, field.name) for field in fields(ParkedLetter)]
-    reference, foreign = letter.reference, letter.foreign
-    values[_REFERENCE] = None if reference is None else json.dumps(astuple(reference))
-    values[_FOREIGN] = None if foreign is None else json.dumps(astuple(foreign))
-    return tuple(values)
-
-
-def _letter(row: Iterable[Any]) -> ParkedLetter:
-    values = list(row)
-    if values[_REFERENCE] is not None:
-        values[_REFERENCE] = Reference(*json.loads(values[_REFERENCE]))
-    if values[_FOREIGN] is not None:
-        values[_FOREIGN] = ForeignFailure(*json.loads(values[_FOREIGN]))
-    return ParkedLetter(*values)
-
-
-def _pair(row: tuple[Any, ...]) -> tuple[ParkedLetter, Resolution | None]:
-    body = row[-1]
-    return _letter(row[:-1]), None if body is None else Resolution.model_validate_json(body)
-
-
-_NAMES = [field.name for field in fields(ParkedLetter)]
-_REFERENCE = _NAMES.index("reference")
-_FOREIGN = _NAMES.index("foreign")
-
-
-def fingerprint(settings: DlqSettings, plan: TopicPlan) -> str:
-    """What an index file is written for: brokers, topics, owners and the resolution key.
-
-    A file whose fingerprint differs holds letters indexed under other owners, or read from
-    another cluster, and is rebuilt.
-    """
-    key = settings.resolution_key()
-    facts = {
-        "brokers": settings.kafka_bootstrap,
-        "named": plan.named,
-        "pattern": None if plan.pattern is None else plan.pattern.pattern,
-        "resolutions": plan.resolutions_topic,
-        "key": None if key is None else hashlib.sha256(key).hexdigest(),
-    }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+_PAGE = 500
 
 
 class LetterStore:
@@ -162,6 +115,26 @@ class LetterStore:
                 )
             self._connect(str(path), fresh=problem is not None)
 
+    def open_read_only(self) -> None:
+        """Open an existing file to read only (a running service's); nothing is written.
+
+        Raises:
+            ConfigurationError: the file is missing, damaged or of another schema version.
+        """
+        with self._lock:
+            path = Path(self.path)
+            problem = "does not exist" if not path.exists() else self._problem(path, any_use=True)
+            if problem is not None:
+                raise ConfigurationError(
+                    f"dead-letter index {path} {problem}; leave out --index to read the "
+                    "dead-letter topics instead"
+                )
+            self._db.close()
+            self._db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
+            )
+            self._load()
+
     def _take_lock(self, path: Path) -> bool:
         lockfile = (path.parent / (path.name + ".lock")).open("ab")
         try:
@@ -172,8 +145,11 @@ class LetterStore:
         self._lockfile = lockfile
         return True
 
-    def _problem(self, path: Path) -> str | None:
-        """Why the file cannot be resumed; None when it can (or does not exist)."""
+    def _problem(self, path: Path, *, any_use: bool = False) -> str | None:
+        """Why the file cannot be resumed; None when it can (or does not exist).
+
+        With ``any_use``, a file written for other settings is fine (it is only read).
+        """
         if not path.exists():
             return None
         if looks_truncated(path):
@@ -190,7 +166,7 @@ class LetterStore:
             return f"cannot be read ({exc})"
         if meta.get("schema_version") != str(SCHEMA_VERSION):
             return f"has schema version {meta.get('schema_version')}, not {SCHEMA_VERSION}"
-        if meta.get("fingerprint") != self.fingerprint:
+        if meta.get("fingerprint") != self.fingerprint and not any_use:
             return "was written for other topics, owners or brokers"
         return None
 
@@ -312,7 +288,10 @@ class LetterStore:
         with self._lock:
             db = self._write()
             resolution = self._resolution(letter.dead_letter_id)
-            if db.execute(_INSERT, (*_row(letter), resolution is not None)).rowcount == 0:
+            if (
+                db.execute(INSERT_LETTER, (*letter_row(letter), resolution is not None)).rowcount
+                == 0
+            ):
                 return Added(new=False)
             self._counts["dead_letters"] += 1
             depth = self._depth.get(letter.labels, 0)
@@ -332,11 +311,11 @@ class LetterStore:
             if was_resolved:
                 return None
             self._counts["resolutions"] += 1
-            found = db.execute(f"{_SELECT} WHERE l.id = ?", (dead_letter_id,)).fetchone()
+            found = db.execute(f"{SELECT_PAIRS} WHERE l.id = ?", (dead_letter_id,)).fetchone()
             if found is None:
                 return None
             db.execute("UPDATE letters SET resolved = 1 WHERE id = ?", (dead_letter_id,))
-            letter = _letter(found[:-1])
+            letter = read_letter(found[:-1])
             self._depth[letter.labels] -= 1
             return letter
 
@@ -362,8 +341,8 @@ class LetterStore:
     def get(self, dead_letter_id: str) -> tuple[ParkedLetter, Resolution | None] | None:
         """The dead letter with its resolution, or None when no such id is indexed."""
         with self._lock:
-            found = self._db.execute(f"{_SELECT} WHERE l.id = ?", (dead_letter_id,)).fetchone()
-        return None if found is None else _pair(found)
+            found = self._db.execute(f"{SELECT_PAIRS} WHERE l.id = ?", (dead_letter_id,)).fetchone()
+        return None if found is None else read_pair(found)
 
     def resolution(self, dead_letter_id: str) -> Resolution | None:
         """The resolution recorded for an id, whether or not its dead letter was read."""
@@ -375,32 +354,54 @@ class LetterStore:
         accept: Callable[[ParkedLetter], bool] | None = None,
         *,
         include_resolved: bool = False,
-    ) -> list[tuple[ParkedLetter, Resolution | None]]:
+    ) -> list[Pair]:
         """Dead letters (unresolved only, by default) that ``accept``, oldest first."""
         return [
             pair
-            for pair in self.scan(include_resolved=include_resolved)
+            for pair in self.scan(resolved=None if include_resolved else False)
             if accept is None or accept(pair[0])
         ]
 
     def scan(
-        self, *, include_resolved: bool = False, where: str = "", args: tuple[Any, ...] = ()
-    ) -> Iterator[tuple[ParkedLetter, Resolution | None]]:
-        """Dead letters oldest first, fetched a page at a time (the lock is not held between)."""
-        clauses = [] if include_resolved else ["l.resolved = 0"]
-        if where:
-            clauses.append(where)
-        after: tuple[float, str] | None = None
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+        after: Keyset | None = None,
+    ) -> Iterator[Pair]:
+        """Dead letters ``chosen`` oldest first, from just after ``after``, a page at a time.
+
+        The filters are the query's; the lock is not held between pages, so a long listing
+        never stops the reader.
+        """
+        where, args = conditions(chosen, now=now, resolved=resolved)
         while True:
-            keyset = [*clauses, "(l.parked_at, l.id) > (?, ?)"] if after else clauses
-            sql = f"{_SELECT} {'WHERE ' + ' AND '.join(keyset) if keyset else ''} ORDER BY l.parked_at, l.id LIMIT 1000"  # noqa: E501
+            keyset = [*where, "(l.parked_at, l.id) > (?, ?)"] if after else where
+            clause = f"WHERE {' AND '.join(keyset)}" if keyset else ""
+            sql = f"{SELECT_PAIRS} {clause} ORDER BY l.parked_at, l.id LIMIT {_PAGE}"
             with self._lock:
                 rows = self._db.execute(sql, (*args, *(after or ()))).fetchall()
             for row in rows:
-                yield _pair(row)
-            if len(rows) < 1000:  # noqa: PLR2004
+                yield read_pair(row)
+            if len(rows) < _PAGE:
                 return
-            after = (rows[-1][_NAMES.index("parked_at")], rows[-1][0])
+            after = (rows[-1][PARKED_AT], rows[-1][0])
+
+    def count(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+    ) -> int:
+        """How many dead letters ``scan`` would yield."""
+        where, args = conditions(chosen, now=now, resolved=resolved)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._lock:
+            return int(
+                self._db.execute(f"SELECT count(*) FROM letters l {clause}", args).fetchone()[0]  # noqa: S608 - conditions() binds every value
+            )
 
     def groups(self) -> list[GroupStats]:
         """Depth and oldest unresolved ``parked_at`` of every label group ever seen."""

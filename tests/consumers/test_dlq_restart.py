@@ -7,17 +7,21 @@ everything from Kafka into an index of its own.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from dlq_helpers import Series, SettingsFactory, call, scrape, settings_factory, wait_until
+from typer.testing import CliRunner
 
+from hopchain.cli.app import app
 from hopchain.consumers import DeadLetterService, DlqSettings
 from hopchain.schemas import ErrorType
 from hopchain.testing import unique_topic_name
@@ -33,6 +37,7 @@ FAMILIES = (
     "hopchain_dlq_ready",
 )
 FROZEN = time.time()
+runner = CliRunner()
 
 
 @pytest.fixture
@@ -175,3 +180,48 @@ async def test_two_replicas_with_files_of_their_own_agree(
     finally:
         for replica in replicas:
             await replica.stop()
+
+
+@pytest.mark.kafka
+async def test_pages_after_a_letter_and_the_cli_reading_the_index_file_agree_with_the_topics(
+    dlq_settings: SettingsFactory, dead_letter_index_file: Path
+) -> None:
+    topic = unique_topic_name("pages") + ".dlq"
+    settings = dlq_settings(dlq_topics={topic: "team-a"})
+    await park(settings, topic, 700, seed=4)
+    read = ["--bootstrap", settings.kafka_bootstrap, "--dlq-topic", f"{topic}=team-a"]
+    read += ["--resolutions-topic", settings.dlq_resolutions_topic]
+    async with service(settings) as running:
+        await running.wait_ready(timeout=60)
+        url = f"{running.url}/dead-letters?owner=team-b&error_type=internal&limit=100"
+        pages: list[list[dict[str, Any]]] = []
+        after = ""
+        while not pages or pages[-1]:
+            status, page = await asyncio.to_thread(call, "GET", url + after)
+            assert status == 200
+            pages.append(page)
+            after = f"&after={page[-1]['id']}" if page else ""
+        walked = [row for page in pages for row in page]
+        status, whole = await asyncio.to_thread(call, "GET", url.replace("100", "1000"))
+        assert walked == whole
+        assert 300 < len(whole) < 400
+        assert (await asyncio.to_thread(call, "GET", url + "&after=nope"))[0] == 400
+
+        filters = ["list", "--owner=team-b", "--error-type=internal", "--json"]
+        from_file = await asyncio.to_thread(
+            runner.invoke, app, ["dlq", *filters, f"--index={dead_letter_index_file}", *read]
+        )
+        from_topics = await asyncio.to_thread(runner.invoke, app, ["dlq", *filters, *read])
+    assert from_file.exit_code == 0, from_file.output
+    assert from_topics.exit_code == 0, from_topics.output
+    assert json.loads(from_file.output) == json.loads(from_topics.output) == whole
+    assert from_file.output == json.dumps(whole, indent=2, sort_keys=True) + "\n"
+    limited = await asyncio.to_thread(
+        runner.invoke, app, ["dlq", *filters, "--limit=5", f"--index={dead_letter_index_file}"]
+    )
+    assert json.loads(limited.output) == whole[:5]
+    missing = await asyncio.to_thread(
+        runner.invoke, app, ["dlq", *filters, f"--index={dead_letter_index_file}.gone"]
+    )
+    assert missing.exit_code == 2
+    assert "does not exist" in missing.output

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -11,9 +13,7 @@ from urllib.parse import urlencode
 from starlette.datastructures import QueryParams
 
 from hopchain.consumers.filters import DeadLetterFilter, format_age, parse_duration
-from hopchain.consumers.index import LetterIndex
-from hopchain.consumers.records import ParkedLetter
-from hopchain.consumers.resolutions import Resolution
+from hopchain.consumers.index import LetterIndex, Pair
 
 __all__ = [
     "BULK_LIMIT",
@@ -128,20 +128,27 @@ class ListQuery:
             min_age_seconds=parse_duration(self.min_age) if self.min_age else None,
         )
 
-    def select(
-        self, index: LetterIndex, now: float
-    ) -> list[tuple[ParkedLetter, Resolution | None]]:
-        """Every match, oldest first.
+    @property
+    def resolved(self) -> bool | None:
+        """Which dead letters the status chooses: unresolved (False), resolved (True), all."""
+        return {"unresolved": False, "resolved": True}.get(self.status)
+
+    def scan(self, index: LetterIndex, now: float, skip: int = 0) -> Iterator[Pair]:
+        """The matches oldest first, after the first ``skip``, read as they are needed.
 
         Raises:
             ValueError: the minimum age is not a duration.
         """
-        letters = index.select(
-            self.chosen().predicate(now), include_resolved=self.status != "unresolved"
-        )
-        if self.status == "resolved":
-            letters = [pair for pair in letters if pair[1] is not None]
-        return letters
+        matches = index.scan(self.chosen(), now=now, resolved=self.resolved)
+        return itertools.islice(matches, skip, None)
+
+    def count(self, index: LetterIndex, now: float) -> int:
+        """How many match.
+
+        Raises:
+            ValueError: the minimum age is not a duration.
+        """
+        return index.count(self.chosen(), now=now, resolved=self.resolved)
 
     def query(self, **changes: object) -> str:
         """The query string of these filters, with ``changes`` applied."""
