@@ -34,6 +34,7 @@ logger = logging.getLogger("hopchain.dlq")
 
 _MAX_RECORDS = 5000
 _POLL_MS = 200
+_YIELD_EVERY = 500
 _LAG_EVERY_SECONDS = 1.0
 _LOUD_UNREADABLE = 10
 """Unreadable records logged at WARNING before the rest go to DEBUG (the counter counts all)."""
@@ -195,8 +196,10 @@ class IndexReader:
         count = 0
         reached: dict[tuple[str, int], int] = {}
         for tp, records in batch.items():
-            for record in records:
+            for number, record in enumerate(records, 1):
                 self.apply(record)
+                if number % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # let /metrics and /readyz answer mid-batch
             count += len(records)
             if records:
                 reached[tp.topic, tp.partition] = records[-1].offset + 1

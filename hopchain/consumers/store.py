@@ -12,10 +12,8 @@ Payloads stay in Kafka and are read on demand by id, so a row costs the same wha
 the record's size. Depth per ``(owner, source_topic, error_type)`` and the counters are
 kept as aggregate rows (a few per label group, in memory too); the oldest unresolved
 ``parked_at`` of a group is the first entry of a partial index of unresolved letters, so
-a scrape costs one index lookup per group, whatever the depth.
-
-A second process opening the same file (two replicas given one volume) gets a temporary
-file of its own instead: a file has one writer.
+a scrape costs one index lookup per group, whatever the depth. A file has one writer: a
+second process opening it (two replicas given one volume) gets a temporary file instead.
 """
 
 from __future__ import annotations
@@ -93,8 +91,19 @@ class LetterStore:
             if self.path == MEMORY:
                 return
             path = Path(self.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not self._take_lock(path):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                locked = self._take_lock(path)
+            except OSError as exc:
+                logger.warning(
+                    "cannot keep the dead-letter index in %s (%s): keeping it in memory, "
+                    "rebuilt from Kafka on every start; set HOPCHAIN_DLQ_INDEX_PATH to a "
+                    "writable file",
+                    path,
+                    exc,
+                )
+                return
+            if not locked:
                 handle, name = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
                 os.close(handle)
                 self._temporary = name

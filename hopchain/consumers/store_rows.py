@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import time
 from collections.abc import Iterable
 from dataclasses import astuple, fields
@@ -38,7 +39,7 @@ SELECT_PAIRS = f"SELECT {_QUALIFIED}, r.body FROM letters l LEFT JOIN resolution
 
 def letter_row(letter: ParkedLetter) -> tuple[Any, ...]:
     """The values of a letter's columns, in :data:`LETTER_COLUMNS` order."""
-    values = [getattr(letter, field.name) for field in fields(ParkedLetter)]
+    values = list(_VALUES(letter))
     reference, foreign = letter.reference, letter.foreign
     values[_REFERENCE] = None if reference is None else json.dumps(astuple(reference))
     values[_FOREIGN] = None if foreign is None else json.dumps(astuple(foreign))
@@ -66,6 +67,7 @@ PARKED_AT = _NAMES.index("parked_at")
 """Where ``parked_at`` is in a row."""
 _REFERENCE = _NAMES.index("reference")
 _FOREIGN = _NAMES.index("foreign")
+_VALUES = operator.attrgetter(*_NAMES)
 
 
 def fingerprint(settings: DlqSettings, plan: TopicPlan) -> str:

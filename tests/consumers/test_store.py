@@ -219,3 +219,18 @@ def test_a_second_process_on_the_same_file_gets_one_of_its_own(
     second.close()
     first.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index.sqlite", "index.sqlite.lock"]
+
+
+def test_an_unwritable_folder_keeps_the_index_in_memory_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+
+    with caplog.at_level(logging.WARNING, logger="hopchain.dlq"):
+        store = opened(blocker / "index.sqlite")
+
+    assert "keeping it in memory" in caplog.text
+    store.add(letter("id-0", 100.0))
+    store.commit({("orders.dlq", 0): 1})
+    assert (len(store), store.applied_offsets()) == (1, {("orders.dlq", 0): 1})
