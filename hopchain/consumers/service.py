@@ -127,8 +127,7 @@ class DeadLetterService:
                     replication_factor=settings.dlq_replication_factor,
                     timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
                 )
-            self.index.fingerprint = fingerprint(settings, self.plan)
-            await asyncio.to_thread(self.index.open)
+            await asyncio.to_thread(self.index.open, fingerprint(settings, self.plan))
             self._reader = IndexReader(settings, self.plan, self.index, self.metrics, self._admin)
             await self._reader.start()
             self.metrics.restore()

@@ -43,7 +43,7 @@ from hopchain.consumers.store_rows import (
     read_letter,
     read_pair,
 )
-from hopchain.consumers.store_schema import SCHEMA, SCHEMA_VERSION, looks_truncated
+from hopchain.consumers.store_schema import SCHEMA, SCHEMA_VERSION, file_problem
 from hopchain.exceptions import ConfigurationError
 
 __all__ = ["MEMORY", "LetterStore"]
@@ -85,9 +85,14 @@ class LetterStore:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Open (or create) the file: resume it if it is sound, else start it afresh."""
+    def open(self, fingerprint: str | None = None) -> None:
+        """Open (or create) the file: resume it if it is sound, else start it afresh.
+
+        ``fingerprint``, when given, replaces the one the store was made with.
+        """
         with self._lock:
+            if fingerprint is not None:
+                self.fingerprint = fingerprint
             if self.path == MEMORY:
                 return
             path = Path(self.path)
@@ -115,7 +120,7 @@ class LetterStore:
                 )
                 self._connect(name, fresh=True)
                 return
-            problem = self._problem(path)
+            problem = file_problem(path, self.fingerprint)
             if problem is not None:
                 logger.warning(
                     "dead-letter index %s %s; discarded it, rebuilding it from Kafka",
@@ -132,7 +137,11 @@ class LetterStore:
         """
         with self._lock:
             path = Path(self.path)
-            problem = "does not exist" if not path.exists() else self._problem(path, any_use=True)
+            problem = (
+                "does not exist"
+                if not path.exists()
+                else file_problem(path, self.fingerprint, any_use=True)
+            )
             if problem is not None:
                 raise ConfigurationError(
                     f"dead-letter index {path} {problem}; leave out --index to read the "
@@ -153,31 +162,6 @@ class LetterStore:
             return False
         self._lockfile = lockfile
         return True
-
-    def _problem(self, path: Path, *, any_use: bool = False) -> str | None:
-        """Why the file cannot be resumed; None when it can (or does not exist).
-
-        With ``any_use``, a file written for other settings is fine (it is only read).
-        """
-        if not path.exists():
-            return None
-        if looks_truncated(path):
-            return "is truncated"
-        try:
-            db = sqlite3.connect(path, isolation_level=None)
-            try:
-                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-                db.execute("SELECT count(*) FROM groups").fetchone()
-                db.execute("SELECT count(*) FROM offsets").fetchone()
-            finally:
-                db.close()
-        except sqlite3.DatabaseError as exc:
-            return f"cannot be read ({exc})"
-        if meta.get("schema_version") != str(SCHEMA_VERSION):
-            return f"has schema version {meta.get('schema_version')}, not {SCHEMA_VERSION}"
-        if meta.get("fingerprint") != self.fingerprint and not any_use:
-            return "was written for other topics, owners or brokers"
-        return None
 
     def _connect(self, name: str, *, fresh: bool) -> None:
         if fresh:

@@ -6,9 +6,10 @@ and rebuilt from Kafka, never migrated.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
-__all__ = ["LETTER_COLUMNS", "SCHEMA", "SCHEMA_VERSION", "looks_truncated"]
+__all__ = ["LETTER_COLUMNS", "SCHEMA", "SCHEMA_VERSION", "file_problem", "looks_truncated"]
 
 SCHEMA_VERSION = 1
 
@@ -102,3 +103,29 @@ def looks_truncated(path: Path) -> bool:
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
     return size < page_size * pages
+
+
+def file_problem(path: Path, fingerprint: str, *, any_use: bool = False) -> str | None:
+    """Why the file cannot be resumed; None when it can (or does not exist).
+
+    With ``any_use``, a file written for other settings is fine (it is only read).
+    """
+    if not path.exists():
+        return None
+    if looks_truncated(path):
+        return "is truncated"
+    try:
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            db.execute("SELECT count(*) FROM groups").fetchone()
+            db.execute("SELECT count(*) FROM offsets").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return f"cannot be read ({exc})"
+    if meta.get("schema_version") != str(SCHEMA_VERSION):
+        return f"has schema version {meta.get('schema_version')}, not {SCHEMA_VERSION}"
+    if meta.get("fingerprint") != fingerprint and not any_use:
+        return "was written for other topics, owners or brokers"
+    return None
