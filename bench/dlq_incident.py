@@ -5,7 +5,8 @@
 
 Runs ``hopchain dlq serve`` in a process of its own (its index file in a temporary folder)
 and parks ``HOPCHAIN_BENCH_DLQ_COUNT`` dead letters (default 100,000: boundary rejections
-of a 16-byte value, 3 owners, 5 error types, parked over the last 6 hours) in three
+of a 16-byte value, 3 owners, 5 error types, parked one after another over the last hour;
+``HOPCHAIN_BENCH_DLQ_SPREAD=21600`` parks them at random times over 6 hours) in three
 3-partition dead-letter topics, as fast as one producer sends them. It reports the live
 ingest rate (first send to the last letter indexed, as ``/readyz`` counts them), the
 service's resident memory (now and at its peak), the ``/metrics`` scrape time during and
@@ -45,6 +46,11 @@ HOPCHAIN = (sys.executable, "-c", "from hopchain.cli import main; main()")
 """The ``hopchain`` command of this interpreter (and of this checkout, with PYTHONPATH)."""
 
 OWNERS = ("team-a", "team-b", "team-c")
+SPREAD = (
+    float(os.environ["HOPCHAIN_BENCH_DLQ_SPREAD"])
+    if "HOPCHAIN_BENCH_DLQ_SPREAD" in os.environ
+    else None
+)
 ERROR_TYPES = (
     ErrorType.INTERNAL,
     ErrorType.TRANSIENT,
@@ -57,13 +63,17 @@ ERROR_TYPES = (
 def letters(count: int, source: str, owner: str, seed: int) -> Iterator[SyntheticDeadLetter]:
     """Small dead letters, made as they are sent (a million never sit in memory)."""
     rng = random.Random(seed)
-    now = time.time()
+    start = time.time() - 3600.0 if SPREAD is None else time.time() - SPREAD
+    step = (3600.0 if SPREAD is None else SPREAD) / max(count, 1)
     for number in range(count):
+        # Parked as an incident parks them, one after another (over the last hour); with
+        # HOPCHAIN_BENCH_DLQ_SPREAD=SECONDS, at random times over that many seconds instead.
+        parked_at = start + number * step if SPREAD is None else start + rng.uniform(0, SPREAD)
         yield synthetic_dead_letter(
             owner=owner,
             source_topic=source,
             error_type=rng.choice(ERROR_TYPES),
-            parked_at=now - rng.uniform(60.0, 6 * 3600.0),
+            parked_at=parked_at,
             value=b'{"n": 1234567890}',
             key=f"{owner}-{number}".encode(),
             source_offset=number,
@@ -273,6 +283,7 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
 
 
 def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("HOPCHAIN_KAFKA_BOOTSTRAP"))
     arguments = parser.parse_args()

@@ -34,7 +34,6 @@ logger = logging.getLogger("hopchain.dlq")
 
 _MAX_RECORDS = 5000
 _POLL_MS = 200
-_YIELD_EVERY = 500
 _LAG_EVERY_SECONDS = 1.0
 _LOUD_UNREADABLE = 10
 """Unreadable records logged at WARNING before the rest go to DEBUG (the counter counts all)."""
@@ -193,17 +192,11 @@ class IndexReader:
         batch: Mapping[TopicPartition, list[Any]] = await self._consumer.getmany(
             timeout_ms=_POLL_MS, max_records=_MAX_RECORDS
         )
-        count = 0
-        reached: dict[tuple[str, int], int] = {}
-        for tp, records in batch.items():
-            for number, record in enumerate(records, 1):
-                self.apply(record)
-                if number % _YIELD_EVERY == 0:
-                    await asyncio.sleep(0)  # let /metrics and /readyz answer mid-batch
-            count += len(records)
-            if records:
-                reached[tp.topic, tp.partition] = records[-1].offset + 1
-        self.index.commit(reached)
+        # Indexed in a worker thread, so that /metrics, /readyz and the console answer
+        # while a large batch is written (each index call holds the index's lock briefly).
+        count = await asyncio.to_thread(self._apply_batch, batch) if batch else 0
+        if not batch:
+            self.index.commit({})  # a resolution triage recorded meanwhile
         self.records_read += count
         if self._pending:
             await self._check_ready()
@@ -211,6 +204,19 @@ class IndexReader:
         if now >= self._lag_at:
             self._lag_at = now + _LAG_EVERY_SECONDS
             await self._update_lag()
+        return count
+
+    def _apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
+        """Index one batch and commit it with the offsets it reaches; returns its size."""
+        count = 0
+        reached: dict[tuple[str, int], int] = {}
+        for tp, records in batch.items():
+            for record in records:
+                self.apply(record)
+            count += len(records)
+            if records:
+                reached[tp.topic, tp.partition] = records[-1].offset + 1
+        self.index.commit(reached)
         return count
 
     async def catch_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109

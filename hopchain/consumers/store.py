@@ -388,7 +388,23 @@ class LetterStore:
         now: float | None = None,
         resolved: bool | None = False,
     ) -> int:
-        """How many dead letters ``scan`` would yield."""
+        """How many dead letters ``scan`` would yield (unresolved by labels: from the depths)."""
+        chosen = chosen or DeadLetterFilter()
+        if (
+            resolved is False
+            and chosen.dead_letter_topic is None
+            and chosen.min_age_seconds is None
+        ):
+            wanted = (chosen.owner, chosen.source_topic, chosen.error_type)
+            with self._lock:
+                return sum(
+                    depth
+                    for labels, depth in self._depth.items()
+                    if all(
+                        want is None or want == have
+                        for want, have in zip(wanted, labels, strict=True)
+                    )
+                )
         where, args = conditions(chosen, now=now, resolved=resolved)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self._lock:

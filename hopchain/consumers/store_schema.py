@@ -69,6 +69,7 @@ CREATE TABLE letters (
 CREATE INDEX letters_open ON letters (owner, source_topic, error_type, parked_at)
     WHERE resolved = 0;
 CREATE INDEX letters_age ON letters (parked_at, id);
+CREATE INDEX letters_owner ON letters (owner, parked_at, id);
 CREATE TABLE resolutions (id TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE groups (
     owner TEXT, source_topic TEXT, error_type TEXT, depth INTEGER NOT NULL,
