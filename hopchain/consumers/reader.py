@@ -11,6 +11,7 @@ new topics and partitions now and then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -67,6 +68,7 @@ class IndexReader:
         self.targets: dict[TopicPartition, int] = {}
         self.records_read = 0
         self._consumer: Any = None
+        self._applying: asyncio.Future[int] | None = None
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
         self._pending: set[TopicPartition] = set()
@@ -128,7 +130,10 @@ class IndexReader:
         await self._ready.wait()
 
     async def stop(self) -> None:
-        """Close the consumer."""
+        """Finish the batch being indexed, if any, and close the consumer."""
+        if self._applying is not None:
+            with contextlib.suppress(Exception):
+                await self._applying
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
@@ -194,7 +199,11 @@ class IndexReader:
         )
         # Indexed in a worker thread, so that /metrics, /readyz and the console answer
         # while a large batch is written (each index call holds the index's lock briefly).
-        count = await asyncio.to_thread(self._apply_batch, batch) if batch else 0
+        count = 0
+        if batch:
+            # Shielded: a batch begun is finished and committed, even when reading stops.
+            self._applying = asyncio.ensure_future(asyncio.to_thread(self._apply_batch, batch))
+            count = await asyncio.shield(self._applying)
         if not batch:
             self.index.commit({})  # a resolution triage recorded meanwhile
         self.records_read += count
