@@ -133,9 +133,7 @@ async def list_page(request: Request) -> Response:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"minimum age: {exc}") from None
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
-    shown = list(
-        itertools.islice(query.scan(backend.index, now, (page - 1) * PAGE_SIZE), PAGE_SIZE)
-    )
+    shown = query.page_of(backend.index, now, page)
     return render(
         request,
         "list.html",

@@ -97,6 +97,9 @@ class ListQuery:
     min_age: str = ""
     status: str = "unresolved"
     page: int = 1
+    after: str = ""
+    """The id of the last dead letter of the page before (the next link's keyset): the page
+    starts just after it, as fast at any depth; unknown ids fall back to the page number."""
 
     @classmethod
     def parse(cls, query: QueryParams) -> ListQuery:
@@ -113,6 +116,7 @@ class ListQuery:
             min_age=query.get("min_age", "").strip(),
             status=status if status in _STATUSES else "unresolved",
             page=number if number > 0 else 1,
+            after=query.get("after", "").strip(),
         )
 
     def chosen(self) -> DeadLetterFilter:
@@ -142,6 +146,19 @@ class ListQuery:
         matches = index.scan(self.chosen(), now=now, resolved=self.resolved)
         return itertools.islice(matches, skip, None)
 
+    def page_of(self, index: LetterIndex, now: float, page: int) -> list[Pair]:
+        """The dead letters of page ``page``: just after ``after`` when it is known.
+
+        Raises:
+            ValueError: the minimum age is not a duration.
+        """
+        found = index.get(self.after) if self.after else None
+        if found is None:
+            return list(itertools.islice(self.scan(index, now, (page - 1) * PAGE_SIZE), PAGE_SIZE))
+        keyset = (found[0].parked_at, found[0].dead_letter_id)
+        matches = index.scan(self.chosen(), now=now, resolved=self.resolved, after=keyset)
+        return list(itertools.islice(matches, PAGE_SIZE))
+
     def count(self, index: LetterIndex, now: float) -> int:
         """How many match.
 
@@ -159,6 +176,7 @@ class ListQuery:
             "min_age": self.min_age,
             "status": self.status,
             "page": self.page,
+            "after": self.after,
         }
         values.update(changes)
         return urlencode({k: v for k, v in values.items() if v not in {"", None}})
