@@ -18,7 +18,6 @@ second process opening it (two replicas given one volume) gets a temporary file 
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import logging
@@ -26,6 +25,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -43,7 +43,13 @@ from hopchain.consumers.store_rows import (
     read_letter,
     read_pair,
 )
-from hopchain.consumers.store_schema import SCHEMA, SCHEMA_VERSION, file_problem
+from hopchain.consumers.store_schema import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    close_all,
+    file_problem,
+    remove_file,
+)
 from hopchain.exceptions import ConfigurationError
 
 __all__ = ["MEMORY", "LetterStore"]
@@ -74,7 +80,9 @@ class LetterStore:
         self._lock = threading.RLock()
         self._lockfile: IO[bytes] | None = None
         self._temporary: str | None = None
-        self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
+        self._connections: list[sqlite3.Connection] = []
+        weakref.finalize(self, close_all, self._connections)
+        self._db, self._location = self._new(MEMORY), MEMORY
         self._depth: dict[Labels, int] = {}
         self._tallies: dict[tuple[str, tuple[str, ...]], int] = {}
         self._dirty: set[tuple[str, tuple[str, ...]]] = set()
@@ -148,9 +156,7 @@ class LetterStore:
                     "dead-letter topics instead"
                 )
             self._db.close()
-            self._db = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
-            )
+            self._db = self._new(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             self._load()
 
     def _take_lock(self, path: Path) -> bool:
@@ -163,15 +169,18 @@ class LetterStore:
         self._lockfile = lockfile
         return True
 
+    def _new(self, name: str, *, uri: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(name, uri=uri, isolation_level=None, check_same_thread=False)
+        self._connections.append(db)  # closed when the store is collected, if not before
+        return db
+
     def _connect(self, name: str, *, fresh: bool) -> None:
-        if fresh:
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    Path(name + suffix).unlink()
+        if fresh and name != MEMORY:
+            remove_file(name)
         self._db.close()
-        self._db = sqlite3.connect(name, isolation_level=None, check_same_thread=False)
-        self._writing = False
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db, self._location, self._writing = self._new(name), name, False
+        if name != MEMORY:
+            self._db.execute("PRAGMA journal_mode=WAL")
         self._create()
         if not fresh:
             self._load()
@@ -214,13 +223,7 @@ class LetterStore:
                 self.path,
                 reason,
             )
-            name = self._temporary or self.path
-            if name == MEMORY:
-                self._db.close()
-                self._db = sqlite3.connect(MEMORY, isolation_level=None, check_same_thread=False)
-                self._create()
-            else:
-                self._connect(name, fresh=True)
+            self._connect(self._location, fresh=True)
 
     def close(self) -> None:
         """Write what is pending and close the file (its lock is released)."""
@@ -231,9 +234,7 @@ class LetterStore:
             self.commit({})
             self._db.close()
             if self._temporary is not None:
-                for suffix in ("", "-wal", "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        Path(self._temporary + suffix).unlink()
+                remove_file(self._temporary)
                 self._temporary = None
             if self._lockfile is not None:
                 self._lockfile.close()

@@ -6,10 +6,19 @@ and rebuilt from Kafka, never migrated.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
-__all__ = ["LETTER_COLUMNS", "SCHEMA", "SCHEMA_VERSION", "file_problem", "looks_truncated"]
+__all__ = [
+    "LETTER_COLUMNS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "close_all",
+    "file_problem",
+    "looks_truncated",
+    "remove_file",
+]
 
 SCHEMA_VERSION = 1
 
@@ -130,3 +139,16 @@ def file_problem(path: Path, fingerprint: str, *, any_use: bool = False) -> str 
     if meta.get("fingerprint") != fingerprint and not any_use:
         return "was written for other topics, owners or brokers"
     return None
+
+
+def remove_file(name: str) -> None:
+    """Delete a database file with its write-ahead log and shared-memory files."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(name + suffix).unlink()
+
+
+def close_all(connections: list[sqlite3.Connection]) -> None:
+    """Close every connection (a store's, when it is collected without being closed)."""
+    for connection in connections:
+        connection.close()

@@ -234,3 +234,5 @@ def test_an_unwritable_folder_keeps_the_index_in_memory_with_one_warning(
     store.add(letter("id-0", 100.0))
     store.commit({("orders.dlq", 0): 1})
     assert (len(store), store.applied_offsets()) == (1, {("orders.dlq", 0): 1})
+    store.discard("the topic was recreated")  # rebuilt in memory too
+    assert (len(store), store.applied_offsets()) == (0, {})
