@@ -286,6 +286,11 @@ class HopchainConfig(BaseSettings):
     dlq_request_timeout_seconds: float = Field(default=30.0, gt=0)
     """Timeout of one Kafka request of the service (HOPCHAIN_DLQ_REQUEST_TIMEOUT_SECONDS)."""
 
+    dlq_index_path: str = Field(default="~/.local/share/hopchain/dlq-index.sqlite", min_length=1)
+    """The SQLite file the service keeps its index in, resumed on restart
+    (HOPCHAIN_DLQ_INDEX_PATH); ``:memory:`` keeps it in memory, rebuilt on every start. A lost
+    or damaged file is rebuilt from Kafka. Give every replica a file of its own."""
+
     # -- validation ----------------------------------------------------------------------------
 
     @field_validator("kafka_bootstrap")

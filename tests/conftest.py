@@ -13,6 +13,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -198,6 +199,14 @@ async def close_dead_letter_writers(monkeypatch: pytest.MonkeyPatch) -> AsyncIte
     yield
     for writer in made:
         await writer.close()
+
+
+@pytest.fixture(autouse=True)
+def dead_letter_index_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The dead-letter service's index file of one test (its restarts share it)."""
+    path = tmp_path / "dlq-index.sqlite"
+    monkeypatch.setenv("HOPCHAIN_DLQ_INDEX_PATH", str(path))
+    return path
 
 
 @pytest.fixture

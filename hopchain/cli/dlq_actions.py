@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import getpass
+import itertools
 import json
 import os
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -29,6 +32,7 @@ from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.filters import DeadLetterFilter, parse_duration
+from hopchain.consumers.index import Pair
 from hopchain.consumers.reader import Snapshot, load_index
 from hopchain.consumers.render import (
     detail_view,
@@ -37,6 +41,7 @@ from hopchain.consumers.render import (
     resolution_json,
     resolution_text,
 )
+from hopchain.consumers.store import LetterStore
 from hopchain.consumers.triage import Triage
 from hopchain.exceptions import ConfigurationError
 
@@ -180,26 +185,64 @@ def list_letters(
     limit: int | None,
     timeout: float,
     json_output: bool,
+    index_path: str | None = None,
 ) -> None:
-    """``dlq list``: unresolved (or all) dead letters, oldest first."""
+    """``dlq list``: unresolved (or all) dead letters, oldest first, printed as they are read.
+
+    The topics are read into a temporary index file (memory stays bounded whatever their
+    depth); with ``index_path``, a service's index file is read instead, without Kafka.
+    """
     settings = source.settings()
     quiet_kafka_client()
-    snapshot = _run(settings, load_index(settings, timeout=timeout))
+    with tempfile.TemporaryDirectory(prefix="hopchain-dlq-list-") as folder:
+        store = LetterStore(index_path or Path(folder) / "index.sqlite")
+        try:
+            if index_path is not None:
+                _run(settings, asyncio.to_thread(store.open_read_only))
+                read = f"read from the index file {index_path}"
+            else:
+                store.open()
+                snapshot = _run(settings, load_index(settings, timeout=timeout, index=store))
+                read = (
+                    f"{snapshot.records_read} records read from {len(snapshot.topics)} "
+                    f"dead-letter topic(s) in {snapshot.seconds:.1f} s"
+                )
+            _print_letters(
+                store,
+                chosen,
+                include_resolved=include_resolved,
+                limit=limit,
+                json_output=json_output,
+                read=read,
+            )
+        finally:
+            store.close()
+
+
+def _print_letters(
+    index: LetterStore,
+    chosen: DeadLetterFilter,
+    *,
+    include_resolved: bool,
+    limit: int | None,
+    json_output: bool,
+    read: str,
+) -> None:
     now = time.time()
-    letters = snapshot.index.select(chosen.predicate(now), include_resolved=include_resolved)
-    total = len(letters)
+    resolved = None if include_resolved else False
+    letters: Iterator[Pair] = index.scan(chosen, now=now, resolved=resolved)
     if limit is not None or not json_output:
-        letters = letters[: limit or TABLE_LIMIT]
+        letters = itertools.islice(letters, limit or TABLE_LIMIT)
     if json_output:
-        _echo_json(
-            [
-                {**letter.as_json(), "resolution": resolution_json(resolution)}
-                for letter, resolution in letters
-            ]
+        _stream_json(
+            {**letter.as_json(), "resolution": resolution_json(resolution)}
+            for letter, resolution in letters
         )
         return
-    _console().print(list_table(letters, now, include_resolved=include_resolved))
-    references = sum(letter.reference is not None for letter, _ in letters)
+    shown = list(letters)
+    total = index.count(chosen, now=now, resolved=resolved)
+    _console().print(list_table(shown, now, include_resolved=include_resolved))
+    references = sum(letter.reference is not None for letter, _ in shown)
     if references:
         _console().print(
             f"{references} of these are references (REASON ends in '(reference)'): the record "
@@ -208,11 +251,18 @@ def list_letters(
             "topic retains it, and refuses (exit 5) once it is gone or differs",
             markup=False,
         )
-    shown = f" (showing the oldest {len(letters)})" if total > len(letters) else ""
-    _console().print(
-        f"{total} dead letter(s){shown}; {snapshot.records_read} records read from "
-        f"{len(snapshot.topics)} dead-letter topic(s) in {snapshot.seconds:.1f} s"
-    )
+    more = f" (showing the oldest {len(shown)})" if total > len(shown) else ""
+    _console().print(f"{total} dead letter(s){more}; {read}")
+
+
+def _stream_json(rows: Iterable[dict[str, Any]]) -> None:
+    """A JSON array, as ``json.dumps(rows, indent=2)`` writes it, one element at a time."""
+    first = True
+    for row in rows:
+        text = json.dumps(row, indent=2, sort_keys=True).replace("\n", "\n  ")
+        typer.echo(("[\n  " if first else ",\n  ") + text, nl=False)
+        first = False
+    typer.echo("[]" if first else "\n]")
 
 
 def show(

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import json
 import logging
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from pathlib import Path
@@ -216,14 +218,25 @@ async def _list(request: Request) -> Response:
         raise Refusal(
             HTTPStatus.BAD_REQUEST, f"offset must be a whole number from 0 to {MAX_OFFSET}"
         )
-    letters = backend_of(request).index.select(
-        chosen.predicate(), include_resolved=include_resolved
-    )
+    index = backend_of(request).index
+    after = None
+    if query.get("after"):
+        found = index.get(query["after"])
+        if found is None:
+            raise Refusal(
+                HTTPStatus.BAD_REQUEST,
+                f"after: no dead letter {query['after']!r}; pass the id of the last dead "
+                "letter of the page before",
+            )
+        after = (found[0].parked_at, found[0].dead_letter_id)
+    letters = index.scan(chosen, resolved=None if include_resolved else False, after=after)
     return json_response(
         HTTPStatus.OK,
         [
             {**letter.as_json(), "resolution": _resolution_json(resolution)}
-            for letter, resolution in letters[start : start + limit]
+            for letter, resolution in itertools.islice(
+                letters, start, min(start + limit, sys.maxsize)
+            )
         ],
     )
 

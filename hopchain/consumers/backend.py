@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
-from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.index import LetterIndex
 from hopchain.consumers.triage import Triage
 from hopchain.schemas import Keyring
 
@@ -35,7 +35,7 @@ class HttpBackend:
     """
 
     registry: CollectorRegistry
-    index: DeadLetterIndex
+    index: LetterIndex
     triage: Triage
     alive: Callable[[], bool]
     ready: Callable[[], bool]

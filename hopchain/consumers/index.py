@@ -1,4 +1,9 @@
-"""The in-memory index of dead letters and their resolutions, rebuilt from Kafka on start.
+"""The index of dead letters, as its readers see it, and the in-memory index.
+
+:class:`LetterIndex` is what the reader, the metrics, the API, the console and triage use;
+the service keeps it on disk (:class:`~hopchain.consumers.store.LetterStore`). The
+in-memory :class:`DeadLetterIndex` below serves one-off reads (``hopchain dlq`` commands
+rebuilding a snapshot) and tests; it remembers no offsets, so it is rebuilt on every start.
 
 Dead letters and resolutions are read from different topics, so either may arrive first:
 the index keeps both and a dead letter counts as unresolved exactly while no resolution
@@ -14,16 +19,40 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
-__all__ = ["Added", "DeadLetterIndex", "GroupStats", "Labels"]
+__all__ = [
+    "Added",
+    "DeadLetterIndex",
+    "GroupStats",
+    "Keyset",
+    "Labels",
+    "LetterIndex",
+    "Offsets",
+    "Pair",
+    "Tally",
+]
 
 Labels = tuple[str, str, str]
 """``(owner, source_topic, error_type)``."""
+
+Offsets = Mapping[tuple[str, int], int]
+"""The next offset to read, by ``(topic, partition)``."""
+
+Keyset = tuple[float, str]
+"""``(parked_at, dead_letter_id)`` of the last dead letter of a page: the next starts after it."""
+
+Pair = tuple[ParkedLetter, Resolution | None]
+"""A dead letter with its resolution (None while unresolved)."""
+
+Tally = tuple[str, tuple[str, ...], int]
+"""A counter kept with the index: its name, label values and value."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +83,85 @@ class _Group:
     heap: list[tuple[float, str]] = field(default_factory=list)
 
 
+class LetterIndex(Protocol):
+    """Dead letters by id, with their resolutions, per-label depth and age, and offsets.
+
+    The methods are :class:`DeadLetterIndex`'s; see there for what each does.
+    """
+
+    def __len__(self) -> int:
+        """How many dead letters are indexed."""
+
+    def add(self, letter: ParkedLetter) -> Added:
+        """Index a dead letter."""
+
+    def resolve(self, resolution: Resolution) -> ParkedLetter | None:
+        """Record a resolution."""
+
+    def get(self, dead_letter_id: str) -> tuple[ParkedLetter, Resolution | None] | None:
+        """The dead letter with its resolution."""
+
+    def resolution(self, dead_letter_id: str) -> Resolution | None:
+        """The resolution recorded for an id."""
+
+    def select(
+        self,
+        accept: Callable[[ParkedLetter], bool] | None = None,
+        *,
+        include_resolved: bool = False,
+    ) -> list[tuple[ParkedLetter, Resolution | None]]:
+        """Dead letters that ``accept``, oldest first."""
+
+    def scan(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+        after: Keyset | None = None,
+    ) -> Iterator[Pair]:
+        """Dead letters ``chosen`` oldest first, from just after ``after``."""
+
+    def count(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+    ) -> int:
+        """How many dead letters ``scan`` would yield."""
+
+    def groups(self) -> list[GroupStats]:
+        """Depth and oldest unresolved ``parked_at`` of every label group."""
+
+    def counts(self) -> dict[str, int]:
+        """Dead letters, unresolved ones and resolutions."""
+
+    def commit(self, offsets: Offsets) -> None:
+        """Make the writes so far durable with the offsets they reach."""
+
+    def applied_offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to read of every partition applied."""
+
+    def discard(self, reason: str) -> None:
+        """Forget everything, to be rebuilt from Kafka."""
+
+    def tally(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
+        """Count a counter kept with the index."""
+
+    def tallies(self) -> list[Tally]:
+        """Every counter kept with the index."""
+
+
 class DeadLetterIndex:
-    """Dead letters by id, with their resolutions and per-label depth and age."""
+    """Dead letters by id, with their resolutions and per-label depth and age, in memory."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._letters: dict[str, ParkedLetter] = {}
         self._resolutions: dict[str, Resolution] = {}
         self._groups: dict[Labels, _Group] = {}
+        self._tallies: dict[tuple[str, tuple[str, ...]], int] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -174,3 +274,65 @@ class DeadLetterIndex:
         """Every indexed id (a copy)."""
         with self._lock:
             return list(self._letters)
+
+    def scan(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+        after: Keyset | None = None,
+    ) -> Iterator[Pair]:
+        """Dead letters ``chosen`` oldest first, from just after ``after``.
+
+        Args:
+            chosen: which dead letters (all when None).
+            now: the moment minimum ages are measured from (Unix seconds; now when None).
+            resolved: False for unresolved ones only, True for resolved ones only, None
+                for both.
+            after: ``(parked_at, id)`` of the last dead letter of the page before.
+        """
+        accept = (chosen or DeadLetterFilter()).predicate(now)
+        for pair in self.select(accept, include_resolved=resolved is not False):
+            if resolved and pair[1] is None:
+                continue
+            if after is None or (pair[0].parked_at, pair[0].dead_letter_id) > after:
+                yield pair
+
+    def count(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+    ) -> int:
+        """How many dead letters ``scan`` would yield."""
+        return sum(1 for _ in self.scan(chosen, now=now, resolved=resolved))
+
+    # -- what an index on disk keeps (nothing to keep in memory) ------------------------------
+
+    def commit(self, offsets: Offsets) -> None:
+        """Nothing to make durable: an index in memory is rebuilt on every start."""
+
+    def applied_offsets(self) -> dict[tuple[str, int], int]:
+        """None: reading starts at the beginning of every partition."""
+        return {}
+
+    def discard(self, reason: str) -> None:
+        """Forget everything (``reason`` is for an index on disk)."""
+        del reason
+        with self._lock:
+            self._letters.clear()
+            self._resolutions.clear()
+            self._groups.clear()
+            self._tallies.clear()
+
+    def tally(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
+        """Count ``amount`` more of a counter."""
+        with self._lock:
+            self._tallies[name, labels] = self._tallies.get((name, labels), 0) + amount
+
+    def tallies(self) -> list[Tally]:
+        """Every counter counted."""
+        with self._lock:
+            return [(name, labels, value) for (name, labels), value in self._tallies.items()]

@@ -16,17 +16,18 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hopchain.consumers.exposition import register_build_info
-from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.index import LetterIndex
 
 __all__ = ["DlqMetrics", "IndexCollector"]
 
 _GROUP_LABELS = ["owner", "source_topic", "error_type"]
+_COUNTERS = frozenset({"parked", "resolved", "unreadable", "resolutions_ignored"})
 
 
 class IndexCollector(Collector):
     """``hopchain_dlq_depth`` and ``hopchain_dlq_oldest_age_seconds``, read at scrape time."""
 
-    def __init__(self, index: DeadLetterIndex, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, index: LetterIndex, clock: Callable[[], float] = time.time) -> None:
         self.index = index
         self.clock = clock
 
@@ -67,12 +68,13 @@ class DlqMetrics:
 
     def __init__(
         self,
-        index: DeadLetterIndex,
+        index: LetterIndex,
         registry: CollectorRegistry | None = None,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.index = index
         self.collector = IndexCollector(index, clock)
         self.registry.register(self.collector)
         self.build_info = register_build_info(self.registry)
@@ -134,3 +136,20 @@ class DlqMetrics:
             ["topic"],
             registry=self.registry,
         )
+
+    def count(self, name: str, *labels: str) -> None:
+        """Add one to a counter and to its tally kept with the index.
+
+        ``name`` is ``parked``, ``resolved``, ``unreadable`` or ``resolutions_ignored``; a
+        service restarted on the same index counts on from the tally.
+        """
+        counter: Counter = getattr(self, name)
+        counter.labels(*labels).inc()
+        self.index.tally(name, labels)
+
+    def restore(self) -> None:
+        """Set the counters to the tallies kept with the index (a restart without a rebuild)."""
+        for name, labels, value in self.index.tallies():
+            if name in _COUNTERS:
+                counter: Counter = getattr(self, name)
+                counter.labels(*labels).inc(value)

@@ -1,14 +1,17 @@
 """Reading the dead-letter topics and the resolutions topic into the index.
 
-There is no consumer group and nothing is committed: every start reads every partition
-from its beginning, which is how the index is rebuilt without a database. The end offsets
-captured at start-up say when the rebuild is done (``hopchain_dlq_ready``); after that the
-reader keeps following the topics, and looks for new topics and partitions now and then.
+There is no consumer group and nothing is committed to Kafka: the index remembers the
+offset it reached on every partition, written with each batch's rows, and reading resumes
+there (from the beginning for a partition it has not read, or an index rebuilt from
+nothing). The end offsets captured at start-up say when the index caught up
+(``hopchain_dlq_ready``); after that the reader keeps following the topics, and looks for
+new topics and partitions now and then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -19,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from hopchain.consumers.config import DlqSettings
-from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.index import DeadLetterIndex, LetterIndex
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
 from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
@@ -52,7 +55,7 @@ class IndexReader:
         self,
         settings: DlqSettings,
         plan: TopicPlan,
-        index: DeadLetterIndex,
+        index: LetterIndex,
         metrics: DlqMetrics,
         admin: AIOKafkaAdminClient,
     ) -> None:
@@ -65,6 +68,7 @@ class IndexReader:
         self.targets: dict[TopicPartition, int] = {}
         self.records_read = 0
         self._consumer: Any = None
+        self._applying: asyncio.Future[int] | None = None
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
         self._pending: set[TopicPartition] = set()
@@ -73,6 +77,10 @@ class IndexReader:
         self._lag_at = 0.0
         self._refresh_at = 0.0
         self._resolution_key = settings.resolution_key()
+        self._applied = {
+            TopicPartition(topic, partition): offset
+            for (topic, partition), offset in index.applied_offsets().items()
+        }
 
     @property
     def ready(self) -> bool:
@@ -85,7 +93,11 @@ class IndexReader:
         return dict(self.owners)
 
     async def start(self) -> None:
-        """Find the topics and partitions, start reading each from its beginning."""
+        """Find the topics and partitions, start reading each where the index ends.
+
+        An index that claims offsets beyond a partition's end (the topic was deleted and
+        created again, or the index belongs to another cluster) is discarded and rebuilt.
+        """
         self._consumer = AIOKafkaConsumer(
             **self.settings.client_kwargs(),
             bootstrap_servers=self.settings.kafka_bootstrap,
@@ -100,6 +112,15 @@ class IndexReader:
         await self.refresh_topics()
         partitions = sorted(self._assigned)
         self.targets = await self._consumer.end_offsets(partitions) if partitions else {}
+        beyond = [tp for tp, end in self.targets.items() if self._applied.get(tp, 0) > end]
+        if beyond:
+            tp = beyond[0]
+            self.index.discard(
+                f"has read {tp.topic}[{tp.partition}] up to offset {self._applied[tp]}, "
+                f"beyond its end ({self.targets[tp]}): the topic was recreated"
+            )
+            self._applied = {}
+            await self._consumer.seek_to_beginning(*partitions)
         self._pending = set(self.targets)
         self._refresh_at = time.monotonic() + self.settings.dlq_refresh_seconds
         await self._check_ready()
@@ -109,7 +130,10 @@ class IndexReader:
         await self._ready.wait()
 
     async def stop(self) -> None:
-        """Close the consumer."""
+        """Finish the batch being indexed, if any, and close the consumer."""
+        if self._applying is not None:
+            with contextlib.suppress(Exception):
+                await self._applying
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
@@ -154,8 +178,17 @@ class IndexReader:
         self._consumer.assign(sorted(partitions | self._assigned))
         for tp, position in positions.items():
             self._consumer.seek(tp, position)
-        await self._consumer.seek_to_beginning(*sorted(new))
+        await self._seek_new(new)
         self._assigned |= new
+
+    async def _seek_new(self, new: set[TopicPartition]) -> None:
+        """Start new partitions where the index ends, or at their beginning."""
+        for tp in new:
+            if tp in self._applied:
+                self._consumer.seek(tp, self._applied[tp])
+        fresh = sorted(tp for tp in new if tp not in self._applied)
+        if fresh:
+            await self._consumer.seek_to_beginning(*fresh)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -164,11 +197,15 @@ class IndexReader:
         batch: Mapping[TopicPartition, list[Any]] = await self._consumer.getmany(
             timeout_ms=_POLL_MS, max_records=_MAX_RECORDS
         )
+        # Indexed in a worker thread, so that /metrics, /readyz and the console answer
+        # while a large batch is written (each index call holds the index's lock briefly).
         count = 0
-        for records in batch.values():
-            for record in records:
-                self.apply(record)
-            count += len(records)
+        if batch:
+            # Shielded: a batch begun is finished and committed, even when reading stops.
+            self._applying = asyncio.ensure_future(asyncio.to_thread(self._apply_batch, batch))
+            count = await asyncio.shield(self._applying)
+        if not batch:
+            self.index.commit({})  # a resolution triage recorded meanwhile
         self.records_read += count
         if self._pending:
             await self._check_ready()
@@ -176,6 +213,19 @@ class IndexReader:
         if now >= self._lag_at:
             self._lag_at = now + _LAG_EVERY_SECONDS
             await self._update_lag()
+        return count
+
+    def _apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
+        """Index one batch and commit it with the offsets it reaches; returns its size."""
+        count = 0
+        reached: dict[tuple[str, int], int] = {}
+        for tp, records in batch.items():
+            for record in records:
+                self.apply(record)
+            count += len(records)
+            if records:
+                reached[tp.topic, tp.partition] = records[-1].offset + 1
+        self.index.commit(reached)
         return count
 
     async def catch_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
@@ -246,18 +296,18 @@ class IndexReader:
             logger.exception(
                 "could not index %s[%s]@%s; skipped", raw.topic, raw.partition, raw.offset
             )
-            self.metrics.unreadable.labels(raw.topic).inc()
+            self.metrics.count("unreadable", raw.topic)
 
     def _apply_dead_letter(self, record: DeadLetterRecord) -> None:
         letter = parse_dead_letter(record, self.owners.get(record.topic))
         added = self.index.add(letter)
         if not added.new:
             return
-        self.metrics.parked.labels(*letter.labels).inc()
+        self.metrics.count("parked", *letter.labels)
         if added.resolution is not None:
-            self.metrics.resolved.labels(*letter.labels, added.resolution.resolution.value).inc()
+            self.metrics.count("resolved", *letter.labels, added.resolution.resolution.value)
         if letter.problem is not None:
-            self.metrics.unreadable.labels(record.topic).inc()
+            self.metrics.count("unreadable", record.topic)
             self._log_unreadable(
                 "indexed %s as %s (owner %s, error type malformed): %s",
                 record.describe(),
@@ -274,7 +324,7 @@ class IndexReader:
                 raw.key, raw.value, raw.headers or (), self._resolution_key
             )
         except ValueError as exc:
-            self.metrics.unreadable.labels(raw.topic).inc()
+            self.metrics.count("unreadable", raw.topic)
             self._log_unreadable(
                 "skipped %s[%s]@%s in the resolutions topic: %s",
                 raw.topic,
@@ -284,7 +334,7 @@ class IndexReader:
             )
             return
         if read.ignored is not None:
-            self.metrics.resolutions_ignored.labels(read.ignored.value).inc()
+            self.metrics.count("resolutions_ignored", read.ignored.value)
             self._log_unreadable(
                 "ignored %s[%s]@%s in the resolutions topic (%s, for %s): resolutions are "
                 "final and, with a resolution key, must be signed with it",
@@ -300,7 +350,7 @@ class IndexReader:
             return  # a claim: the resolution follows, or the claim expires
         letter = self.index.resolve(resolution)
         if letter is not None:
-            self.metrics.resolved.labels(*letter.labels, resolution.resolution.value).inc()
+            self.metrics.count("resolved", *letter.labels, resolution.resolution.value)
 
     def _log_unreadable(self, message: str, *args: object) -> None:
         self._unreadable_logged += 1
@@ -320,7 +370,7 @@ class Snapshot:
         seconds: how long the rebuild took.
     """
 
-    index: DeadLetterIndex
+    index: LetterIndex
     metrics: DlqMetrics
     topics: dict[str, str | None]
     records_read: int
@@ -332,8 +382,11 @@ async def load_index(
     *,
     contracts: ContractRegistry | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 - bounds a whole rebuild, not one call
+    index: LetterIndex | None = None,
 ) -> Snapshot:
     """Rebuild the index straight from Kafka, without the service, and stop reading.
+
+    Into ``index`` when given (an opened store, to keep memory bounded), else in memory.
 
     Raises:
         TimeoutError: the topics were not read to their end within ``timeout`` seconds.
@@ -341,7 +394,7 @@ async def load_index(
     """
     started = time.monotonic()
     plan = plan_topics(settings, contracts)
-    index = DeadLetterIndex()
+    index = DeadLetterIndex() if index is None else index
     metrics = DlqMetrics(index)
     admin = AIOKafkaAdminClient(
         **settings.client_kwargs(),

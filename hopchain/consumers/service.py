@@ -2,7 +2,8 @@
 
 Start-up, in order: work out the dead-letter topics (contracts, explicit topics, pattern);
 create the missing ones with unlimited retention and the compacted resolutions topic;
-start reading every partition from its beginning; check every topic's retention and
+open the index file and start reading every partition where it ends (from the beginning
+for a new or discarded file, see :mod:`hopchain.consumers.store`); check every topic's retention and
 timestamp type and report the unsafe ones loudly (log, ``hopchain_dlq_retention_unsafe``
 and ``hopchain_dlq_timestamp_unsafe``); serve HTTP. The
 service is ready (``/readyz``, ``hopchain_dlq_ready``) once it has read up to the end
@@ -29,10 +30,11 @@ from prometheus_client import CollectorRegistry
 from hopchain.consumers.clock import BrokerClock
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.http_server import DlqHttpServer, HttpBackend
-from hopchain.consumers.index import DeadLetterIndex
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.reader import IndexReader
 from hopchain.consumers.resolutions import Resolution
+from hopchain.consumers.store import LetterStore
+from hopchain.consumers.store_rows import fingerprint
 from hopchain.consumers.topics import (
     DEAD_LETTER_HEADROOM_BYTES,
     RESOLUTIONS_TOPIC_CONFIG,
@@ -81,7 +83,7 @@ class DeadLetterService:
     ) -> None:
         self.settings = settings if settings is not None else DlqSettings()
         self.contracts = contracts
-        self.index = DeadLetterIndex()
+        self.index = LetterStore(self.settings.dlq_index_path)
         self.clock = BrokerClock(clock)
         self.broker_clock = broker_clock
         self.metrics = DlqMetrics(self.index, registry, clock=self.clock)
@@ -125,8 +127,10 @@ class DeadLetterService:
                     replication_factor=settings.dlq_replication_factor,
                     timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
                 )
+            await asyncio.to_thread(self.index.open, fingerprint(settings, self.plan))
             self._reader = IndexReader(settings, self.plan, self.index, self.metrics, self._admin)
             await self._reader.start()
+            self.metrics.restore()
             await self.check_retention()
             await self.check_sizes()
             await self.check_timestamps()
@@ -185,6 +189,7 @@ class DeadLetterService:
         if self._admin is not None:
             await self._admin.close()
             self._admin = None
+        self.index.close()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -277,7 +282,7 @@ class DeadLetterService:
     def _resolved(self, resolution: Resolution) -> None:
         letter = self.index.resolve(resolution)
         if letter is not None:
-            self.metrics.resolved.labels(*letter.labels, resolution.resolution.value).inc()
+            self.metrics.count("resolved", *letter.labels, resolution.resolution.value)
 
     async def _follow(self) -> None:
         try:

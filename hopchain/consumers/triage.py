@@ -38,7 +38,7 @@ from hopchain import propagation
 from hopchain.consumers.claims import ClaimLog, started_reader
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
-from hopchain.consumers.index import DeadLetterIndex
+from hopchain.consumers.index import LetterIndex
 from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, parse_dead_letter
 from hopchain.consumers.redrive import (
     RedriveRecord,
@@ -90,7 +90,7 @@ class Triage:
     def __init__(
         self,
         settings: DlqSettings,
-        index: DeadLetterIndex,
+        index: LetterIndex,
         *,
         on_resolution: Callable[[Resolution], object] | None = None,
         instance: str | None = None,

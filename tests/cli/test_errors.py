@@ -137,6 +137,7 @@ INVALID: dict[str, str | None] = {
     "dlq_resolution_key": "not base64!",
     "dlq_tls_certfile": None,  # a path; checked with the key file when the server starts
     "dlq_tls_keyfile": None,
+    "dlq_index_path": "",
     "report_only": "sometimes",
     "transport_retries": "-1",
     "transport_backoff_seconds": "-0.5",

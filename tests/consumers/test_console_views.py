@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from starlette.datastructures import QueryParams
@@ -14,7 +15,9 @@ from hopchain.consumers.console.views import (
     payload_view,
     selection_digest,
 )
+from hopchain.consumers.index import LetterIndex
 from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.store import MEMORY, LetterStore
 from hopchain.exceptions import ConfigurationError
 
 
@@ -103,3 +106,36 @@ def test_the_trace_url_setting_needs_http_and_a_trace_id_slot(
     for wrong in ("javascript:alert(1)//{trace_id}", "https://jaeger.example/search"):
         with pytest.raises(ConfigurationError, match="HOPCHAIN_DLQ_TRACE_URL"):
             DlqSettings(dlq_trace_url=wrong)
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_a_page_after_a_letter_is_the_page_its_number_names(
+    where: str,
+) -> None:
+    index: LetterIndex = DeadLetterIndex()
+    if where == "file":
+        index = LetterStore(MEMORY)
+    for number in range(130):
+        index.add(
+            ParkedLetter(
+                dead_letter_id=f"id-{number:03d}",
+                owner="a" if number % 2 else "b",
+                source_topic="orders",
+                error_type="internal",
+                reason=None,
+                parked_at=1000.0 + number % 7,  # ties: the id breaks them
+                topic="orders.dlq",
+                partition=0,
+                offset=number,
+            )
+        )
+    query = ListQuery.parse(QueryParams("owner=a"))
+    first, second = query.page_of(index, 2000.0, 1), query.page_of(index, 2000.0, 2)
+    after = replace(query, after=first[-1][0].dead_letter_id)
+
+    assert [len(first), len(second)] == [50, 15]
+    assert after.page_of(index, 2000.0, 2) == second
+    assert replace(query, after="unknown").page_of(index, 2000.0, 2) == second
+    assert after.query(page=2) == f"owner=a&status=unresolved&page=2&after={after.after}"
+    if isinstance(index, LetterStore):
+        index.close()

@@ -49,13 +49,16 @@ def test_the_manifests_are_the_expected_kinds() -> None:
     assert set(manifests()) == {
         "Namespace",
         "Deployment",
+        "PersistentVolumeClaim",
         "Service",
         "ServiceMonitor",
         "PrometheusRule",
     }
 
 
-@pytest.mark.parametrize("kind", sorted(["Namespace", "Deployment", "Service", *CUSTOM]))
+@pytest.mark.parametrize(
+    "kind", sorted(["Namespace", "Deployment", "PersistentVolumeClaim", "Service", *CUSTOM])
+)
 def test_each_manifest_is_valid_for_its_schema(kind: str) -> None:
     validate(manifests()[kind])
 
@@ -112,10 +115,18 @@ def test_probes_token_and_scraping_fit_together() -> None:
     assert "value" not in env["HOPCHAIN_DLQ_TOKEN"]
     # Listening on every interface of the pod, so serving TLS: never the token in clear.
     assert env["HOPCHAIN_DLQ_HOST"]["value"] == "0.0.0.0"  # noqa: S104 - inside the pod
-    [volume] = pod["spec"]["volumes"]
-    [mount] = container["volumeMounts"]
+    volume, index = pod["spec"]["volumes"]
+    mount, index_mount = container["volumeMounts"]
     assert (mount["name"], mount["readOnly"]) == (volume["name"], True)
     assert volume["secret"]["secretName"] == "hopchain-dlq-tls"
+    # The index file on its own volume, the claim's: a restart resumes instead of rebuilding.
+    claim = manifests()["PersistentVolumeClaim"]
+    assert index["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert (index_mount["name"], index_mount.get("readOnly", False)) == (index["name"], False)
+    path = env["HOPCHAIN_DLQ_INDEX_PATH"]["value"]
+    assert path.startswith(index_mount["mountPath"] + "/")
+    assert pod["spec"]["securityContext"]["fsGroup"] == pod["spec"]["securityContext"]["runAsGroup"]
+    assert "limits" in container["resources"]
     for name, file in (("CERTFILE", "tls.crt"), ("KEYFILE", "tls.key")):
         assert env[f"HOPCHAIN_DLQ_TLS_{name}"]["value"] == f"{mount['mountPath']}/{file}"
     [port] = container["ports"]

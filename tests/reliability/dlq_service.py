@@ -50,7 +50,13 @@ class DlqService:
         self.kills = 0
 
     def start(self) -> None:
-        env = {**os.environ, "HOPCHAIN_DLQ_TOKEN": self.token, "PYTHONPATH": str(REPO)}
+        env = {
+            **os.environ,
+            "HOPCHAIN_DLQ_TOKEN": self.token,
+            "PYTHONPATH": str(REPO),
+            # An index file of its own, next to its log: kept across its restarts.
+            "HOPCHAIN_DLQ_INDEX_PATH": str(self.log.with_suffix(".sqlite")),
+        }
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603 - our interpreter, our CLI
                 self.command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT

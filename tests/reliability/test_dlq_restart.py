@@ -1,8 +1,9 @@
 """The dead-letter service, ``kill -9``-ed and started again, reports exactly what it did before.
 
 ``hopchain dlq serve`` runs as a process of its own over two owners' dead-letter topics.
-Its state lives in Kafka only (the dead-letter topics and a compacted resolutions topic),
-so after a SIGKILL and a restart its metrics, once it reports ready, must be the same;
+Its state lives in Kafka (the dead-letter topics and a compacted resolutions topic) and, as
+a cache, in its index file, so after a SIGKILL and a restart its metrics, once it reports
+ready, must be the same;
 and killed again and again while dead letters keep arriving, it must end up with every
 dead letter exactly once. Its mutating endpoints refuse requests without the token.
 """

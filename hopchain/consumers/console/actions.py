@@ -9,6 +9,7 @@ loop guard), ``force`` to override both.
 
 from __future__ import annotations
 
+import itertools
 import time
 from http import HTTPStatus
 from typing import Any
@@ -92,7 +93,7 @@ async def bulk_action(request: Request) -> Response:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"the form is damaged: {exc}") from None
     if chosen.is_empty:
         raise Refusal(HTTPStatus.BAD_REQUEST, "refusing to act on every dead letter at once")
-    chosen_now = query.select(backend.index, as_of)[:BULK_LIMIT]
+    chosen_now = list(itertools.islice(query.scan(backend.index, as_of), BULK_LIMIT))
     ids = [letter.dead_letter_id for letter, _ in chosen_now]
     if not ids or selection_digest(ids) != form.get("digest"):
         raise Refusal(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
@@ -127,23 +128,23 @@ async def list_page(request: Request) -> Response:
     query = ListQuery.parse(request.query_params)
     now = _now(backend)
     try:
-        letters = query.select(backend.index, now)
+        total = query.count(backend.index, now)
     except ValueError as exc:
         raise Refusal(HTTPStatus.BAD_REQUEST, f"minimum age: {exc}") from None
-    pages = max(1, -(-len(letters) // PAGE_SIZE))
+    pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
-    shown = letters[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    shown = query.page_of(backend.index, now, page)
     return render(
         request,
         "list.html",
         query=query,
         letters=shown,
         originals=any(letter.source_timestamp is not None for letter, _ in shown),
-        total=len(letters),
+        total=total,
         page=page,
         pages=pages,
         now=now,
-        bulk=query.status == "unresolved" and not query.chosen().is_empty and bool(letters),
+        bulk=query.status == "unresolved" and not query.chosen().is_empty and bool(total),
         **_choices(backend),
     )
 
@@ -265,8 +266,8 @@ async def bulk_preview(request: Request) -> Response:
         )
     as_of = _now(backend)
     unresolved = replace(query, status="unresolved", page=1)
-    matching = unresolved.select(backend.index, as_of)
-    letters = matching[:BULK_LIMIT]
+    matching = unresolved.count(backend.index, as_of)
+    letters = list(itertools.islice(unresolved.scan(backend.index, as_of), BULK_LIMIT))
     ids = [letter.dead_letter_id for letter, _ in letters]
     return render(
         request,
@@ -275,7 +276,7 @@ async def bulk_preview(request: Request) -> Response:
         query=unresolved,
         letters=letters[:BULK_PREVIEW_ROWS],
         total=len(letters),
-        matching=len(matching),
+        matching=matching,
         references=sum(letter.reference is not None for letter, _ in letters),
         digest=selection_digest(ids),
         as_of=f"{as_of:.6f}",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -11,9 +13,7 @@ from urllib.parse import urlencode
 from starlette.datastructures import QueryParams
 
 from hopchain.consumers.filters import DeadLetterFilter, format_age, parse_duration
-from hopchain.consumers.index import DeadLetterIndex
-from hopchain.consumers.records import ParkedLetter
-from hopchain.consumers.resolutions import Resolution
+from hopchain.consumers.index import LetterIndex, Pair
 
 __all__ = [
     "BULK_LIMIT",
@@ -63,9 +63,7 @@ class GroupRow:
         )
 
 
-def overview_rows(
-    index: DeadLetterIndex, now: float, sort: str, *, descending: bool
-) -> list[GroupRow]:
+def overview_rows(index: LetterIndex, now: float, sort: str, *, descending: bool) -> list[GroupRow]:
     """Every group with depth and oldest age at ``now`` (the same reading as a scrape)."""
     rows = [
         GroupRow(
@@ -99,6 +97,9 @@ class ListQuery:
     min_age: str = ""
     status: str = "unresolved"
     page: int = 1
+    after: str = ""
+    """The id of the last dead letter of the page before (the next link's keyset): the page
+    starts just after it, as fast at any depth; unknown ids fall back to the page number."""
 
     @classmethod
     def parse(cls, query: QueryParams) -> ListQuery:
@@ -115,6 +116,7 @@ class ListQuery:
             min_age=query.get("min_age", "").strip(),
             status=status if status in _STATUSES else "unresolved",
             page=number if number > 0 else 1,
+            after=query.get("after", "").strip(),
         )
 
     def chosen(self) -> DeadLetterFilter:
@@ -130,20 +132,40 @@ class ListQuery:
             min_age_seconds=parse_duration(self.min_age) if self.min_age else None,
         )
 
-    def select(
-        self, index: DeadLetterIndex, now: float
-    ) -> list[tuple[ParkedLetter, Resolution | None]]:
-        """Every match, oldest first.
+    @property
+    def resolved(self) -> bool | None:
+        """Which dead letters the status chooses: unresolved (False), resolved (True), all."""
+        return {"unresolved": False, "resolved": True}.get(self.status)
+
+    def scan(self, index: LetterIndex, now: float, skip: int = 0) -> Iterator[Pair]:
+        """The matches oldest first, after the first ``skip``, read as they are needed.
 
         Raises:
             ValueError: the minimum age is not a duration.
         """
-        letters = index.select(
-            self.chosen().predicate(now), include_resolved=self.status != "unresolved"
-        )
-        if self.status == "resolved":
-            letters = [pair for pair in letters if pair[1] is not None]
-        return letters
+        matches = index.scan(self.chosen(), now=now, resolved=self.resolved)
+        return itertools.islice(matches, skip, None)
+
+    def page_of(self, index: LetterIndex, now: float, page: int) -> list[Pair]:
+        """The dead letters of page ``page``: just after ``after`` when it is known.
+
+        Raises:
+            ValueError: the minimum age is not a duration.
+        """
+        found = index.get(self.after) if self.after else None
+        if found is None:
+            return list(itertools.islice(self.scan(index, now, (page - 1) * PAGE_SIZE), PAGE_SIZE))
+        keyset = (found[0].parked_at, found[0].dead_letter_id)
+        matches = index.scan(self.chosen(), now=now, resolved=self.resolved, after=keyset)
+        return list(itertools.islice(matches, PAGE_SIZE))
+
+    def count(self, index: LetterIndex, now: float) -> int:
+        """How many match.
+
+        Raises:
+            ValueError: the minimum age is not a duration.
+        """
+        return index.count(self.chosen(), now=now, resolved=self.resolved)
 
     def query(self, **changes: object) -> str:
         """The query string of these filters, with ``changes`` applied."""
@@ -154,6 +176,7 @@ class ListQuery:
             "min_age": self.min_age,
             "status": self.status,
             "page": self.page,
+            "after": self.after,
         }
         values.update(changes)
         return urlencode({k: v for k, v in values.items() if v not in {"", None}})

@@ -1,0 +1,450 @@
+"""The dead-letter index on disk: one SQLite file, resumed on restart, rebuilt when lost.
+
+Kafka stays the source of truth; the file is a cache of what was read from it. Each
+fetched batch is written in one transaction together with the offset reached on every
+partition it came from, so after a restart reading resumes exactly where the file ends. A
+file that is missing, truncated, unreadable, of another schema version or written for other
+settings is discarded with one WARNING and rebuilt from the start of every topic.
+
+Only what the metrics, the filters, the console and triage need is kept: the
+:class:`~hopchain.consumers.records.ParkedLetter` fields (small) and the resolutions.
+Payloads stay in Kafka and are read on demand by id, so a row costs the same whatever
+the record's size. Depth per ``(owner, source_topic, error_type)`` and the counters are
+kept as aggregate rows (a few per label group, in memory too); the oldest unresolved
+``parked_at`` of a group is the first entry of a partial index of unresolved letters, so
+a scrape costs one index lookup per group, whatever the depth. A file has one writer: a
+second process opening it (two replicas given one volume) gets a temporary file instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import tempfile
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+from hopchain.consumers.filters import DeadLetterFilter
+from hopchain.consumers.index import Added, GroupStats, Keyset, Labels, Offsets, Pair, Tally
+from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.resolutions import Resolution
+from hopchain.consumers.store_rows import (
+    INSERT_LETTER,
+    PARKED_AT,
+    SELECT_PAIRS,
+    conditions,
+    letter_row,
+    read_letter,
+    read_pair,
+)
+from hopchain.consumers.store_schema import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    close_all,
+    file_problem,
+    remove_file,
+)
+from hopchain.exceptions import ConfigurationError
+
+__all__ = ["MEMORY", "LetterStore"]
+
+logger = logging.getLogger("hopchain.dlq")
+
+MEMORY = ":memory:"
+"""The path that keeps the store in memory (rebuilt from Kafka on every start)."""
+
+_CACHE_KIB = 65536
+_PAGE = 500
+
+
+class LetterStore:
+    """Dead letters and resolutions in SQLite, with the offsets applied per partition.
+
+    Args:
+        path: the file; :data:`MEMORY` keeps it in memory. Its folder is created.
+        fingerprint: what the file was written for (the topics, owners and cluster read);
+            a file written for something else is discarded.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fingerprint: str = "") -> None:
+        self.path = MEMORY if str(path) == MEMORY else str(Path(path).expanduser())
+        self.fingerprint = fingerprint
+        self.resumed = False
+        """Whether the file held an index to resume from when it was opened."""
+        self._lock = threading.RLock()
+        self._lockfile: IO[bytes] | None = None
+        self._temporary: str | None = None
+        self._connections: list[sqlite3.Connection] = []
+        weakref.finalize(self, close_all, self._connections)
+        self._db, self._location = self._new(MEMORY), MEMORY
+        self._depth: dict[Labels, int] = {}
+        self._tallies: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._dirty: set[tuple[str, tuple[str, ...]]] = set()
+        self._counts = {"dead_letters": 0, "resolutions": 0}
+        self._writing = False
+        self._closed = False
+        self._create()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def open(self, fingerprint: str | None = None) -> None:
+        """Open (or create) the file: resume it if it is sound, else start it afresh.
+
+        ``fingerprint``, when given, replaces the one the store was made with.
+        """
+        with self._lock:
+            if fingerprint is not None:
+                self.fingerprint = fingerprint
+            if self.path == MEMORY:
+                return
+            path = Path(self.path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                locked = self._take_lock(path)
+            except OSError as exc:
+                logger.warning(
+                    "cannot keep the dead-letter index in %s (%s): keeping it in memory, "
+                    "rebuilt from Kafka on every start; set HOPCHAIN_DLQ_INDEX_PATH to a "
+                    "writable file",
+                    path,
+                    exc,
+                )
+                return
+            if not locked:
+                handle, name = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+                os.close(handle)
+                self._temporary = name
+                logger.warning(
+                    "dead-letter index %s is in use by another process: this one keeps its "
+                    "index in %s, rebuilt from Kafka and deleted when it stops",
+                    path,
+                    name,
+                )
+                self._connect(name, fresh=True)
+                return
+            problem = file_problem(path, self.fingerprint)
+            if problem is not None:
+                logger.warning(
+                    "dead-letter index %s %s; discarded it, rebuilding it from Kafka",
+                    path,
+                    problem,
+                )
+            self._connect(str(path), fresh=problem is not None)
+
+    def open_read_only(self) -> None:
+        """Open an existing file to read only (a running service's); nothing is written.
+
+        Raises:
+            ConfigurationError: the file is missing, damaged or of another schema version.
+        """
+        with self._lock:
+            path = Path(self.path)
+            problem = (
+                "does not exist"
+                if not path.exists()
+                else file_problem(path, self.fingerprint, any_use=True)
+            )
+            if problem is not None:
+                raise ConfigurationError(
+                    f"dead-letter index {path} {problem}; leave out --index to read the "
+                    "dead-letter topics instead"
+                )
+            self._db.close()
+            self._db = self._new(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            self._load()
+
+    def _take_lock(self, path: Path) -> bool:
+        lockfile = (path.parent / (path.name + ".lock")).open("ab")
+        try:
+            fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lockfile.close()
+            return False
+        self._lockfile = lockfile
+        return True
+
+    def _new(self, name: str, *, uri: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(name, uri=uri, isolation_level=None, check_same_thread=False)
+        self._connections.append(db)  # closed when the store is collected, if not before
+        return db
+
+    def _connect(self, name: str, *, fresh: bool) -> None:
+        if fresh and name != MEMORY:
+            remove_file(name)
+        self._db.close()
+        self._db, self._location, self._writing = self._new(name), name, False
+        if name != MEMORY:
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._create()
+        if not fresh:
+            self._load()
+
+    def _create(self) -> None:
+        db = self._db
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        db.execute("PRAGMA temp_store=MEMORY")
+        if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+            db.executescript(SCHEMA)
+            db.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [("schema_version", str(SCHEMA_VERSION)), ("fingerprint", self.fingerprint)],
+            )
+        self._depth, self._tallies, self._dirty = {}, {}, set()
+        self._counts = {"dead_letters": 0, "resolutions": 0}
+        self.resumed = False
+
+    def _load(self) -> None:
+        db = self._db
+        self._depth = {
+            (owner, topic, error): depth
+            for owner, topic, error, depth in db.execute("SELECT * FROM groups")
+        }
+        self._tallies = {
+            (name, tuple(json.loads(labels))): value
+            for name, labels, value in db.execute("SELECT * FROM tallies")
+        }
+        for key, value in db.execute("SELECT key, value FROM meta"):
+            if key in self._counts:
+                self._counts[key] = int(value)
+        self.resumed = bool(self.applied_offsets())
+
+    def discard(self, reason: str) -> None:
+        """Drop everything and start afresh (the file no longer matches Kafka)."""
+        with self._lock:
+            logger.warning(
+                "dead-letter index %s %s; discarded it, rebuilding it from Kafka",
+                self.path,
+                reason,
+            )
+            self._connect(self._location, fresh=True)
+
+    def close(self) -> None:
+        """Write what is pending and close the file (its lock is released)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.commit({})
+            self._db.close()
+            if self._temporary is not None:
+                remove_file(self._temporary)
+                self._temporary = None
+            if self._lockfile is not None:
+                self._lockfile.close()
+                self._lockfile = None
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write(self) -> sqlite3.Connection:
+        if not self._writing:
+            self._db.execute("BEGIN")
+            self._writing = True
+        return self._db
+
+    def commit(self, offsets: Offsets) -> None:
+        """Make every write so far durable, together with the offsets they reach."""
+        with self._lock:
+            if not self._writing and not offsets:
+                return
+            db = self._write()
+            db.executemany(
+                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
+                [(topic, partition, nxt) for (topic, partition), nxt in offsets.items()],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?)",
+                [(*labels, depth) for labels, depth in self._depth.items()],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO tallies VALUES (?, ?, ?)",
+                [
+                    (name, json.dumps(labels), self._tallies[name, labels])
+                    for name, labels in self._dirty
+                ],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                [(k, str(v)) for k, v in self._counts.items()],
+            )
+            db.execute("COMMIT")
+            self._writing = False
+            self._dirty.clear()
+
+    def add(self, letter: ParkedLetter) -> Added:
+        """Index a dead letter; a second record with an indexed id is ignored."""
+        with self._lock:
+            db = self._write()
+            resolution = self._resolution(letter.dead_letter_id)
+            if (
+                db.execute(INSERT_LETTER, (*letter_row(letter), resolution is not None)).rowcount
+                == 0
+            ):
+                return Added(new=False)
+            self._counts["dead_letters"] += 1
+            depth = self._depth.get(letter.labels, 0)
+            self._depth[letter.labels] = depth + (resolution is None)
+            return Added(new=True, resolution=resolution)
+
+    def resolve(self, resolution: Resolution) -> ParkedLetter | None:
+        """Record a resolution; returns the dead letter when it was unresolved until now."""
+        with self._lock:
+            db = self._write()
+            dead_letter_id = resolution.dead_letter_id
+            was_resolved = self._resolution(dead_letter_id) is not None
+            db.execute(
+                "INSERT OR REPLACE INTO resolutions VALUES (?, ?)",
+                (dead_letter_id, resolution.model_dump_json()),
+            )
+            if was_resolved:
+                return None
+            self._counts["resolutions"] += 1
+            found = db.execute(f"{SELECT_PAIRS} WHERE l.id = ?", (dead_letter_id,)).fetchone()
+            if found is None:
+                return None
+            db.execute("UPDATE letters SET resolved = 1 WHERE id = ?", (dead_letter_id,))
+            letter = read_letter(found[:-1])
+            self._depth[letter.labels] -= 1
+            return letter
+
+    def tally(self, name: str, labels: tuple[str, ...], amount: int = 1) -> None:
+        """Count ``amount`` more of a counter, kept with the index (restored on restart)."""
+        with self._lock:
+            key = (name, labels)
+            self._tallies[key] = self._tallies.get(key, 0) + amount
+            self._dirty.add(key)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._counts["dead_letters"]
+
+    def _resolution(self, dead_letter_id: str) -> Resolution | None:
+        found = self._db.execute(
+            "SELECT body FROM resolutions WHERE id = ?", (dead_letter_id,)
+        ).fetchone()
+        return None if found is None else Resolution.model_validate_json(found[0])
+
+    def get(self, dead_letter_id: str) -> tuple[ParkedLetter, Resolution | None] | None:
+        """The dead letter with its resolution, or None when no such id is indexed."""
+        with self._lock:
+            found = self._db.execute(f"{SELECT_PAIRS} WHERE l.id = ?", (dead_letter_id,)).fetchone()
+        return None if found is None else read_pair(found)
+
+    def resolution(self, dead_letter_id: str) -> Resolution | None:
+        """The resolution recorded for an id, whether or not its dead letter was read."""
+        with self._lock:
+            return self._resolution(dead_letter_id)
+
+    def select(
+        self,
+        accept: Callable[[ParkedLetter], bool] | None = None,
+        *,
+        include_resolved: bool = False,
+    ) -> list[Pair]:
+        """Dead letters (unresolved only, by default) that ``accept``, oldest first."""
+        return [
+            pair
+            for pair in self.scan(resolved=None if include_resolved else False)
+            if accept is None or accept(pair[0])
+        ]
+
+    def scan(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+        after: Keyset | None = None,
+    ) -> Iterator[Pair]:
+        """Dead letters ``chosen`` oldest first, from just after ``after``, a page at a time.
+
+        The filters are the query's; the lock is not held between pages, so a long listing
+        never stops the reader.
+        """
+        where, args = conditions(chosen, now=now, resolved=resolved)
+        while True:
+            keyset = [*where, "(l.parked_at, l.id) > (?, ?)"] if after else where
+            clause = f"WHERE {' AND '.join(keyset)}" if keyset else ""
+            sql = f"{SELECT_PAIRS} {clause} ORDER BY l.parked_at, l.id LIMIT {_PAGE}"
+            with self._lock:
+                rows = self._db.execute(sql, (*args, *(after or ()))).fetchall()
+            for row in rows:
+                yield read_pair(row)
+            if len(rows) < _PAGE:
+                return
+            after = (rows[-1][PARKED_AT], rows[-1][0])
+
+    def count(
+        self,
+        chosen: DeadLetterFilter | None = None,
+        *,
+        now: float | None = None,
+        resolved: bool | None = False,
+    ) -> int:
+        """How many dead letters ``scan`` would yield (unresolved by labels: from the depths)."""
+        chosen = chosen or DeadLetterFilter()
+        if (
+            resolved is False
+            and chosen.dead_letter_topic is None
+            and chosen.min_age_seconds is None
+        ):
+            wanted = (chosen.owner, chosen.source_topic, chosen.error_type)
+            with self._lock:
+                return sum(
+                    depth
+                    for labels, depth in self._depth.items()
+                    if all(
+                        want is None or want == have
+                        for want, have in zip(wanted, labels, strict=True)
+                    )
+                )
+        where, args = conditions(chosen, now=now, resolved=resolved)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._lock:
+            return int(
+                self._db.execute(f"SELECT count(*) FROM letters l {clause}", args).fetchone()[0]  # noqa: S608 - conditions() binds every value
+            )
+
+    def groups(self) -> list[GroupStats]:
+        """Depth and oldest unresolved ``parked_at`` of every label group ever seen."""
+        with self._lock:
+            return [
+                GroupStats(labels, depth, self._oldest(labels) if depth else None)
+                for labels, depth in sorted(self._depth.items())
+            ]
+
+    def _oldest(self, labels: Labels) -> float | None:
+        found = self._db.execute(
+            "SELECT min(parked_at) FROM letters WHERE resolved = 0 AND owner = ? "
+            "AND source_topic = ? AND error_type = ?",
+            labels,
+        ).fetchone()
+        return None if found is None else found[0]
+
+    def counts(self) -> dict[str, int]:
+        """How many dead letters are indexed, unresolved, and how many resolutions are known."""
+        with self._lock:
+            return {
+                "dead_letters": self._counts["dead_letters"],
+                "unresolved": sum(self._depth.values()),
+                "resolutions": self._counts["resolutions"],
+            }
+
+    def applied_offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to read of every partition the index has applied records from."""
+        with self._lock:
+            rows = self._db.execute("SELECT topic, partition, next FROM offsets").fetchall()
+        return {(topic, partition): nxt for topic, partition, nxt in rows}
+
+    def tallies(self) -> list[Tally]:
+        """Every counter kept with the index, to restore the metrics from."""
+        with self._lock:
+            return [(name, labels, value) for (name, labels), value in self._tallies.items()]
