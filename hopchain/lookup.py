@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
 
 from hopchain.exceptions import EnvelopeError
+from hopchain.header_names import read_undecodable_header_names
 from hopchain.metadata import topic_partitions
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Hop, Keyring, verify_chain
 from hopchain.schemas.deadletter import (
@@ -226,6 +227,7 @@ async def find_record(
         # CancelledError out of its coordinator: start none.)
         result.seconds = time.perf_counter() - started
         return result
+    read_undecodable_header_names()  # a header name not UTF-8 would stop its partition
     consumer = AIOKafkaConsumer(
         **(client_options or {}),
         bootstrap_servers=bootstrap,

@@ -36,6 +36,7 @@ from hopchain.consumers.resolutions import (
     is_clock_probe,
     read_resolution_record,
 )
+from hopchain.header_names import read_undecodable_header_names
 
 __all__ = ["ClaimLog", "Verdict", "started_reader"]
 
@@ -73,6 +74,7 @@ async def started_reader(settings: DlqSettings, client_id: str) -> AIOKafkaConsu
     A seek waits for the fetch in flight; aiokafka's default 500 ms long poll at the end of
     the log would make every claim or redrive of a batch take half a second.
     """
+    read_undecodable_header_names()  # a header name not UTF-8 would stop its partition
     consumer = AIOKafkaConsumer(
         **settings.client_kwargs(),
         bootstrap_servers=settings.kafka_bootstrap,

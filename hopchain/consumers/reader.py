@@ -27,6 +27,7 @@ from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
 from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
 from hopchain.consumers.topics import TopicPlan, plan_topics
+from hopchain.header_names import read_undecodable_header_names
 from hopchain.schemas.contracts import ContractRegistry
 
 __all__ = ["IndexReader", "Snapshot", "load_index"]
@@ -98,6 +99,7 @@ class IndexReader:
         An index that claims offsets beyond a partition's end (the topic was deleted and
         created again, or the index belongs to another cluster) is discarded and rebuilt.
         """
+        read_undecodable_header_names()  # a header name not UTF-8 would stop its partition
         self._consumer = AIOKafkaConsumer(
             **self.settings.client_kwargs(),
             bootstrap_servers=self.settings.kafka_bootstrap,

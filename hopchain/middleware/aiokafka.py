@@ -57,6 +57,7 @@ from hopchain.exceptions import (
     ConfigurationError,
     DeadLetterWriteError,
 )
+from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.aiokafka_batches import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_BATCH_TIMEOUT,
@@ -70,7 +71,6 @@ from hopchain.middleware.context import (
 from hopchain.middleware.engine import Hopchain, Received, Verdict
 from hopchain.middleware.engine.consume import closing
 from hopchain.middleware.failures import ExceptionMapper
-from hopchain.middleware.header_names import read_undecodable_header_names
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,

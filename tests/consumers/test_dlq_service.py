@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import secrets
+import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -198,6 +200,21 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
     )
 
 
+async def kcat_with_odd_header_name(bootstrap: str, topic: str, value: bytes) -> None:
+    """Send ``value`` with kcat, with a header named ``b"\\xff\\xfe"`` (not UTF-8)."""
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kcat is not installed; .ci/run installs it")
+        pytest.skip("kcat is not installed")
+    process = await asyncio.create_subprocess_exec(
+        kcat, "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-H", b"\xff\xfe=odd",
+        stdin=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    await process.communicate(value + b"\n")
+    assert process.returncode == 0
+
+
 @pytest.mark.kafka
 async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_service(
     dlq_settings: SettingsFactory, kafka_bootstrap: str
@@ -223,10 +240,13 @@ async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_ser
             await producer.send_and_wait(owned, good.value, headers=list(good.headers))
         finally:
             await producer.stop()
-        await wait_until(lambda: len(service.index) == 4, what="four dead letters indexed")
+        # A header name that is not UTF-8, which aiokafka alone could not read past.
+        await kcat_with_odd_header_name(kafka_bootstrap, unowned, b"odd name")
+        await wait_until(lambda: len(service.index) == 5, what="five dead letters indexed")
 
         letters = {one.dead_letter_id: one for one, _ in service.index.select()}
         foreign = letters[f"{unowned}:0:0"]
+        assert letters[f"{unowned}:0:1"].error_type == "malformed"
         tombstone = letters[f"{owned}:0:0"]
         damaged = letters["id-1"]
         assert (foreign.owner, foreign.error_type, foreign.source_topic) == (
@@ -240,11 +260,11 @@ async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_ser
         assert service.alive()
         seen = await asyncio.to_thread(scrape, service.url)
         assert seen["hopchain_dlq_unreadable_records_total"] == {
-            (("topic", unowned),): 1.0,
+            (("topic", unowned),): 2.0,
             (("topic", owned),): 2.0,
             (("topic", settings.dlq_resolutions_topic),): 2.0,
         }
-        assert seen["hopchain_dlq_depth"][group_key("unknown", "unknown", "malformed")] == 1.0
+        assert seen["hopchain_dlq_depth"][group_key("unknown", "unknown", "malformed")] == 2.0
         healthz = await asyncio.to_thread(call, "GET", f"{service.url}/healthz")
         assert healthz == (200, {"alive": True})
 

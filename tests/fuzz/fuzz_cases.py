@@ -153,7 +153,7 @@ def from_bytes(data: bytes, target: str | None = None) -> Case:
     for field in rest[3:]:
         name, found, raw = field.partition(_NAME_END)
         # Names are handed over as text; bytes that are not UTF-8 arrive as aiokafka with
-        # hopchain's batch reader gives them (hopchain.middleware.header_names).
+        # hopchain's batch reader gives them (hopchain.header_names).
         headers.append((name.decode(errors="surrogateescape"), raw if found else None))
     return Case(
         target=target,

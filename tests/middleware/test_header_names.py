@@ -29,7 +29,7 @@ from middleware_helpers import (
 
 from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext
 from hopchain.exceptions import ReasonCode
-from hopchain.middleware.header_names import read_undecodable_header_names
+from hopchain.header_names import read_undecodable_header_names
 from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, read_dead_letter_headers
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
 

@@ -15,6 +15,7 @@ from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
 from hopchain.exceptions import ConfigurationError
+from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.engine import Hopchain, RecordWriter
 from hopchain.middleware.faststream.commits import (
     BatchedCommits,
@@ -23,7 +24,6 @@ from hopchain.middleware.faststream.commits import (
 )
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.message import RecordMiddleware
-from hopchain.middleware.header_names import read_undecodable_header_names
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 
