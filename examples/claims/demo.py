@@ -74,14 +74,16 @@ class Processes:
         self.run_dir = run_dir
         self.children: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = (self.run_dir / f"{name}.log").open("wb")
         child = subprocess.Popen(  # noqa: S603 - our own interpreter and modules
             [sys.executable, *args],
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
         )
         self.children[name] = child
         return child
@@ -196,6 +198,8 @@ async def _run(args: argparse.Namespace, bootstrap: str, run_dir: Path) -> int:
             bootstrap,
             "--port",
             str(metrics_port),
+            # The index beside the run's logs, not in the user's data folder.
+            env={"HOPCHAIN_DLQ_INDEX_PATH": str(run_dir / "dlq-index.sqlite")},
         )
         for stage in STAGES:
             processes.start(
