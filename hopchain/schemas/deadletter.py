@@ -308,6 +308,8 @@ def read_reference(headers: Sequence[tuple[str, bytes | None]]) -> Reference | N
     Raises:
         ValueError: the headers mark a reference but do not say (in full) what it refers to.
     """
+    if not any(name == DLQ_TRUNCATED_HEADER for name, _ in headers):
+        return None  # the usual letter, holding its record: no header decoded
     found = {
         name: (value or b"").decode(errors="replace")
         for name, value in headers
