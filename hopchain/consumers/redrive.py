@@ -45,7 +45,7 @@ from hopchain.schemas.ids import new_span_id
 from hopchain.schemas.text_v2 import envelope_text
 from hopchain.schemas.traceparent import format_traceparent
 from hopchain.schemas.vocabulary import Decision
-from hopchain.tracing import hop_span
+from hopchain.send_spans import hop_span
 
 __all__ = ["RedriveRecord", "build_redrive", "default_instance", "read_parked", "redrive_span"]
 

@@ -19,7 +19,7 @@ from hopchain.exceptions import EnvelopeRejected, ReasonCode
 from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.engine import Hopchain
 from hopchain.schemas import TRACEPARENT_HEADER, TRACESTATE_HEADER, EncodedRecord
-from hopchain.tracing import note_sent
+from hopchain.send_spans import note_sent
 
 __all__ = ["EnvelopeProducer"]
 

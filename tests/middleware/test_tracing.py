@@ -10,13 +10,8 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, StatusCode
 
 from hopchain.schemas.ids import new_span_id, new_trace_id
-from hopchain.tracing import (
-    KafkaHeadersGetter,
-    _ids,
-    consume_span,
-    mark_error,
-    publish_span,
-)
+from hopchain.send_spans import publish_span
+from hopchain.tracing import KafkaHeadersGetter, consume_span, mark_error, span_ids
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -106,9 +101,9 @@ def test_errors_are_marked_with_a_code_only(spans: InMemorySpanExporter) -> None
 def test_a_span_that_does_not_record_still_gets_its_own_ids() -> None:
     silent = NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
     trace_id = new_trace_id()
-    first, second = _ids(silent, trace_id), _ids(silent, trace_id)
+    first, second = span_ids(silent, trace_id), span_ids(silent, trace_id)
     assert first[0] == second[0] == trace_id
     assert first[1] != second[1]
-    minted_trace, _ = _ids(silent, None)
+    minted_trace, _ = span_ids(silent, None)
     assert len(minted_trace) == 32
     assert minted_trace != trace_id

@@ -11,7 +11,8 @@ from opentelemetry.trace import NonRecordingSpan
 
 from hopchain import tracing
 from hopchain.schemas.ids import new_span_id, new_trace_id
-from hopchain.tracing import consume_span, publish_span
+from hopchain.send_spans import publish_span
+from hopchain.tracing import consume_span
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -31,7 +31,7 @@ from hopchain.schemas import (
 from hopchain.schemas.chain_v2 import recontracted
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
-from hopchain.tracing import forward_span, publish_span
+from hopchain.send_spans import forward_span, publish_span
 
 __all__ = ["Publisher"]
 

@@ -18,7 +18,7 @@ from hopchain.exceptions import DeadLetterWriteError, RecordTooLargeError
 from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record, reference_record
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import parking_span
+from hopchain.send_spans import parking_span
 
 __all__ = ["DeadLetterWriter", "OutgoingRecord", "RecordWriter"]
 

@@ -21,7 +21,7 @@ from hopchain.middleware.engine import OutgoingRecord
 from hopchain.middleware.faststream.commits import Pending
 from hopchain.middleware.faststream.types import MiddlewareOwner
 from hopchain.propagation import KeptTraceContext
-from hopchain.tracing import note_sent
+from hopchain.send_spans import note_sent
 
 __all__ = ["BrokerWriter", "CallNext", "key_bytes", "send_one", "writing_raw"]
 
