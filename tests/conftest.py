@@ -9,6 +9,7 @@ tests that need it; it never skips them (under CI or anywhere else).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -29,6 +30,7 @@ from hopchain.testing import (
     unique_topic_name,
 )
 from hopchain.testing._provision import ENV_KAFKA_VERSION, find_kafka_home, pom_kafka_version
+from hopchain.testing.kcat import KcatSend, kcat_sender
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -219,3 +221,17 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> TopicFactory:
     """``await new_topic(partitions=3)`` creates a uniquely named topic and returns its name."""
     return TopicFactory(kafka_bootstrap, prefix=request.node.name)
+
+
+@pytest.fixture
+def kcat(kafka_bootstrap: str) -> KcatSend:
+    """``await kcat(topic, [b"value"], headers=[b"name=value"])`` sends with the real kcat.
+
+    Missing kcat fails the test under CI=true (``.ci/run`` installs it) and skips it elsewhere.
+    """
+    path = shutil.which("kcat")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kcat is not installed; .ci/run installs it")
+        pytest.skip("kcat is not installed (apt-get install kcat)")
+    return kcat_sender(path, kafka_bootstrap)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import secrets
-import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -40,6 +38,7 @@ from hopchain.testing.deadletters import (
     produce_dead_letters,
     synthetic_dead_letter,
 )
+from hopchain.testing.kcat import KcatSend
 
 
 @pytest.fixture
@@ -200,24 +199,9 @@ async def test_ten_thousand_dead_letters_depth_age_resolution_and_restart(
     )
 
 
-async def kcat_with_odd_header_name(bootstrap: str, topic: str, value: bytes) -> None:
-    """Send ``value`` with kcat, with a header named ``b"\\xff\\xfe"`` (not UTF-8)."""
-    kcat = shutil.which("kcat")
-    if kcat is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kcat is not installed; .ci/run installs it")
-        pytest.skip("kcat is not installed")
-    process = await asyncio.create_subprocess_exec(
-        kcat, "-P", "-b", bootstrap, "-t", topic, "-p", "0", "-H", b"\xff\xfe=odd",
-        stdin=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    await process.communicate(value + b"\n")
-    assert process.returncode == 0
-
-
 @pytest.mark.kafka
 async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_service(
-    dlq_settings: SettingsFactory, kafka_bootstrap: str
+    dlq_settings: SettingsFactory, kafka_bootstrap: str, kcat: KcatSend
 ) -> None:
     prefix = unique_topic_name("foreign")
     owned, unowned = f"{prefix}-owned.dlq", f"{prefix}-any.dlq"
@@ -241,7 +225,7 @@ async def test_foreign_and_unreadable_records_are_indexed_and_never_stop_the_ser
         finally:
             await producer.stop()
         # A header name that is not UTF-8, which aiokafka alone could not read past.
-        await kcat_with_odd_header_name(kafka_bootstrap, unowned, b"odd name")
+        await kcat(unowned, [b"odd name"], headers=[b"\xff\xfe=odd"])
         await wait_until(lambda: len(service.index) == 5, what="five dead letters indexed")
 
         letters = {one.dead_letter_id: one for one, _ in service.index.select()}

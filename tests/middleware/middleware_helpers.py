@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from hopchain import ConsumedRecord, EnvelopeProducer, Hopchain, HopContext
+from hopchain import ConsumedRecord, EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext
 from hopchain.exceptions import ReasonCode
 from hopchain.middleware.engine.writer import OutgoingRecord
 from hopchain.middleware.producer import KafkaWriter, ProducerWriter
@@ -615,3 +615,33 @@ class DeadLetterWatch:
     def passed(self) -> list[tuple[str, int, int, int]]:
         """The observations where the commit had passed a record not yet parked."""
         return [seen for seen in self.observed if seen[3] > seen[2]]
+
+
+async def forward_until_committed(
+    bootstrap: str, records: EnvelopeConsumer, source: str, output: str, group: str
+) -> list[HopContext]:
+    """Run a batch stage that forwards each valid record of ``source`` to ``output``.
+
+    It runs until ``group`` has committed every partition of ``source`` to the end offset it
+    had when called; returns the hops handed over, in order.
+    """
+    ends = await end_offsets(bootstrap, source)
+    seen: list[HopContext] = []
+
+    async def forward() -> None:
+        async for batch in records.batches(max_records=40, timeout=0.5):
+            for hop in batch.hops:
+                seen.append(hop)
+                await batch.send(hop, output, hop.payload)
+
+    async def settled() -> bool:
+        committed = await committed_offsets(bootstrap, group)
+        return {p: committed.get((source, p)) for p in ends} == ends
+
+    loop = asyncio.create_task(forward())
+    try:
+        await wait_until(settled, what="the end offsets committed")
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    return seen

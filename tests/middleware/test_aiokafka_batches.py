@@ -21,8 +21,8 @@ from middleware_helpers import (
     committed_offsets,
     contract,
     doc,
-    end_offsets,
     envelope_consumer_client,
+    forward_until_committed,
     header,
     mixed_plan,
     parent_of,
@@ -31,7 +31,6 @@ from middleware_helpers import (
     registry,
     send_mixed,
     span_exporter,
-    wait_until,
 )
 from opentelemetry import trace
 from txn_worker import Doc as CrashDoc
@@ -42,7 +41,6 @@ from hopchain import (
     EnvelopeConsumer,
     EnvelopeProducer,
     Hopchain,
-    HopContext,
     TransactionalConsumer,
     origin,
 )
@@ -114,14 +112,6 @@ class HeldProducer:
         return await self.producer.send_and_wait(topic, **kwargs)
 
 
-async def forward_batches(records: EnvelopeConsumer, output: str, seen: list[HopContext]) -> None:
-    """The loop a batch service runs: send an output per valid record; the loop commits."""
-    async for batch in records.batches(max_records=40, timeout=0.5):
-        for hop in batch.hops:
-            seen.append(hop)
-            await batch.send(hop, output, hop.payload)
-
-
 async def feed_docs(bootstrap: str, topic: str, runtime: Hopchain, count: int) -> None:
     async with raw_producer(bootstrap) as producer:
         sender = EnvelopeProducer(producer, runtime)
@@ -140,7 +130,6 @@ async def test_batches_hand_over_valid_records_in_order_and_park_the_rest(
     runtime = Hopchain(contracts, component="batched", limits=Limits(max_record_bytes=8192))
     plan = mixed_plan(MIXED_TOTAL, MIXED_PER_KIND, seed=24)
     valid = plan.count("valid")
-    seen: list[HopContext] = []
     async with (
         raw_producer(kafka_bootstrap) as producer,
         envelope_consumer_client(kafka_bootstrap, source, group) as consumer,
@@ -148,19 +137,8 @@ async def test_batches_hand_over_valid_records_in_order_and_park_the_rest(
         sent = await send_mixed(
             producer, EnvelopeProducer(producer, feeder), MalformedFactory(feeder, source), plan
         )
-        ends = await end_offsets(kafka_bootstrap, source)
         records = EnvelopeConsumer(consumer, producer, runtime, group=group)
-        loop = asyncio.create_task(forward_batches(records, output, seen))
-
-        async def settled() -> bool:
-            committed = await committed_offsets(kafka_bootstrap, group)
-            return {p: committed.get((source, p)) for p in ends} == ends
-
-        try:
-            await wait_until(settled, what="the end offsets committed")
-        finally:
-            loop.cancel()
-            await asyncio.gather(loop, return_exceptions=True)
+        seen = await forward_until_committed(kafka_bootstrap, records, source, output, group)
 
     # Every valid record handed over once, in offset order within its partition.
     assert len(seen) == valid

@@ -7,31 +7,27 @@ stops every read of its partition, the records before it included.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import shutil
 import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from middleware_helpers import (
     Doc,
-    committed_offsets,
     contract,
     doc,
-    end_offsets,
     envelope_consumer_client,
+    forward_until_committed,
     raw_producer,
     read_topic,
     registry,
-    wait_until,
 )
 
-from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext
+from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain
 from hopchain.exceptions import ReasonCode
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, read_dead_letter_headers
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
+from hopchain.testing.kcat import KcatSend
 
 pytestmark = pytest.mark.kafka
 
@@ -39,51 +35,23 @@ ODD_NAME = b"\xff\xfe"
 """Not UTF-8: 0xFF never starts a UTF-8 sequence."""
 
 
-async def kcat(
-    bootstrap: str,
-    topic: str,
-    lines: list[bytes],
-    *,
-    headers: tuple[bytes, ...] = (),
-    compression: str = "none",
-) -> None:
-    """Send one record per line in one kcat run (one batch), each with ``headers``.
-
-    A line ``key:value`` has a key.
-    """
-    path = shutil.which("kcat")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("kcat is not installed; .ci/run installs it")
-        pytest.skip("kcat is not installed")
-    arguments: list[str | bytes] = [path, "-P", "-b", bootstrap, "-t", topic, "-p", "0"]
-    arguments += ["-z", compression, "-K", ":"]
-    for header in headers:
-        arguments += [b"-H", header]
-    process = await asyncio.create_subprocess_exec(
-        *arguments, stdin=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    _, errors = await process.communicate(b"\n".join(lines) + b"\n")
-    assert process.returncode == 0, errors.decode()
-
-
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 @pytest.mark.parametrize("timestamps", ["CreateTime", "LogAppendTime"])
 async def test_a_plain_consumer_reads_every_record_around_an_odd_header_name(
-    kafka_bootstrap: str, compression: str, timestamps: str
+    kafka_bootstrap: str, kcat: KcatSend, compression: str, timestamps: str
 ) -> None:
     topic = unique_topic_name("odd-names")
     await create_topics(kafka_bootstrap, topic, configs={"message.timestamp.type": timestamps})
     before = int(time.time() * 1000)
-    await kcat(kafka_bootstrap, topic, [b"k0:first"], headers=(b"plain=1",))
+    await kcat(topic, [b"k0:first"], headers=[b"plain=1"], keyed=True)
     await kcat(
-        kafka_bootstrap,
         topic,
         [b"k1:odd one", b"k2:odd two", b":odd three"],
-        headers=(ODD_NAME + b"=x", b"plain=2"),
+        headers=[ODD_NAME + b"=x", b"plain=2"],
         compression=compression,
+        keyed=True,
     )
-    await kcat(kafka_bootstrap, topic, [b"k4:last"])
+    await kcat(topic, [b"k4:last"], keyed=True)
     after = int(time.time() * 1000)
 
     read_undecodable_header_names()
@@ -118,7 +86,7 @@ async def test_a_plain_consumer_reads_every_record_around_an_odd_header_name(
 
 
 async def test_a_batch_stage_parks_the_record_and_forwards_the_rest(
-    kafka_bootstrap: str, new_topic: TopicFactory
+    kafka_bootstrap: str, new_topic: TopicFactory, kcat: KcatSend
 ) -> None:
     source, output = await new_topic(), await new_topic()
     await create_topics(kafka_bootstrap, f"{source}.dlq")
@@ -126,35 +94,16 @@ async def test_a_batch_stage_parks_the_record_and_forwards_the_rest(
     feeder = Hopchain(contracts, component="feeder")
     stage = Hopchain(contracts, component="odd-names")
     group = unique_topic_name("odd-names")
-    seen: list[HopContext] = []
-
-    async def forward(records: EnvelopeConsumer) -> None:
-        async for batch in records.batches(max_records=10, timeout=0.5):
-            for hop in batch.hops:
-                seen.append(hop)
-                await batch.send(hop, output, hop.payload)
-
     async with (
         raw_producer(kafka_bootstrap) as producer,
         envelope_consumer_client(kafka_bootstrap, source, group) as consumer,
     ):
         sender = EnvelopeProducer(producer, feeder)
         await sender.send(source, doc(0))
-        await kcat(kafka_bootstrap, source, [b'key:{"id": 1}'], headers=(ODD_NAME + b"=2",))
+        await kcat(source, [b'key:{"id": 1}'], headers=[ODD_NAME + b"=2"], keyed=True)
         await sender.send(source, doc(2))
-        ends = await end_offsets(kafka_bootstrap, source)
         records = EnvelopeConsumer(consumer, producer, stage, group=group)
-        loop = asyncio.create_task(forward(records))
-
-        async def settled() -> bool:
-            committed = await committed_offsets(kafka_bootstrap, group)
-            return {p: committed.get((source, p)) for p in ends} == ends
-
-        try:
-            await wait_until(settled, what="the end offsets committed")
-        finally:
-            loop.cancel()
-            await asyncio.gather(loop, return_exceptions=True)
+        seen = await forward_until_committed(kafka_bootstrap, records, source, output, group)
 
     assert [hop.record.offset for hop in seen] == [0, 2]
     outputs = await read_topic(kafka_bootstrap, output)

@@ -6,25 +6,22 @@ both hold any topic name Kafka accepts, not only the 200-character names of comp
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 
 import pytest
 from middleware_helpers import (
     OWNER,
     Doc,
-    committed_offsets,
     doc,
-    end_offsets,
     envelope_consumer_client,
+    forward_until_committed,
     header,
     raw_producer,
     read_topic,
     registry,
-    wait_until,
 )
 
-from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext
+from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain
 from hopchain.exceptions import ConfigurationError
 from hopchain.schemas import ENVELOPE_HEADER, TopicContract
 from hopchain.schemas.text_v2 import load_envelope
@@ -77,14 +74,6 @@ async def test_a_stage_between_topics_of_245_and_249_characters_forwards_and_par
     feeder = Hopchain(contracts, component="feeder")
     stage = Hopchain(contracts, component="long-stage")
     group = unique_topic_name("long-names")
-    seen: list[HopContext] = []
-
-    async def forward(records: EnvelopeConsumer) -> None:
-        async for batch in records.batches(max_records=10, timeout=0.5):
-            for hop in batch.hops:
-                seen.append(hop)
-                await batch.send(hop, output, hop.payload)
-
     async with (
         raw_producer(kafka_bootstrap) as producer,
         envelope_consumer_client(kafka_bootstrap, source, group) as consumer,
@@ -93,20 +82,8 @@ async def test_a_stage_between_topics_of_245_and_249_characters_forwards_and_par
         for number in range(RECORDS):
             await sender.send(source, doc(number))
         await producer.send_and_wait(source, GARBAGE)  # parked in a 249-character topic
-        ends = await end_offsets(kafka_bootstrap, source)
-        loop = asyncio.create_task(
-            forward(EnvelopeConsumer(consumer, producer, stage, group=group))
-        )
-
-        async def settled() -> bool:
-            committed = await committed_offsets(kafka_bootstrap, group)
-            return {p: committed.get((source, p)) for p in ends} == ends
-
-        try:
-            await wait_until(settled, what="the end offsets committed")
-        finally:
-            loop.cancel()
-            await asyncio.gather(loop, return_exceptions=True)
+        records = EnvelopeConsumer(consumer, producer, stage, group=group)
+        seen = await forward_until_committed(kafka_bootstrap, records, source, output, group)
 
     assert len(seen) == RECORDS
     [parked] = await read_topic(kafka_bootstrap, f"{source}.dlq")

@@ -10,12 +10,9 @@ serializer raising when a body-mode payload is handed to a FastStream handler.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import os
 import re
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -52,6 +49,7 @@ from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, read_dead_letter_hea
 from hopchain.schemas.ids import new_span_id, new_trace_id
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
+from hopchain.testing.kcat import KcatSend
 
 pytestmark = pytest.mark.kafka
 
@@ -110,27 +108,8 @@ async def run_until_committed(
     return await read_all(bootstrap, [f"{source}.dlq"], "read_committed")
 
 
-async def send_with_kcat(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    """Send one record per value, without key or headers, as a shell user would (kcat -P)."""
-    kcat = shutil.which("kcat")
-    if kcat is None:  # pragma: no cover - the test machines have it
-        if os.environ.get("CI") == "true":
-            pytest.fail("kcat is not installed; .ci/run installs it")
-        async with raw_producer(bootstrap) as producer:
-            for value in values:
-                await producer.send_and_wait(topic, value)
-        return
-    process = await asyncio.create_subprocess_exec(
-        kcat, "-P", "-b", bootstrap, "-t", topic, "-p", "0",
-        stdin=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _, errors = await process.communicate(b"\n".join(values) + b"\n")
-    assert process.returncode == 0, errors.decode()
-
-
 async def test_a_validator_raising_key_error_parks_the_bare_record(
-    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch, kcat: KcatSend
 ) -> None:
     source, output = await new_topic(prefix="codes"), await new_topic(prefix="invoices")
     await create_topics(kafka_bootstrap, f"{source}.dlq")
@@ -144,7 +123,7 @@ async def test_a_validator_raising_key_error_parks_the_bare_record(
     watch = DeadLetterWatch(kafka_bootstrap, group)
     watch.install(monkeypatch)
     values = [b'{"code":"a1"}', b'{"code":"zz"}', b'{"code":"b3"}']
-    await send_with_kcat(kafka_bootstrap, source, values)
+    await kcat(source, values)  # as a shell user would: no key, no headers
     seen: list[Code] = []
     async with service(kafka_bootstrap, contracts, (source, output, group), seen):
         parked = await run_until_committed(kafka_bootstrap, group, source, 3, watch)
@@ -381,7 +360,7 @@ async def test_a_serializer_raising_on_a_body_mode_record_parks_it(
 
 
 async def test_a_header_name_that_is_not_utf8_is_parked_and_the_partition_read_on(
-    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch, kcat: KcatSend
 ) -> None:
     source, output = await new_topic(prefix="names-in"), await new_topic(prefix="names-out")
     await create_topics(kafka_bootstrap, f"{source}.dlq")
@@ -393,15 +372,7 @@ async def test_a_header_name_that_is_not_utf8_is_parked_and_the_partition_read_o
     async with raw_producer(kafka_bootstrap) as producer:
         first = factory.valid(0)
         await send(producer, source, first.value, list(first.headers))
-    kcat = shutil.which("kcat")
-    if kcat is None:  # pragma: no cover - the test machines have it
-        pytest.fail("kcat is not installed; .ci/run installs it")
-    process = await asyncio.create_subprocess_exec(
-        kcat, "-P", "-b", kafka_bootstrap, "-t", source, "-p", "0", "-H", b"\xff\xfe=odd",
-        stdin=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    await process.communicate(b'{"id": 1, "text": "sent by kcat"}\n')
-    assert process.returncode == 0
+    await kcat(source, [b'{"id": 1, "text": "sent by kcat"}'], headers=[b"\xff\xfe=odd"])
     async with raw_producer(kafka_bootstrap) as producer:
         last = factory.valid(2)
         await send(producer, source, last.value, list(last.headers))
