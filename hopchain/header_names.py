@@ -113,39 +113,29 @@ def _records(batch: bytes) -> Iterator[_Record]:
 
 
 class _Batch:
-    """aiokafka's batch, an iterator of its records: from a name it cannot decode, ours."""
+    """aiokafka's batch; from a header name it cannot decode, read again by :func:`_records`."""
 
     def __init__(self, inner: Any, raw: bytes) -> None:
         self._inner = inner
         self._raw = raw
-        self._last = -1
-        self._records: Iterator[Any] = inner
-        self._again: Iterator[_Record] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def __iter__(self) -> _Batch:
-        self._records = iter(self._inner)  # aiokafka's batch prepares its records here
-        return self
-
     def __next__(self) -> Any:
-        if self._again is None:
-            try:
-                record = next(self._records)
-            except UnicodeDecodeError:
-                base = _BATCH.unpack_from(self._raw)[0]
-                _log.warning(
-                    "a record batch from offset %d has a header name that is not UTF-8; "
-                    "read again with the name's bytes kept",
-                    base,
-                )
-                last = self._last
-                self._again = (r for r in _records(self._raw) if r.offset > last)
-            else:
-                self._last = record.offset
-                return record
-        return next(self._again)
+        return next(self._inner)  # a control batch's marker, read alone
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from iter(self._inner)  # aiokafka's batch prepares its records in iter()
+        except UnicodeDecodeError:
+            _log.warning(
+                "a record batch from offset %d has a header name that is not UTF-8; "
+                "read again with the name's bytes kept",
+                _BATCH.unpack_from(self._raw)[0],
+            )
+            # From its first record: the fetcher skips those below the offset it reached.
+            yield from _records(self._raw)
 
 
 class _Records:
