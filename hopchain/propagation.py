@@ -190,17 +190,14 @@ _DICT_SETTER: Setter[Any] = DefaultSetter()
 
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 _W3C = (TraceContextTextMapPropagator, W3CBaggagePropagator)
-_ONLY_W3C: dict[int, tuple[TextMapPropagator, bool]] = {}
+_checked: list[tuple[TextMapPropagator, bool]] = []
+"""The last propagator asked about, and the answer (configuring propagators installs another)."""
 
 
 def _writes_only_w3c(propagator: TextMapPropagator) -> bool:
-    """Whether ``propagator`` is OpenTelemetry's default: W3C trace context and baggage only.
-
-    Remembered per propagator object (configuring propagators installs a new one).
-    """
-    known = _ONLY_W3C.get(id(propagator))
-    if known is not None and known[0] is propagator:
-        return known[1]
+    """Whether ``propagator`` is OpenTelemetry's default: W3C trace context and baggage only."""
+    if _checked and _checked[0][0] is propagator:
+        return _checked[0][1]
     if type(propagator) in _W3C:
         only = type(propagator) is TraceContextTextMapPropagator
     else:
@@ -212,7 +209,7 @@ def _writes_only_w3c(propagator: TextMapPropagator) -> bool:
             and all(type(each) in _W3C for each in inner)
             and any(type(each) is TraceContextTextMapPropagator for each in inner)
         )
-    _ONLY_W3C[id(propagator)] = (propagator, only)
+    _checked[:] = [(propagator, only)]
     return only
 
 

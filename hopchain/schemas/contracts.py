@@ -13,12 +13,13 @@ from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, DecodeError, ReasonCode, UnknownTopicError
 from hopchain.schemas.envelope import BodyEnvelope
+from hopchain.schemas.wire import NAME_PATTERN, TOPIC_PATTERN
 
 __all__ = ["DEAD_LETTER_SUFFIX", "ContractRegistry", "TopicContract", "WireMode"]
 
 DEAD_LETTER_SUFFIX = ".dlq"
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_NAME = re.compile(r"^[^\x00-\x1f\x7f]+$")
+_TOPIC_NAME = re.compile(TOPIC_PATTERN)
+_NAME = re.compile(NAME_PATTERN)
 _NAME_LENGTH = 200
 """A contract's name is a SPEC *name*: carried in every envelope, 1-200 characters."""
 
