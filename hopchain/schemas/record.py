@@ -12,6 +12,9 @@ __all__ = ["ConsumedRecord"]
 _LOG_APPEND_TIME = 1
 """The Kafka protocol's timestamp type of a broker-set time (0 is the producer's)."""
 
+_CONFLUENT_LOG_APPEND_TIME = 2
+"""confluent-kafka's ``TIMESTAMP_LOG_APPEND_TIME`` (its 0 means no time, 1 the producer's)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumedRecord:
@@ -40,6 +43,24 @@ class ConsumedRecord:
             value=record.value,
             headers=tuple(record.headers or ()),
             log_append_time=getattr(record, "timestamp_type", 0) == _LOG_APPEND_TIME,
+        )
+
+    @classmethod
+    def from_confluent(cls, message: Any) -> ConsumedRecord:
+        """Wrap a ``confluent_kafka.Message`` (FastStream's confluent broker hands over the same).
+
+        Its accessors are methods, and ``headers()`` is ``None`` when the record has none.
+        """
+        timestamp_type, timestamp = message.timestamp()
+        return cls(
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+            timestamp_ms=timestamp if timestamp_type else -1,
+            key=message.key(),
+            value=message.value(),
+            headers=tuple(message.headers() or ()),
+            log_append_time=timestamp_type == _CONFLUENT_LOG_APPEND_TIME,
         )
 
     @property
