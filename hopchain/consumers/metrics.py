@@ -137,15 +137,15 @@ class DlqMetrics:
             registry=self.registry,
         )
 
-    def count(self, name: str, *labels: str) -> None:
-        """Add one to a counter and to its tally kept with the index.
+    def count(self, name: str, *labels: str, amount: int = 1) -> None:
+        """Add ``amount`` to a counter and to its tally kept with the index.
 
         ``name`` is ``parked``, ``resolved``, ``unreadable`` or ``resolutions_ignored``; a
         service restarted on the same index counts on from the tally.
         """
         counter: Counter = getattr(self, name)
-        counter.labels(*labels).inc()
-        self.index.tally(name, labels)
+        counter.labels(*labels).inc(amount)
+        self.index.tally(name, labels, amount)
 
     def restore(self) -> None:
         """Set the counters to the tallies kept with the index (a restart without a rebuild)."""

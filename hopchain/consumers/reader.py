@@ -75,6 +75,7 @@ class IndexReader:
         self._pending: set[TopicPartition] = set()
         self._ready = asyncio.Event()
         self._unreadable_logged = 0
+        self._parked: dict[tuple[str, str, str], int] = {}
         self._lag_at = 0.0
         self._refresh_at = 0.0
         self._resolution_key = settings.resolution_key()
@@ -223,10 +224,11 @@ class IndexReader:
         reached: dict[tuple[str, int], int] = {}
         for tp, records in batch.items():
             for record in records:
-                self.apply(record)
+                self._apply(record)
             count += len(records)
             if records:
                 reached[tp.topic, tp.partition] = records[-1].offset + 1
+        self._count_parked()
         self.index.commit(reached)
         return count
 
@@ -289,6 +291,16 @@ class IndexReader:
         exception of hopchain's own is logged, counted as unreadable, and skipped, so that
         no input stops the loop.
         """
+        self._apply(raw)
+        self._count_parked()
+
+    def _count_parked(self) -> None:
+        """Count the letters indexed since last time: one addition per labels, not per letter."""
+        for labels, amount in self._parked.items():
+            self.metrics.count("parked", *labels, amount=amount)
+        self._parked.clear()
+
+    def _apply(self, raw: Any) -> None:
         try:
             if raw.topic == self.plan.resolutions_topic:
                 self._apply_resolution(raw)
@@ -305,7 +317,8 @@ class IndexReader:
         added = self.index.add(letter)
         if not added.new:
             return
-        self.metrics.count("parked", *letter.labels)
+        labels = letter.labels
+        self._parked[labels] = self._parked.get(labels, 0) + 1
         if added.resolution is not None:
             self.metrics.count("resolved", *letter.labels, added.resolution.resolution.value)
         if letter.problem is not None:

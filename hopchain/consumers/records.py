@@ -21,6 +21,7 @@ from hopchain.schemas.deadletter import (
     DLQ_PARKED_AT_HEADER,
     DLQ_PREFIX,
     DLQ_SOURCE_TOPIC_HEADER,
+    DLQ_TRUNCATED_HEADER,
     REDRIVE_COUNT_HEADER,
     DeadLetterInfo,
     Reference,
@@ -215,23 +216,38 @@ def _identifier(value: str | None) -> str | None:
     return value
 
 
+_READ_BESIDE = frozenset(
+    {ENVELOPE_HEADER, TRACEPARENT_HEADER, REDRIVE_COUNT_HEADER, DLQ_TRUNCATED_HEADER}
+)
+"""The headers an index entry reads besides those :func:`read_dead_letter_headers` reads
+(the reference marker: its other headers are read only when it is there)."""
+
+
+def _beside(headers: tuple[tuple[str, bytes | None], ...]) -> dict[str, str | None]:
+    """The last value of each of :data:`_READ_BESIDE`, as text, in one pass over the headers."""
+    found = {name: value for name, value in headers if name in _READ_BESIDE}
+    return {name: _text(value) for name, value in found.items()}
+
+
+def _counted(raw: str | None) -> int:
+    return int(raw.strip()) if raw is not None and raw.strip().isdigit() else 0
+
+
 def redrive_count(
     headers: tuple[tuple[str, bytes | None], ...], envelope: Envelope | None = None
 ) -> int:
     """How many times a record was redriven: its header, or the chain's redriven hops."""
-    counted = 0
-    raw = _last_header(headers, REDRIVE_COUNT_HEADER)
-    if raw is not None and raw.strip().isdigit():
-        counted = int(raw.strip())
+    counted = _counted(_last_header(headers, REDRIVE_COUNT_HEADER))
     if envelope is not None:
         counted = max(counted, sum(hop.decision is Decision.REDRIVEN for hop in envelope.chain))
     return counted
 
 
-def _lenient_identity(record: DeadLetterRecord) -> tuple[str | None, str | None, str | None]:
+def _lenient_identity(
+    record: DeadLetterRecord, beside: dict[str, str | None]
+) -> tuple[str | None, str | None, str | None]:
     """Envelope id, trace id and intent key from an envelope that may not validate."""
-    raw = _last_header(record.headers, ENVELOPE_HEADER)
-    text = raw
+    text = beside.get(ENVELOPE_HEADER)
     if text is None and record.value is not None and record.value[:1] == b"{":
         text = _text(record.value)  # body mode: the value is the envelope
     fields: dict[str, Any] = {}
@@ -246,7 +262,7 @@ def _lenient_identity(record: DeadLetterRecord) -> tuple[str | None, str | None,
     trace_id = fields.get("trace_id") if isinstance(fields.get("trace_id"), str) else None
     intent = fields.get("intent_key") if isinstance(fields.get("intent_key"), str) else None
     if trace_id is None:
-        parent = parse_traceparent(_last_header(record.headers, TRACEPARENT_HEADER) or "")
+        parent = parse_traceparent(beside.get(TRACEPARENT_HEADER) or "")
         trace_id = parent.trace_id if parent is not None else None
     return envelope_id, _identifier(trace_id), _identifier(intent)
 
@@ -258,6 +274,7 @@ def _from_info(
     if dead_letter_id is None:
         raise ValueError("hopchain-dlq-id is empty or not one line of text")
     envelope = info.envelope
+    beside = _beside(record.headers)
     redriven = 0
     if envelope is not None:
         identity: tuple[str | None, str | None, str | None] = (
@@ -265,10 +282,11 @@ def _from_info(
             envelope.trace_id,
             envelope.intent_key,
         )
+        redriven = sum(hop.decision is Decision.REDRIVEN for hop in envelope.chain)
     elif info.envelope_json is not None:
         identity, redriven = _identity_from_text(info.envelope_json)
     else:
-        identity = _lenient_identity(record)
+        identity = _lenient_identity(record, beside)
     return ParkedLetter(
         dead_letter_id=dead_letter_id,
         owner=info.owner or topic_owner or UNKNOWN,
@@ -283,11 +301,11 @@ def _from_info(
         trace_id=identity[1],
         intent_key=identity[2],
         component=info.component,
-        redrive_count=max(redrive_count(record.headers, envelope), redriven),
+        redrive_count=max(_counted(beside.get(REDRIVE_COUNT_HEADER)), redriven),
         source_timestamp=_plausible(info.source_timestamp_ms / 1000)
         if info.source_timestamp_ms >= 0
         else None,
-        reference=_read_reference(record),
+        reference=_read_reference(record) if DLQ_TRUNCATED_HEADER in beside else None,
     )
 
 
@@ -346,7 +364,8 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
             if parsed.tzinfo is not None:
                 header_time = parsed.timestamp()
     parked_at = _broker_time(record, header_time)
-    envelope_id, trace_id, intent_key = _lenient_identity(record)
+    beside = _beside(headers)
+    envelope_id, trace_id, intent_key = _lenient_identity(record, beside)
     return ParkedLetter(
         dead_letter_id=_identifier(_last_header(headers, DLQ_ID_HEADER))
         or coordinate_id(record.topic, record.partition, record.offset),
@@ -361,7 +380,7 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
         envelope_id=envelope_id,
         trace_id=trace_id,
         intent_key=intent_key,
-        redrive_count=redrive_count(headers),
+        redrive_count=_counted(beside.get(REDRIVE_COUNT_HEADER)),
         problem=problem,
     )
 

@@ -281,16 +281,18 @@ class LetterStore:
         """Index a dead letter; a second record with an indexed id is ignored."""
         with self._lock:
             db = self._write()
-            resolution = self._resolution(letter.dead_letter_id)
-            if (
-                db.execute(INSERT_LETTER, (*letter_row(letter), resolution is not None)).rowcount
-                == 0
-            ):
+            inserted = db.execute(
+                INSERT_LETTER, (*letter_row(letter), letter.dead_letter_id)
+            ).fetchone()
+            if inserted is None:
                 return Added(new=False)
             self._counts["dead_letters"] += 1
-            depth = self._depth.get(letter.labels, 0)
-            self._depth[letter.labels] = depth + (resolution is None)
-            return Added(new=True, resolution=resolution)
+            labels = letter.labels
+            if inserted[0]:  # its resolution was read first: it arrives resolved
+                self._depth.setdefault(labels, 0)
+                return Added(new=True, resolution=self._resolution(letter.dead_letter_id))
+            self._depth[labels] = self._depth.get(labels, 0) + 1
+            return Added(new=True)
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution; returns the dead letter when it was unresolved until now."""

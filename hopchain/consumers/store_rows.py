@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 _COLUMNS = ", ".join(f'"{name}"' for name in LETTER_COLUMNS)
-INSERT_LETTER = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * (len(LETTER_COLUMNS) + 1))})"  # noqa: E501, S608
+INSERT_LETTER = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * len(LETTER_COLUMNS))}, EXISTS (SELECT 1 FROM resolutions WHERE id = ?)) RETURNING resolved"  # noqa: E501, S608
+"""Index a letter, resolved when its resolution came first; one row back when it is new."""
 _QUALIFIED = ", ".join(f'l."{name}"' for name in LETTER_COLUMNS)
 SELECT_PAIRS = f"SELECT {_QUALIFIED}, r.body FROM letters l LEFT JOIN resolutions r ON r.id = l.id"  # noqa: S608
 

@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from hopchain.exceptions import ReasonCode
 from hopchain.schemas.envelope import Envelope
@@ -164,6 +165,13 @@ def dead_letter_headers(info: DeadLetterInfo) -> list[tuple[str, bytes]]:
     return [(name, value.encode()) for name, value in pairs]
 
 
+@lru_cache(maxsize=1024)
+def _read_failure(text: str) -> Failure:
+    # The letters of one incident mostly share their failure's text (one refusal, one bug),
+    # and Failure is frozen: validating each text once is most of reading their headers.
+    return Failure.model_validate_json(text)
+
+
 def read_dead_letter_headers(
     headers: Sequence[tuple[str, bytes | None]], *, parse_envelope: bool = True
 ) -> DeadLetterInfo:
@@ -195,7 +203,7 @@ def read_dead_letter_headers(
         source_offset=int(found[_OFFSET]),
         source_timestamp_ms=int(found[_TIMESTAMP]),
         parked_at=datetime.fromisoformat(found[_PARKED_AT]),
-        failure=Failure.model_validate_json(found[_FAILURE]),
+        failure=_read_failure(found[_FAILURE]),
         # Read as written, not verified: integrity is judged by whoever shows it.
         envelope=load_envelope(envelope, check=False) if envelope and parse_envelope else None,
         envelope_json=envelope or None,
