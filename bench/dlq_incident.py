@@ -12,7 +12,8 @@ ingest rate (first send to the last letter indexed, as ``/readyz`` counts them),
 service's resident memory (now and at its peak), the ``/metrics`` scrape time during and
 after the burst, the p95 of the list and detail endpoints and of the console's list page,
 ``hopchain dlq list --owner team-a --limit 50 --index FILE`` (a fresh process, start-up
-included), a restart's time to ready with the file, and a rebuild's without it. Uses
+included), a restart's time to ready with the file, and a rebuild's without it (skipped
+with ``HOPCHAIN_BENCH_DLQ_REBUILD=0``). Uses
 ``--bootstrap``, else $HOPCHAIN_KAFKA_BOOTSTRAP, else a broker of its own.
 """
 
@@ -31,10 +32,14 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hopchain.schemas import ErrorType
+from hopchain.schemas.deadletter import DLQ_ID_HEADER, DLQ_PARKED_AT_HEADER, DLQ_PREFIX
+from hopchain.schemas.ids import new_envelope_id
 from hopchain.testing import LocalKafka, delete_topics, unique_topic_name
 from hopchain.testing.deadletters import (
     SyntheticDeadLetter,
@@ -46,6 +51,8 @@ HOPCHAIN = (sys.executable, "-c", "from hopchain.cli import main; main()")
 """The ``hopchain`` command of this interpreter (and of this checkout, with PYTHONPATH)."""
 
 OWNERS = ("team-a", "team-b", "team-c")
+SOURCE_OFFSET = DLQ_PREFIX + "source-offset"
+SOURCE_TIMESTAMP = DLQ_PREFIX + "source-timestamp"
 SPREAD = (
     float(os.environ["HOPCHAIN_BENCH_DLQ_SPREAD"])
     if "HOPCHAIN_BENCH_DLQ_SPREAD" in os.environ
@@ -61,22 +68,43 @@ ERROR_TYPES = (
 
 
 def letters(count: int, source: str, owner: str, seed: int) -> Iterator[SyntheticDeadLetter]:
-    """Small dead letters, made as they are sent (a million never sit in memory)."""
+    """Small dead letters, made as they are sent (a million never sit in memory).
+
+    One letter is made per error type; the others are copies of it with their own id,
+    source offset and times, so that the producer, not the making, sets the pace.
+    """
     rng = random.Random(seed)
     start = time.time() - 3600.0 if SPREAD is None else time.time() - SPREAD
     step = (3600.0 if SPREAD is None else SPREAD) / max(count, 1)
+    made = {
+        error_type: synthetic_dead_letter(
+            owner=owner,
+            source_topic=source,
+            error_type=error_type,
+            parked_at=start,
+            value=b'{"n": 1234567890}',
+        )
+        for error_type in ERROR_TYPES
+    }
     for number in range(count):
         # Parked as an incident parks them, one after another (over the last hour); with
         # HOPCHAIN_BENCH_DLQ_SPREAD=SECONDS, at random times over that many seconds instead.
         parked_at = start + number * step if SPREAD is None else start + rng.uniform(0, SPREAD)
-        yield synthetic_dead_letter(
-            owner=owner,
-            source_topic=source,
-            error_type=rng.choice(ERROR_TYPES),
+        template = made[rng.choice(ERROR_TYPES)]
+        millis = int(parked_at * 1000)
+        dead_letter_id = new_envelope_id(millis)
+        own = {
+            DLQ_ID_HEADER: dead_letter_id.encode(),
+            SOURCE_OFFSET: str(number).encode(),
+            SOURCE_TIMESTAMP: str(millis).encode(),
+            DLQ_PARKED_AT_HEADER: datetime.fromtimestamp(parked_at, UTC).isoformat().encode(),
+        }
+        yield replace(
+            template,
+            dead_letter_id=dead_letter_id,
             parked_at=parked_at,
-            value=b'{"n": 1234567890}',
             key=f"{owner}-{number}".encode(),
-            source_offset=number,
+            headers=tuple((name, own.get(name, raw)) for name, raw in template.headers),
         )
 
 
@@ -261,6 +289,8 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
             f"(resident {memory_mib(served.process.pid)[0]:.0f} MiB)"
         )
         served.stop()
+        if os.environ.get("HOPCHAIN_BENCH_DLQ_REBUILD", "1") == "0":
+            return
         for suffix in ("", "-wal", "-shm"):
             Path(f"{index}{suffix}").unlink(missing_ok=True)
         served = Served(env, port)
