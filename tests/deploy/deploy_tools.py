@@ -6,6 +6,7 @@ and the routing are only proven by the real tools.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -38,6 +39,49 @@ def tool(name: str) -> str:
         f"Prometheus and Alertmanager. Install them: {INSTALL_HINT}",
         pytrace=False,
     )
+
+
+AGE_RULE = "max by (owner, source_topic) (hopchain_dlq_oldest_age_seconds) > 3600\n        for: 5m"
+"""The shipped age alert's expression and ``for:``, as the rules file writes them."""
+
+
+def age_rule(*, threshold_seconds: int, for_: str) -> str:
+    """The age alert with another threshold and ``for:``, so a test need not wait an hour."""
+    return AGE_RULE.replace("> 3600", f"> {threshold_seconds}").replace("5m", for_)
+
+
+def replace_once(text: str, old: str, new: str, where: str) -> str:
+    """Replace exactly one occurrence, so a changed config fails here instead of testing
+    something else."""
+    assert text.count(old) == 1, f"{where} no longer holds {old!r} exactly once"
+    return text.replace(old, new)
+
+
+def prometheus_config(
+    folder: Path, dlq_port: int, age: str, alertmanager_port: int | None = None
+) -> Path:
+    """A Prometheus config that scrapes the service every second with the shipped rules,
+    the age rule replaced by ``age`` (see :func:`age_rule`)."""
+    rules = (DEPLOY_DIR / "prometheus" / "rules" / "hopchain.rules.yml").read_text()
+    rules_file = folder / "hopchain.rules.yml"
+    rules_file.write_text(replace_once(rules, AGE_RULE, age, "the age rule"))
+    config: dict[str, object] = {  # JSON is YAML
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules_file)],
+        "scrape_configs": [
+            {
+                "job_name": "hopchain-dlq",
+                "static_configs": [{"targets": [f"127.0.0.1:{dlq_port}"]}],
+            }
+        ],
+    }
+    if alertmanager_port is not None:
+        config["alerting"] = {
+            "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]
+        }
+    path = folder / "prometheus.yml"
+    path.write_text(json.dumps(config, indent=2))
+    return path
 
 
 def free_port() -> int:

@@ -11,7 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from deploy_tools import DEPLOY_DIR, Processes, free_port, tool
+from deploy_tools import (
+    DEPLOY_DIR,
+    Processes,
+    age_rule,
+    free_port,
+    prometheus_config,
+    replace_once,
+    tool,
+)
 
 from hopchain.consumers import DeadLetterService, DlqSettings
 from hopchain.schemas import ErrorType
@@ -22,19 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-AGE_RULE = "max by (owner, source_topic) (hopchain_dlq_oldest_age_seconds) > 3600\n        for: 5m"
-TINY_AGE_RULE = (
-    "max by (owner, source_topic) (hopchain_dlq_oldest_age_seconds) > 1\n        for: 1s"
-)
+TINY_AGE_RULE = age_rule(threshold_seconds=1, for_="1s")
 WEBHOOK_BASE = "http://alerts.example.invalid:9000"
 DEADLINE_SECONDS = 60.0
-
-
-def replace_once(text: str, old: str, new: str, where: str) -> str:
-    """Replace exactly one occurrence, so a changed config fails here instead of testing
-    something else."""
-    assert text.count(old) == 1, f"{where} no longer holds {old!r} exactly once"
-    return text.replace(old, new)
 
 
 class Webhook:
@@ -89,28 +87,6 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
     started = Processes(tmp_path)
     yield started
     started.stop()
-
-
-def prometheus_config(tmp_path: Path, deploy_dir: Path, dlq_port: int, am_port: int) -> Path:
-    rules = (deploy_dir / "prometheus" / "rules" / "hopchain.rules.yml").read_text()
-    rules_file = tmp_path / "hopchain.rules.yml"
-    rules_file.write_text(replace_once(rules, AGE_RULE, TINY_AGE_RULE, "the age rule"))
-    config = {  # JSON is YAML
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules_file)],
-        "alerting": {
-            "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]
-        },
-        "scrape_configs": [
-            {
-                "job_name": "hopchain-dlq",
-                "static_configs": [{"targets": [f"127.0.0.1:{dlq_port}"]}],
-            }
-        ],
-    }
-    path = tmp_path / "prometheus.yml"
-    path.write_text(json.dumps(config, indent=2))
-    return path
 
 
 def alertmanager_config(tmp_path: Path, deploy_dir: Path, webhook_base: str) -> Path:
@@ -185,7 +161,7 @@ async def test_an_old_dead_letter_pages_its_owner_through_prometheus_and_alertma
         processes.start(
             "prometheus",
             prometheus,
-            f"--config.file={prometheus_config(tmp_path, DEPLOY_DIR, service.port, am_port)}",
+            f"--config.file={prometheus_config(tmp_path, service.port, TINY_AGE_RULE, am_port)}",
             f"--storage.tsdb.path={tmp_path / 'prometheus-data'}",
             f"--web.listen-address=127.0.0.1:{prom_port}",
         )
