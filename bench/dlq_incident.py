@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -190,7 +190,10 @@ async def park_all(bootstrap: str, count: int, sources: dict[str, str]) -> None:
     )
 
 
-def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 - one story
+def measure(  # noqa: PLR0915 - one story
+    bootstrap: str, count: int, folder: Path, say: Callable[[str], None] = print
+) -> None:
+    """Run the incident on ``bootstrap`` and ``say`` each figure, one line each."""
     sources = {owner: unique_topic_name(f"incident-{owner}") for owner in OWNERS}
     index = folder / "dlq-index.sqlite"
     env = {
@@ -228,21 +231,21 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
         done.set()
         watcher.join()
         rss, peak = memory_mib(served.process.pid)
-        print(f"parked {count:,} in {produced:.1f} s ({count / produced:,.0f}/s produced)")
-        print(
+        say(f"parked {count:,} in {produced:.1f} s ({count / produced:,.0f}/s produced)")
+        say(
             f"ingest (live): all indexed {ingested:.1f} s after the first send "
             f"({count / ingested:,.0f}/s)"
         )
-        print(
+        say(
             f"/metrics during the burst: median {statistics.median(scrapes) * 1000:.1f} ms, "
             f"max {max(scrapes) * 1000:.1f} ms ({len(scrapes)} scrapes)"
         )
-        print(
+        say(
             f"service resident memory: {idle:.0f} MiB idle, {rss:.0f} MiB after, "
             f"peak {peak:.0f} MiB; index file {index.stat().st_size / 2**20:,.0f} MiB"
         )
         after = [get(f"{served.url}/metrics")[2] for _ in range(20)]
-        print(
+        say(
             f"/metrics after: median {statistics.median(after) * 1000:.1f} ms, "
             f"max {max(after) * 1000:.1f} ms"
         )
@@ -255,7 +258,7 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
             deep.append(get(f"{served.url}/dead-letters?limit=50&after={ids[n % len(ids)]}")[2])
             details.append(get(f"{served.url}/dead-letters/{ids[n % len(ids)]}")[2])
             pages.append(get(f"{served.url}/ui/dead-letters?owner={owner}&error_type=internal")[2])
-        print(
+        say(
             f"p95 of 40: list {p95(lists)}, list after an id {p95(deep)}, detail "
             f"{p95(details)}, console list page {p95(pages)}"
         )
@@ -276,7 +279,7 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
             begun = time.perf_counter()
             subprocess.run(cli, env=env, check=True, capture_output=True)  # noqa: S603
             times.append(time.perf_counter() - begun)
-        print(
+        say(
             f"hopchain dlq list --owner team-a --limit 50 --index FILE: "
             f"{min(times):.2f} s best of 3 (a fresh process)"
         )
@@ -284,7 +287,7 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
 
         served = Served(env, port)
         restart = served.ready(120)
-        print(
+        say(
             f"restart with the index file: ready in {restart:.2f} s "
             f"(resident {memory_mib(served.process.pid)[0]:.0f} MiB)"
         )
@@ -296,7 +299,7 @@ def measure(bootstrap: str, count: int, folder: Path) -> None:  # noqa: PLR0915 
         served = Served(env, port)
         rebuild = served.ready(3600)
         rss, peak = memory_mib(served.process.pid)
-        print(
+        say(
             f"rebuild without it: ready in {rebuild:.1f} s ({count / rebuild:,.0f}/s), "
             f"resident {rss:.0f} MiB, peak {peak:.0f} MiB"
         )

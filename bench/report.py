@@ -108,6 +108,13 @@ headers mode ({size:,} B with headers: the 1 KiB payload, the original two-hop e
 `hopchain trace` runs) looks up the envelope id of the record at offset {offset:,}, reading
 the topic to its end; filling the topic took {fill:.0f} s.
 """
+INCIDENT = """
+`bench/dlq_incident.py`: `hopchain dlq serve` runs in a process of its own (its index in a
+temporary folder) while {records:,} small dead letters (3 owners, 5 error types, parked over
+the last hour) are sent to three 3-partition dead-letter topics as fast as one producer
+sends them. The same broker as the steps above; the producer shares the machine with the
+service, so the live ingest rate is at most the producer's.
+"""
 PROFILES = """
 pyinstrument (`bench/profiles.py`). Pipeline processes are sampled on their CPU clock, so
 time spent descheduled on the busy machine is not charged to the socket write that happened
@@ -499,6 +506,16 @@ def _lookup(results: Results) -> list[str]:
     return lines
 
 
+def _incident(results: Results) -> list[str]:
+    if not results.incident:
+        return ["Not run (BENCH_STEPS)."]
+    return [
+        _prose(INCIDENT, records=results.settings.incident_records),
+        "",
+        *(f"- {line}" for line in results.incident),
+    ]
+
+
 OWNER_COLUMNS = (
     ("hopchain", ("hopchain",)),
     ("FastStream", ("faststream", "fast_depends")),
@@ -615,6 +632,10 @@ def render(results: Results) -> str:
         "## 5. kill -9 of the stages: what is lost, what is repeated",
         "",
         *crash_section(results),
+        "",
+        "## 6. The dead-letter service through an incident",
+        "",
+        *_incident(results),
         "",
         "## Profiles",
         "",

@@ -17,7 +17,9 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
     BENCH_PROFILE          0: skip the pyinstrument profiles even when pyinstrument is there
     BENCH_PROFILE_RECORDS  records of each profiled pipeline run (2000)
     BENCH_STEPS            which steps, by commas: micro,pipeline,latency,ceiling,lookup,profile,
-                           crash
+                           crash,incident
+    BENCH_INCIDENT_RECORDS dead letters parked in the incident step (1000000): see
+                           bench/dlq_incident.py
     BENCH_VARIANTS         pipeline variants, by commas (default: plain,ackfirst,headers,batched,
                            txn,batches,txnbatches,aiokafka; body too on request; batched only
                            when hopchain has batched commits, HOPCHAIN_COMMITS)
@@ -41,6 +43,7 @@ import os
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,6 +53,7 @@ from typing import Any
 from bench import profiles
 from bench.ceiling import PassResult, run_passes
 from bench.crash import CrashRun, run_crash
+from bench.dlq_incident import measure
 from bench.lookup import LookupResult, run_lookup
 from bench.machine import Machine, describe
 from bench.micro_runner import MicroResult, run_micro
@@ -59,7 +63,7 @@ from bench.workload import Variant, batched_commits_available
 from hopchain.testing import LocalKafka, cached_kafka_version
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("micro", "pipeline", "latency", "ceiling", "lookup", "profile", "crash")
+STEPS = ("micro", "pipeline", "latency", "ceiling", "lookup", "profile", "crash", "incident")
 FASTSTREAM = (Variant.PLAIN, Variant.HEADERS, Variant.BODY)
 VARIANTS = (
     Variant.PLAIN,
@@ -102,6 +106,7 @@ class Settings:
     crash_records: int = 3000
     crash_rate: float = 150.0
     crash_kills: int = 8
+    incident_records: int = 1_000_000
 
     @classmethod
     def from_environment(cls) -> Settings:
@@ -121,6 +126,7 @@ class Settings:
             crash_records=int(env.get("BENCH_CRASH_RECORDS", "3000")),
             crash_rate=float(env.get("BENCH_CRASH_RATE", "150")),
             crash_kills=int(env.get("BENCH_CRASH_KILLS", "8")),
+            incident_records=int(env.get("BENCH_INCIDENT_RECORDS", "1000000")),
             records=records,
             rounds=int(env.get("BENCH_ROUNDS", "2")),
             latency_rate=float(env.get("BENCH_LATENCY_RATE", "0")),
@@ -186,6 +192,8 @@ class Results:
     crash_runs: list[CrashRun] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     """Variants not run, and why."""
+    incident: list[str] = field(default_factory=list)
+    """The dead-letter service's figures through an incident, one line each."""
 
 
 def log(message: str) -> None:
@@ -344,6 +352,18 @@ async def _broker_steps(results: Results, bootstrap: str) -> None:
         log(f"  median {results.lookup.median:.2f} s ({results.lookup.seconds})")
         _sample_load(results)
     await _crash_steps(results, bootstrap)
+    if "incident" in settings.steps:
+        log(f"incident: {settings.incident_records:,} dead letters parked while serving")
+
+        def say(line: str) -> None:
+            results.incident.append(line)
+            log(f"  {line}")
+
+        with tempfile.TemporaryDirectory(prefix="hopchain-incident-") as folder:
+            await asyncio.to_thread(
+                measure, bootstrap, settings.incident_records, Path(folder), say
+            )
+        _sample_load(results)
     await _profile_steps(results, bootstrap, ROOT / ".cache" / "bench" / "profiles")
 
 
