@@ -40,7 +40,7 @@ from hopchain.cli.dlq_options import (
 )
 
 if TYPE_CHECKING:
-    from hopchain.cli.dlq_actions import Resolve
+    from hopchain.cli.dlq_resolve import Resolve
 
 __all__ = ["ERROR_TYPES", "ErrorTypeName", "app"]
 
@@ -203,6 +203,7 @@ def show(
     resolutions_topic: ResolutionsOption = None,
     timeout: TimeoutOption = 120.0,
     json_output: JsonOption = False,
+    index_path: IndexOption = None,
 ) -> None:
     """Show one dead letter: why it failed, its whole hop chain as a timeline, its record."""
     _id(dead_letter_id)
@@ -212,7 +213,12 @@ def show(
         bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
     )
     dlq_actions.show(
-        source, dead_letter_id, payload=payload, timeout=timeout, json_output=json_output
+        source,
+        dead_letter_id,
+        payload=payload,
+        timeout=timeout,
+        json_output=json_output,
+        index_path=index_path,
     )
 
 
@@ -232,8 +238,9 @@ def _resolve_request(
     reason: str,
     force: bool,
     dry_run: bool,
+    index_path: str | None,
 ) -> Resolve:
-    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
+    from hopchain.cli import dlq_actions, dlq_resolve  # noqa: PLC0415 - loads aiokafka
 
     chosen = dlq_actions.choose(*filters)
     if _id(dead_letter_id) is None and chosen.is_empty:
@@ -244,13 +251,14 @@ def _resolve_request(
         )
     if dead_letter_id is not None and not chosen.is_empty:
         fail("give an ID or filters (--owner, ...), not both", ExitCode.USAGE)
-    return dlq_actions.Resolve(
+    return dlq_resolve.Resolve(
         dead_letter_id,
         chosen,
         who=dlq_actions.who_is(who),
         reason=reason,
         force=force,
         dry_run=dry_run,
+        index_path=index_path,
     )
 
 
@@ -276,6 +284,7 @@ def redrive(
     resolutions_topic: ResolutionsOption = None,
     timeout: TimeoutOption = 120.0,
     json_output: JsonOption = False,
+    index_path: IndexOption = None,
 ) -> None:
     """Republish dead letters to their source topic with a `redriven` hop, then resolve them.
 
@@ -291,7 +300,7 @@ def redrive(
     it, or holds other bytes there, the redrive is refused with exit status 5 and nothing is
     sent, even with --force.
     """
-    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
+    from hopchain.cli import dlq_actions, dlq_resolve  # noqa: PLC0415 - loads aiokafka
 
     request = _resolve_request(
         "redrive",
@@ -301,11 +310,12 @@ def redrive(
         reason=reason,
         force=force,
         dry_run=dry_run,
+        index_path=index_path,
     )
     source = dlq_actions.Source(
         bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
     )
-    dlq_actions.redrive(source, request, timeout=timeout, json_output=json_output)
+    dlq_resolve.redrive(source, request, timeout=timeout, json_output=json_output)
 
 
 @app.command("discard")
@@ -330,6 +340,7 @@ def discard(
     resolutions_topic: ResolutionsOption = None,
     timeout: TimeoutOption = 120.0,
     json_output: JsonOption = False,
+    index_path: IndexOption = None,
 ) -> None:
     """Resolve dead letters by dropping them, recording who, when and why.
 
@@ -337,7 +348,7 @@ def discard(
     counting towards depth and age. A dead letter already resolved is refused (exit 5)
     unless --force is given. Filters discard every unresolved dead letter they match.
     """
-    from hopchain.cli import dlq_actions  # noqa: PLC0415 - loads aiokafka
+    from hopchain.cli import dlq_actions, dlq_resolve  # noqa: PLC0415 - loads aiokafka
 
     request = _resolve_request(
         "discard",
@@ -347,8 +358,9 @@ def discard(
         reason=reason,
         force=force,
         dry_run=dry_run,
+        index_path=index_path,
     )
     source = dlq_actions.Source(
         bootstrap, contracts, pattern, tuple(dlq_topic or ()), resolutions_topic
     )
-    dlq_actions.discard(source, request, timeout=timeout, json_output=json_output)
+    dlq_resolve.discard(source, request, timeout=timeout, json_output=json_output)

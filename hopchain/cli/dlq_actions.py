@@ -10,6 +10,7 @@ original the source topic no longer holds, or holds with other bytes).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import getpass
 import itertools
@@ -17,7 +18,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,28 +34,31 @@ from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.filters import DeadLetterFilter, parse_duration
 from hopchain.consumers.index import Pair
+from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.reader import Snapshot, load_index
 from hopchain.consumers.render import (
     detail_view,
     list_table,
-    redrive_lines,
     resolution_json,
-    resolution_text,
 )
 from hopchain.consumers.store import LetterStore
 from hopchain.consumers.triage import Triage
 from hopchain.exceptions import ConfigurationError
 
 __all__ = [
-    "Resolve",
+    "Outcome",
     "Source",
     "choose",
-    "discard",
+    "echo_json",
     "list_letters",
-    "redrive",
+    "opened_index",
+    "run",
     "serve",
     "show",
+    "stream_json",
+    "terminal",
     "who_is",
+    "with_triage",
 ]
 
 T = TypeVar("T")
@@ -66,7 +70,8 @@ Outcome = dict[str, list[dict[str, Any]]]
 
 
 @functools.cache
-def _console(*, stderr: bool = False) -> Console:
+def terminal(*, stderr: bool = False) -> Console:
+    """The console of the commands' output (stderr's, for refusals and failures)."""
     return console(stderr=stderr)
 
 
@@ -132,7 +137,7 @@ def who_is(who: str | None) -> str:
     return name
 
 
-def _run(settings: DlqSettings, coroutine: Awaitable[T]) -> T:
+def run(settings: DlqSettings, coroutine: Awaitable[T]) -> T:
     """Run a coroutine, turning known errors into one line and an exit status."""
 
     async def main() -> T:
@@ -152,21 +157,54 @@ def _run(settings: DlqSettings, coroutine: Awaitable[T]) -> T:
         fail(kafka_failure(exc, settings.kafka_bootstrap), ExitCode.FAILURE)
 
 
-async def _with_triage(
+@contextlib.asynccontextmanager
+async def opened_index(
+    settings: DlqSettings,
+    timeout: float,  # noqa: ASYNC109 - bounds the rebuild
+    index_path: str | None,
+) -> AsyncIterator[Snapshot]:
+    """The service's index file, read only; else the topics read into a temporary file.
+
+    Either way memory stays bounded whatever the depth.
+    """
+    with tempfile.TemporaryDirectory(prefix="hopchain-dlq-") as folder:
+        store = LetterStore(index_path or Path(folder) / "index.sqlite")
+        try:
+            if index_path is not None:
+                await asyncio.to_thread(store.open_read_only)
+                yield Snapshot(store, DlqMetrics(store), {}, 0, 0.0)
+            else:
+                store.open()
+                yield await load_index(settings, timeout=timeout, index=store)
+        finally:
+            store.close()
+
+
+async def with_triage(
     settings: DlqSettings,
     timeout: float,  # noqa: ASYNC109 - bounds the rebuild
     action: Callable[[Snapshot, Triage], Awaitable[T]],
+    index_path: str | None = None,
 ) -> T:
-    snapshot = await load_index(settings, timeout=timeout)
-    triage = Triage(settings, snapshot.index)
-    await triage.start()
-    try:
-        return await action(snapshot, triage)
-    finally:
-        await triage.stop()
+    """Run ``action`` with the index (see :func:`opened_index`) and a started triage."""
+    async with opened_index(settings, timeout, index_path) as snapshot:
+        # A service's index file is the service's to write: it reads each resolution back
+        # from the resolutions topic, as it reads those of every other triage.
+        keep = None if index_path is None else _written_by_the_service
+        triage = Triage(settings, snapshot.index, on_resolution=keep)
+        await triage.start()
+        try:
+            return await action(snapshot, triage)
+        finally:
+            await triage.stop()
 
 
-def _echo_json(body: Any) -> None:
+def _written_by_the_service(_: object) -> None:
+    return None
+
+
+def echo_json(body: Any) -> None:
+    """Print one JSON document, indented, keys sorted."""
     typer.echo(json.dumps(body, indent=2, sort_keys=True))
 
 
@@ -174,7 +212,7 @@ def serve(settings: DlqSettings) -> int:
     """Run the dead-letter service until it is stopped; its exit status."""
     from hopchain.consumers.service import serve as serve_forever  # noqa: PLC0415 - dlq extra
 
-    return _run(settings, serve_forever(settings))
+    return run(settings, serve_forever(settings))
 
 
 def list_letters(
@@ -198,11 +236,11 @@ def list_letters(
         store = LetterStore(index_path or Path(folder) / "index.sqlite")
         try:
             if index_path is not None:
-                _run(settings, asyncio.to_thread(store.open_read_only))
+                run(settings, asyncio.to_thread(store.open_read_only))
                 read = f"read from the index file {index_path}"
             else:
                 store.open()
-                snapshot = _run(settings, load_index(settings, timeout=timeout, index=store))
+                snapshot = run(settings, load_index(settings, timeout=timeout, index=store))
                 read = (
                     f"{snapshot.records_read} records read from {len(snapshot.topics)} "
                     f"dead-letter topic(s) in {snapshot.seconds:.1f} s"
@@ -234,17 +272,17 @@ def _print_letters(
     if limit is not None or not json_output:
         letters = itertools.islice(letters, limit or TABLE_LIMIT)
     if json_output:
-        _stream_json(
+        stream_json(
             {**letter.as_json(), "resolution": resolution_json(resolution)}
             for letter, resolution in letters
         )
         return
     shown = list(letters)
     total = index.count(chosen, now=now, resolved=resolved)
-    _console().print(list_table(shown, now, include_resolved=include_resolved))
+    terminal().print(list_table(shown, now, include_resolved=include_resolved))
     references = sum(letter.reference is not None for letter, _ in shown)
     if references:
-        _console().print(
+        terminal().print(
             f"{references} of these are references (REASON ends in '(reference)'): the record "
             "was too large to park, so the dead letter holds no value. `hopchain dlq show ID` "
             "says where the original is; redrive re-reads it from there while the source "
@@ -252,21 +290,33 @@ def _print_letters(
             markup=False,
         )
     more = f" (showing the oldest {len(shown)})" if total > len(shown) else ""
-    _console().print(f"{total} dead letter(s){more}; {read}")
+    terminal().print(f"{total} dead letter(s){more}; {read}")
 
 
-def _stream_json(rows: Iterable[dict[str, Any]]) -> None:
-    """A JSON array, as ``json.dumps(rows, indent=2)`` writes it, one element at a time."""
+def stream_json(rows: Iterable[dict[str, Any]], key: str | None = None) -> None:
+    """A JSON array (under ``key`` in an object), written one element at a time.
+
+    Byte for byte what ``json.dumps(..., indent=2, sort_keys=True)`` writes for the whole.
+    """
+    indent = "  " if key is None else "    "
+    opening, closing = ("", "") if key is None else (f'{{\n  "{key}": ', "\n}")
     first = True
     for row in rows:
-        text = json.dumps(row, indent=2, sort_keys=True).replace("\n", "\n  ")
-        typer.echo(("[\n  " if first else ",\n  ") + text, nl=False)
+        text = json.dumps(row, indent=2, sort_keys=True).replace("\n", "\n" + indent)
+        start = f"{opening}[\n{indent}" if first else f",\n{indent}"
+        typer.echo(start + text, nl=False)
         first = False
-    typer.echo("[]" if first else "\n]")
+    typer.echo((f"{opening}[]" if first else f"\n{indent[2:]}]") + closing)
 
 
 def show(
-    source: Source, dead_letter_id: str, *, payload: bool, timeout: float, json_output: bool
+    source: Source,
+    dead_letter_id: str,
+    *,
+    payload: bool,
+    timeout: float,
+    json_output: bool,
+    index_path: str | None = None,
 ) -> None:
     """``dlq show``: one dead letter, its hop chain and (with --payload) its record."""
     settings = source.settings()
@@ -276,138 +326,9 @@ def show(
         letter, resolution = triage.lookup(dead_letter_id)
         return inspect_dead_letter(await triage.fetch(letter), letter, resolution)
 
-    detail = _run(settings, _with_triage(settings, timeout, action))
+    detail = run(settings, with_triage(settings, timeout, action, index_path))
     if json_output:
-        _echo_json(detail.as_json(include_value=payload))
+        echo_json(detail.as_json(include_value=payload))
         return
     for part in detail_view(detail, payload=payload):
-        _console().print(part)
-
-
-@dataclass(frozen=True)
-class Resolve:
-    """What ``redrive`` and ``discard`` share: which dead letters, by whom, why, how."""
-
-    dead_letter_id: str | None
-    chosen: DeadLetterFilter
-    who: str
-    reason: str
-    force: bool
-    dry_run: bool
-
-    def ids(self, snapshot: Snapshot, triage: Triage) -> list[str]:
-        """The one id (checked to exist), or every unresolved dead letter the filter picks."""
-        if self.dead_letter_id is not None:
-            triage.lookup(self.dead_letter_id)
-            return [self.dead_letter_id]
-        ids = [
-            letter.dead_letter_id for letter, _ in snapshot.index.select(self.chosen.predicate())
-        ]
-        if not ids:
-            raise DeadLetterNotFound("", "no unresolved dead letter matches the filter")
-        return ids
-
-
-async def _each(
-    ids: list[str], act: Callable[[str], Awaitable[dict[str, Any]]], *, done: str, single: bool
-) -> Outcome:
-    """Act on one id after the other; a single id raises, a filtered batch carries on."""
-    outcome: Outcome = {done: [], "refused": [], "failed": []}
-    for one in ids:
-        try:
-            outcome[done].append(await act(one))
-        except TriageRefused as exc:
-            if single:
-                raise
-            outcome["refused"].append({"id": one, "error": str(exc)})
-        except (TriageError, KafkaError) as exc:
-            if single:
-                raise
-            outcome["failed"].append({"id": one, "error": str(exc) or type(exc).__name__})
-    return outcome
-
-
-def _finish(outcome: Outcome, lines: list[tuple[str, bool]], *, json_output: bool) -> None:
-    if json_output:
-        _echo_json(outcome)
-    else:
-        for line, failed in lines:
-            _console(stderr=failed).print(line, markup=False)
-    if outcome.get("failed"):
-        raise typer.Exit(ExitCode.FAILURE)
-    if outcome.get("refused"):
-        raise typer.Exit(ExitCode.REFUSED)
-
-
-def _would_redrive(triage: Triage, dead_letter_id: str) -> dict[str, Any]:
-    """A dry run's line: the id, and where a reference's original would be read from."""
-    reference = triage.lookup(dead_letter_id)[0].reference
-    where = None
-    if reference is not None:
-        where = f"{reference.source_topic}[{reference.source_partition}]@{reference.source_offset}"
-    return {"id": dead_letter_id, "dry_run": True, "original_at": where}
-
-
-def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bool) -> None:
-    """``dlq redrive``: republish to the source topic with a ``redriven`` hop, then resolve."""
-    settings = source.settings()
-    quiet_kafka_client()
-
-    async def action(snapshot: Snapshot, triage: Triage) -> Outcome:
-        ids = request.ids(snapshot, triage)
-        if request.dry_run:
-            return {"redriven": [_would_redrive(triage, one) for one in ids]}
-
-        async def one(dead_letter_id: str) -> dict[str, Any]:
-            done = await triage.redrive(
-                dead_letter_id, who=request.who, reason=request.reason, force=request.force
-            )
-            return {"id": dead_letter_id, "resolution": resolution_json(done.resolution)}
-
-        return await _each(ids, one, done="redriven", single=request.dead_letter_id is not None)
-
-    outcome = _run(settings, _with_triage(settings, timeout, action))
-    lines = redrive_lines(outcome, dry_run=request.dry_run)
-    _finish(outcome, lines, json_output=json_output)
-
-
-def discard(source: Source, request: Resolve, *, timeout: float, json_output: bool) -> None:
-    """``dlq discard``: resolve by dropping, recording who, when and why."""
-    settings = source.settings()
-    quiet_kafka_client()
-    texts: dict[str, str] = {}
-
-    async def action(snapshot: Snapshot, triage: Triage) -> Outcome:
-        ids = request.ids(snapshot, triage)
-        if request.dry_run:
-            return {"discarded": [{"id": one, "dry_run": True} for one in ids]}
-
-        async def one(dead_letter_id: str) -> dict[str, Any]:
-            resolution = await triage.discard(
-                dead_letter_id, who=request.who, reason=request.reason, force=request.force
-            )
-            texts[dead_letter_id] = resolution_text(resolution)
-            return {"id": dead_letter_id, "resolution": resolution_json(resolution)}
-
-        return await _each(ids, one, done="discarded", single=request.dead_letter_id is not None)
-
-    outcome = _run(settings, _with_triage(settings, timeout, action))
-    discarded = outcome["discarded"]
-    if json_output and request.dead_letter_id is not None and not request.dry_run:
-        _echo_json(discarded[0]["resolution"])  # one id: its resolution, as before filters
-        return
-    lines = [
-        (f"would discard {item['id']}", False)
-        if request.dry_run
-        else (f"discarded {item['id']}: {texts[item['id']]}", False)
-        for item in discarded
-    ]
-    refused, failed = outcome.get("refused", []), outcome.get("failed", [])
-    lines.extend((f"refused {item['id']}: {item['error']}", True) for item in refused)
-    lines.extend((f"failed {item['id']}: {item['error']}", True) for item in failed)
-    if request.dry_run:
-        lines.append((f"would discard {len(discarded)}; nothing was changed", False))
-    elif len(discarded) + len(refused) + len(failed) > 1:
-        counts = f"{len(discarded)} discarded, {len(refused)} refused, {len(failed)} failed"
-        lines.append((counts, False))
-    _finish(outcome, lines, json_output=json_output)
+        terminal().print(part)

@@ -225,3 +225,47 @@ async def test_pages_after_a_letter_and_the_cli_reading_the_index_file_agree_wit
     )
     assert missing.exit_code == 2
     assert "does not exist" in missing.output
+
+
+@pytest.mark.kafka
+async def test_triage_reading_the_index_file_previews_shows_and_resolves_as_from_the_topics(
+    dlq_settings: SettingsFactory, dead_letter_index_file: Path
+) -> None:
+    topic = unique_topic_name("triage-file") + ".dlq"
+    settings = dlq_settings(dlq_topics={topic: "team-b"})
+    await park(settings, topic, 300, seed=5)
+    read = ["--bootstrap", settings.kafka_bootstrap, "--dlq-topic", f"{topic}=team-b"]
+    read += ["--resolutions-topic", settings.dlq_resolutions_topic]
+    index = f"--index={dead_letter_index_file}"
+    preview = ["redrive", "--owner=team-b", "--error-type=internal", "--dry-run", "--reason=r"]
+
+    async def dlq(*arguments: str) -> Any:
+        result = await asyncio.to_thread(runner.invoke, app, ["dlq", *arguments, *read])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    async with service(settings) as running:
+        await running.wait_ready(timeout=60)
+        from_file, from_topics = await dlq(*preview, "--json", index), await dlq(*preview, "--json")
+        chosen = json.loads(from_file)["redriven"]
+        text = await dlq(*preview, index)
+        first = chosen[0]["id"]
+        shown = [json.loads(await dlq("show", first, "--json", *more)) for more in ([index], [])]
+        depth = len(running.index)
+        discarded = await dlq("discard", first, "--reason=seen", "--who=oncall", index)
+        await wait_until(
+            lambda: running.index.resolution(first) is not None,
+            what="the discard read back by the service",
+        )
+        after = await dlq(*preview, "--json", index)
+
+    assert from_file == from_topics
+    assert from_file == json.dumps({"redriven": chosen}, indent=2, sort_keys=True) + "\n"
+    assert 100 < len(chosen) < 200
+    assert all(row["dry_run"] is True for row in chosen)
+    assert text.splitlines()[-1] == f"would redrive {len(chosen)}; nothing was changed"
+    assert shown[0] == shown[1]
+    assert shown[0]["dead_letter"]["id"] == first
+    assert discarded.startswith(f"discarded {first}")
+    assert len(running.index) == depth
+    assert [row["id"] for row in json.loads(after)["redriven"]] == [r["id"] for r in chosen[1:]]

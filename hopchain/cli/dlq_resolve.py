@@ -1,0 +1,220 @@
+"""What ``hopchain dlq redrive`` and ``discard`` do once their flags are read.
+
+Imported only when one of them runs (see :mod:`hopchain.cli.dlq`). Dead letters are chosen
+by a query of the index, oldest first; a dry run prints them as they are chosen, so that a
+preview of millions holds none of them in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from aiokafka.errors import KafkaError
+
+from hopchain.cli.common import ExitCode, quiet_kafka_client
+from hopchain.cli.dlq_actions import (
+    Outcome,
+    Source,
+    echo_json,
+    opened_index,
+    run,
+    stream_json,
+    terminal,
+    with_triage,
+)
+from hopchain.consumers.config import DlqSettings
+from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
+from hopchain.consumers.filters import DeadLetterFilter
+from hopchain.consumers.index import LetterIndex
+from hopchain.consumers.reader import Snapshot
+from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.render import redrive_lines, resolution_json, resolution_text
+from hopchain.consumers.triage import Triage
+
+__all__ = ["Resolve", "discard", "redrive"]
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """What ``redrive`` and ``discard`` share: which dead letters, by whom, why, how."""
+
+    dead_letter_id: str | None
+    chosen: DeadLetterFilter
+    who: str
+    reason: str
+    force: bool
+    dry_run: bool
+    index_path: str | None = None
+    """The service's index file to choose from (``--index``), instead of the topics."""
+
+    def letters(self, index: LetterIndex) -> Iterator[ParkedLetter]:
+        """The one letter (checked to exist), or every unresolved one the filter picks.
+
+        Oldest first, as the index yields them: a query, not a scan of every letter.
+
+        Raises:
+            DeadLetterNotFound: no such id, or the filter picks none.
+        """
+        if self.dead_letter_id is not None:
+            found = index.get(self.dead_letter_id)
+            if found is None:
+                raise DeadLetterNotFound(self.dead_letter_id)
+            yield found[0]
+            return
+        picked = False
+        for letter, _ in index.scan(self.chosen):
+            picked = True
+            yield letter
+        if not picked:
+            raise DeadLetterNotFound("", "no unresolved dead letter matches the filter")
+
+    def ids(self, snapshot: Snapshot) -> list[str]:
+        """The ids of :meth:`letters`."""
+        return [letter.dead_letter_id for letter in self.letters(snapshot.index)]
+
+
+def _preview(
+    settings: DlqSettings,
+    request: Resolve,
+    timeout: float,
+    *,
+    done: str,
+    row: Callable[[ParkedLetter], dict[str, Any]],
+    json_output: bool,
+) -> None:
+    """A dry run, printed as the letters are chosen: nothing is changed or held in memory."""
+    verb = {"redriven": "redrive", "discarded": "discard"}[done]
+
+    async def read() -> None:
+        async with opened_index(settings, timeout, request.index_path) as snapshot:
+            rows = (row(letter) for letter in request.letters(snapshot.index))
+            if json_output:
+                stream_json(rows, key=done)
+                return
+            count = 0
+            for one in rows:
+                where = one.get("original_at")
+                read = f" (a reference: its original is read again from {where})" if where else ""
+                terminal().print(f"would {verb} {one['id']}{read}", markup=False)
+                count += 1
+            terminal().print(f"would {verb} {count}; nothing was changed", markup=False)
+
+    run(settings, read())
+
+
+async def _each(
+    ids: list[str], act: Callable[[str], Awaitable[dict[str, Any]]], *, done: str, single: bool
+) -> Outcome:
+    """Act on one id after the other; a single id raises, a filtered batch carries on."""
+    outcome: Outcome = {done: [], "refused": [], "failed": []}
+    for one in ids:
+        try:
+            outcome[done].append(await act(one))
+        except TriageRefused as exc:
+            if single:
+                raise
+            outcome["refused"].append({"id": one, "error": str(exc)})
+        except (TriageError, KafkaError) as exc:
+            if single:
+                raise
+            outcome["failed"].append({"id": one, "error": str(exc) or type(exc).__name__})
+    return outcome
+
+
+def _finish(outcome: Outcome, lines: list[tuple[str, bool]], *, json_output: bool) -> None:
+    if json_output:
+        echo_json(outcome)
+    else:
+        for line, failed in lines:
+            terminal(stderr=failed).print(line, markup=False)
+    if outcome.get("failed"):
+        raise typer.Exit(ExitCode.FAILURE)
+    if outcome.get("refused"):
+        raise typer.Exit(ExitCode.REFUSED)
+
+
+def _would_redrive(letter: ParkedLetter) -> dict[str, Any]:
+    """A dry run's line: the id, and where a reference's original would be read from."""
+    reference = letter.reference
+    where = None
+    if reference is not None:
+        where = f"{reference.source_topic}[{reference.source_partition}]@{reference.source_offset}"
+    return {"id": letter.dead_letter_id, "dry_run": True, "original_at": where}
+
+
+def _would_discard(letter: ParkedLetter) -> dict[str, Any]:
+    return {"id": letter.dead_letter_id, "dry_run": True}
+
+
+def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bool) -> None:
+    """``dlq redrive``: republish to the source topic with a ``redriven`` hop, then resolve."""
+    settings = source.settings()
+    quiet_kafka_client()
+
+    if request.dry_run:
+        _preview(
+            settings, request, timeout, done="redriven", row=_would_redrive, json_output=json_output
+        )
+        return
+
+    async def action(snapshot: Snapshot, triage: Triage) -> Outcome:
+        ids = request.ids(snapshot)
+
+        async def one(dead_letter_id: str) -> dict[str, Any]:
+            done = await triage.redrive(
+                dead_letter_id, who=request.who, reason=request.reason, force=request.force
+            )
+            return {"id": dead_letter_id, "resolution": resolution_json(done.resolution)}
+
+        return await _each(ids, one, done="redriven", single=request.dead_letter_id is not None)
+
+    outcome = run(settings, with_triage(settings, timeout, action, request.index_path))
+    lines = redrive_lines(outcome, dry_run=False)
+    _finish(outcome, lines, json_output=json_output)
+
+
+def discard(source: Source, request: Resolve, *, timeout: float, json_output: bool) -> None:
+    """``dlq discard``: resolve by dropping, recording who, when and why."""
+    settings = source.settings()
+    quiet_kafka_client()
+    texts: dict[str, str] = {}
+
+    if request.dry_run:
+        _preview(
+            settings,
+            request,
+            timeout,
+            done="discarded",
+            row=_would_discard,
+            json_output=json_output,
+        )
+        return
+
+    async def action(snapshot: Snapshot, triage: Triage) -> Outcome:
+        ids = request.ids(snapshot)
+
+        async def one(dead_letter_id: str) -> dict[str, Any]:
+            resolution = await triage.discard(
+                dead_letter_id, who=request.who, reason=request.reason, force=request.force
+            )
+            texts[dead_letter_id] = resolution_text(resolution)
+            return {"id": dead_letter_id, "resolution": resolution_json(resolution)}
+
+        return await _each(ids, one, done="discarded", single=request.dead_letter_id is not None)
+
+    outcome = run(settings, with_triage(settings, timeout, action, request.index_path))
+    discarded = outcome["discarded"]
+    if json_output and request.dead_letter_id is not None:
+        echo_json(discarded[0]["resolution"])  # one id: its resolution, as before filters
+        return
+    lines = [(f"discarded {item['id']}: {texts[item['id']]}", False) for item in discarded]
+    refused, failed = outcome.get("refused", []), outcome.get("failed", [])
+    lines.extend((f"refused {item['id']}: {item['error']}", True) for item in refused)
+    lines.extend((f"failed {item['id']}: {item['error']}", True) for item in failed)
+    if len(discarded) + len(refused) + len(failed) > 1:
+        counts = f"{len(discarded)} discarded, {len(refused)} refused, {len(failed)} failed"
+        lines.append((counts, False))
+    _finish(outcome, lines, json_output=json_output)
