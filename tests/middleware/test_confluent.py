@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from middleware_helpers import (
     MALFORMED_KINDS,
     MARKER,
     OVERSIZE_LIMIT,
+    OWNER,
     DeadLetterWatch,
     Doc,
     MalformedFactory,
@@ -33,8 +34,12 @@ from middleware_helpers import (
     read_topic,
     record_count,
     registry,
+    span_exporter,
+    span_index,
+    trace_of,
     wait_until,
 )
+from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrumentor
 
 from hopchain import (
     ConfluentEnvelopeConsumer,
@@ -54,8 +59,16 @@ from hopchain.exceptions import (
     ReasonCode,
 )
 from hopchain.middleware.engine.writer import OutgoingRecord
-from hopchain.schemas import ENVELOPE_HEADER, TRACEPARENT_HEADER, Limits
+from hopchain.schemas import (
+    ENVELOPE_HEADER,
+    TRACEPARENT_HEADER,
+    ContractRegistry,
+    Limits,
+    TopicContract,
+    verify_chain,
+)
 from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, read_dead_letter_headers
+from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
 from hopchain.testing.kcat import KcatSend
 
@@ -410,3 +423,134 @@ def test_importing_hopchain_loads_no_confluent_kafka() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+# -- a pipeline mixing the families --------------------------------------------------------------
+
+
+@pytest.mark.kafka
+async def test_a_pipeline_mixing_the_families_keeps_one_chain_and_one_trace(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    spans = span_exporter()
+    spans.clear()
+    a, b, c, d = [await new_topic(prefix=name) for name in ("a", "b", "c", "d")]
+    contracts = registry(*(contract(topic) for topic in (a, b, c, d)))
+    producer = idempotent_producer(kafka_bootstrap)
+    async with raw_producer(kafka_bootstrap) as aio:
+        with origin(run_id="mixed", work_item_id="doc-7"):
+            await EnvelopeProducer(aio, Hopchain(contracts, component="feeder")).send(a, doc(7))
+        # A confluent stage per record, then one a batch at a time.
+        for stage, (source, target) in (("relay", (a, b)), ("batcher", (b, c))):
+            group = unique_topic_name(stage)
+            config = confluent_config(kafka_bootstrap, group)
+            runtime = Hopchain(contracts, component=stage)
+            async with ConfluentEnvelopeConsumer(
+                config, producer, runtime, topics=[source]
+            ) as records:
+                if stage == "relay":
+                    hop = await records.next()
+                    await records.sender.send(target, hop.payload)  # extends current_hop()
+                    await records.commit(hop)
+                else:
+                    batch = await anext(records.batches(max_records=10, timeout=5))
+                    [hop] = batch.hops
+                    await batch.send(hop, target, hop.payload)
+                    await batch.commit()
+        # Back on aiokafka.
+        group = unique_topic_name("closer")
+        async with envelope_consumer_client(kafka_bootstrap, c, group) as consumer:
+            runtime = Hopchain(contracts, component="closer")
+            closer = EnvelopeConsumer(consumer, aio, runtime, group=group)
+            hop = await closer.next()
+            await EnvelopeProducer(aio, runtime).send(d, hop.payload)
+            await closer.commit(hop)
+
+    [record] = await read_topic(kafka_bootstrap, d)
+    assert [name for name, _ in record.headers].count(TRACEPARENT_HEADER) == 1
+    envelope = load_envelope(dict(record.headers)[ENVELOPE_HEADER])
+    verify_chain(envelope)
+    assert [(h.component, h.destination) for h in envelope.chain] == [
+        ("feeder", a),
+        ("relay", b),
+        ("batcher", c),
+        ("closer", d),
+    ]
+    assert envelope.run_id == "mixed"
+    traceparent = dict(record.headers)[TRACEPARENT_HEADER].decode()
+    assert traceparent.split("-")[1] == envelope.trace_id
+    for topic in (a, b, c):
+        [one] = await read_topic(kafka_bootstrap, topic)
+        assert [name for name, _ in one.headers].count(TRACEPARENT_HEADER) == 1
+    # Every hop's span that was recorded is in the envelope's trace.
+    recorded = span_index(spans)
+    hop_spans = [recorded[h.span_id] for h in envelope.chain if h.span_id in recorded]
+    assert len(hop_spans) >= 3  # the batch's hop has no process span of its own
+    assert {trace_of(span) for span in hop_spans} == {envelope.trace_id}
+
+
+# -- OpenTelemetry's confluent-kafka instrumentation beside it ------------------------------------
+
+
+@pytest.mark.kafka
+async def test_instrumented_producer_to_instrumented_consumer_through_a_stage_is_one_trace(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    spans = span_exporter()
+    spans.clear()
+    source, target = await new_topic(prefix="plain"), await new_topic(prefix="enveloped")
+    contracts = ContractRegistry(
+        [
+            TopicContract(topic=source, model=Doc, owner=OWNER, adopt_bare=True),
+            TopicContract(topic=target, model=Doc, owner=OWNER),
+        ]
+    )
+    settings = {"bootstrap.servers": kafka_bootstrap}
+    plain: Any = ConfluentKafkaInstrumentor.instrument_producer(Producer(settings))  # untyped
+    plain.produce(source, value=doc(7).model_dump_json().encode(), key=b"k7")
+    plain.flush(10)
+
+    # The stage writes through an instrumented producer too: still one traceparent a record.
+    instrumented = ConfluentKafkaInstrumentor.instrument_producer(
+        Producer({**settings, "enable.idempotence": True})
+    )
+    group = unique_topic_name("traced")
+    runtime = Hopchain(contracts, component="traced")
+    config = confluent_config(kafka_bootstrap, group)
+    async with ConfluentEnvelopeConsumer(config, instrumented, runtime, topics=[source]) as records:
+        hop = await records.next()
+        await records.sender.send(target, hop.payload)
+        await records.commit(hop)
+
+    reader: Any = ConfluentKafkaInstrumentor.instrument_consumer(
+        Consumer(
+            {**settings, "group.id": unique_topic_name("reader"), "auto.offset.reset": "earliest"}
+        )
+    )
+    reader.subscribe([target])
+    try:
+        message = await asyncio.get_running_loop().run_in_executor(None, reader.poll, 20.0)
+        assert message is not None
+        assert message.error() is None
+        reader.poll(0.1)  # ends the instrumentation's process span of the record
+    finally:
+        reader.close()
+
+    headers = message.headers() or []
+    assert [name for name, _ in headers].count(TRACEPARENT_HEADER) == 1
+    [source_record] = await read_topic(kafka_bootstrap, source)
+    [(_, theirs)] = [(n, v) for n, v in source_record.headers if n == TRACEPARENT_HEADER]
+    trace_id = theirs.decode().split("-")[1]
+    envelope = load_envelope(dict(headers)[ENVELOPE_HEADER])
+    verify_chain(envelope)
+    assert envelope.trace_id == trace_id  # the adopted record's trace goes on
+    finished = spans.get_finished_spans()
+    traces = {span.name: trace_of(span) for span in finished}
+    # The plain producer's send, hopchain's process and send spans in the stage, and the
+    # instrumentation's send span there: one trace.
+    for name in (f"{source} send", f"process {source}", f"send {target}", f"{target} send"):
+        assert traces[name] == trace_id, name
+    recorded = span_index(spans)
+    assert trace_of(recorded[envelope.chain[-1].span_id]) == trace_id
+    [process] = [span for span in finished if span.name == f"{target} process"]
+    assert [format(link.context.trace_id, "032x") for link in process.links] == [trace_id]

@@ -27,6 +27,10 @@ logger = logging.getLogger("hopchain")
 
 POLL_SECONDS = 0.1
 """How long one ``poll`` of the report thread waits for a report."""
+QUEUE_FULL_SECONDS = 300.0
+"""How long a record waits for room in a full producer queue (librdkafka's default
+``message.timeout.ms``) before ``BufferError`` reaches the caller."""
+QUEUE_FULL_PAUSE = 0.005
 _TOO_LARGE = frozenset(
     {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
 )
@@ -62,7 +66,7 @@ class Deliveries:
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
-    def produce(
+    async def produce(
         self,
         topic: str,
         *,
@@ -74,9 +78,12 @@ class Deliveries:
     ) -> asyncio.Future[Message]:
         """Queue one record; the future holds its delivered ``Message``, or the error.
 
+        While the producer's queue is full (``queue.buffering.max.messages``), wait for room,
+        as long as a record may wait for delivery (:data:`QUEUE_FULL_SECONDS`).
+
         Raises:
             RecordTooLargeError: the producer refused it for its size at once.
-            BufferError: the producer's queue is full.
+            BufferError: the producer's queue stayed full.
             confluent_kafka.KafkaException: the producer refused it otherwise.
         """
         loop = asyncio.get_running_loop()
@@ -93,12 +100,20 @@ class Deliveries:
             options["partition"] = partition
         if timestamp_ms is not None:
             options["timestamp"] = timestamp_ms
-        try:
-            self.producer.produce(topic, value=value, key=key, headers=list(headers), **options)
-        except KafkaException as exc:
-            raise delivery_error(exc.args[0], topic, size) from exc
         self._serve()
-        return future
+        waited = 0.0
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=list(headers), **options)
+            except KafkaException as exc:
+                raise delivery_error(exc.args[0], topic, size) from exc
+            except BufferError:
+                if waited >= QUEUE_FULL_SECONDS:
+                    raise
+                await asyncio.sleep(QUEUE_FULL_PAUSE)  # the report thread makes room
+                waited += QUEUE_FULL_PAUSE
+            else:
+                return future
 
     async def send(
         self,
@@ -111,7 +126,7 @@ class Deliveries:
         timestamp_ms: int | None = None,
     ) -> Message:
         """Send one record and wait for its delivery report (see :meth:`produce`)."""
-        return await self.produce(
+        delivered = await self.produce(
             topic,
             value=value,
             key=key,
@@ -119,6 +134,7 @@ class Deliveries:
             partition=partition,
             timestamp_ms=timestamp_ms,
         )
+        return await delivered
 
     def _serve(self) -> None:
         with self._lock:

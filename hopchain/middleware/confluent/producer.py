@@ -78,7 +78,7 @@ class ConfluentEnvelopeProducer:
         with self.hopchain.sending(
             topic, payload, incoming=incoming, headers=extra, key=key
         ) as rec:
-            delivered = await self.deliveries.produce(
+            delivered = await self.deliveries.send(
                 topic,
                 value=rec.value,
                 key=key,
@@ -109,7 +109,7 @@ class ConfluentEnvelopeProducer:
         incoming = hop if hop is not None else current_hop()
         extra = caller_headers(self.hopchain.publisher, topic, headers)
         with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
-            return self.deliveries.produce(
+            return await self.deliveries.produce(
                 topic,
                 value=record.value,
                 key=key,
