@@ -125,7 +125,7 @@ class Deliveries:
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> Message:
-        """Send one record and wait for its delivery report (see :meth:`produce`)."""
+        """Send one record at once and wait for its delivery report (see :meth:`produce`)."""
         delivered = await self.produce(
             topic,
             value=value,
@@ -134,6 +134,9 @@ class Deliveries:
             partition=partition,
             timestamp_ms=timestamp_ms,
         )
+        # A caller waiting for this record: send it now rather than after ``linger.ms``
+        # (flush with no timeout only wakes librdkafka's broker threads).
+        self.producer.flush(0)
         return await delivered
 
     def _serve(self) -> None:
