@@ -3,8 +3,8 @@
 The engine (:mod:`hopchain.middleware.engine`) knows no Kafka client; the FastStream
 middleware (:mod:`hopchain.middleware.faststream`), the aiokafka wrapper
 (:mod:`hopchain.middleware.aiokafka`) and the confluent-kafka wrapper
-(:mod:`hopchain.middleware.confluent`, ``hopchain[confluent]``) are thin adapters over it. Most users import
-everything from :mod:`hopchain` itself.
+(:mod:`hopchain.middleware.confluent`, ``hopchain[confluent]``) are thin adapters over it.
+Most users import everything from :mod:`hopchain` itself.
 
 Names are imported when first used, so that importing the engine (or this package) loads no
 Kafka client: a service on one client never imports the other.

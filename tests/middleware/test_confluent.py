@@ -57,6 +57,7 @@ from hopchain.exceptions import (
     DeadLetterWriteError,
     EnvelopeRejected,
     ReasonCode,
+    RecordTooLargeError,
 )
 from hopchain.middleware.engine.writer import OutgoingRecord
 from hopchain.schemas import (
@@ -554,3 +555,28 @@ async def test_instrumented_producer_to_instrumented_consumer_through_a_stage_is
     assert trace_of(recorded[envelope.chain[-1].span_id]) == trace_id
     [process] = [span for span in finished if span.name == f"{target} process"]
     assert [format(link.context.trace_id, "032x") for link in process.links] == [trace_id]
+
+
+@pytest.mark.kafka
+async def test_the_writer_writes_bytes_as_given_and_refuses_what_is_too_large(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    topic = await new_topic()
+    writer = ConfluentWriter.create({"bootstrap.servers": kafka_bootstrap}, max_message_bytes=4096)
+    headers = [("x-bin", b"\xff\x00\xfe"), ("x-bin", b"again"), ("empty", None)]
+    await writer.write(OutgoingRecord(topic, b"\x00value", b"\xffkey", headers, 1_700_000_000_000))
+    with pytest.raises(RecordTooLargeError) as refused:
+        await writer.write(OutgoingRecord(topic, b"x" * 5000, None))
+    assert refused.value.topic == topic
+    await writer.close()
+    [record] = await read_topic(kafka_bootstrap, topic)
+    assert (record.value, record.key, record.timestamp) == (
+        b"\x00value",
+        b"\xffkey",
+        1_700_000_000_000,
+    )
+    assert list(record.headers) == [
+        ("x-bin", b"\xff\x00\xfe"),
+        ("x-bin", b"again"),
+        ("empty", None),
+    ]
