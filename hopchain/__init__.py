@@ -29,6 +29,11 @@ if TYPE_CHECKING:
         UnknownTopicError,
     )
     from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
+    from hopchain.middleware.confluent import (
+        ConfluentEnvelopeConsumer,
+        ConfluentEnvelopeProducer,
+        ConfluentWriter,
+    )
     from hopchain.middleware.context import HopContext, RetryFeedback, current_hop, origin
     from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore, SqliteDedupeStore
     from hopchain.middleware.dedupe_postgres import EffectTransaction, PostgresDedupeStore
@@ -84,6 +89,9 @@ _EXPORTS: dict[str, str] = {
     "Backoff": "hopchain.middleware.policy",
     "BrokerWriter": "hopchain.middleware.faststream",
     "ConfigurationError": "hopchain.exceptions",
+    "ConfluentEnvelopeConsumer": "hopchain.middleware.confluent",
+    "ConfluentEnvelopeProducer": "hopchain.middleware.confluent",
+    "ConfluentWriter": "hopchain.middleware.confluent",
     "Conflict": "hopchain.middleware.failures",
     "ConsumedRecord": "hopchain.schemas",
     "ContractRegistry": "hopchain.schemas",
@@ -148,6 +156,9 @@ or ``hopchain --version`` does not load the FastStream and aiokafka adapters."""
 __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     # engine and adapters
     "BrokerWriter",
+    "ConfluentEnvelopeConsumer",
+    "ConfluentEnvelopeProducer",
+    "ConfluentWriter",
     "EnvelopeConsumer",
     "EnvelopeProducer",
     "Hopchain",

@@ -76,11 +76,19 @@ def test_the_engine_imports_no_client_and_no_adapter() -> None:
     engine = {name: targets for name, targets in graph.items() if ".middleware.engine" in name}
     assert engine
     for name, targets in engine.items():
-        clients = {t for t in targets if t.split(".")[0] in {"faststream", "aiokafka"}}
+        clients = {
+            t for t in targets if t.split(".")[0] in {"faststream", "aiokafka", "confluent_kafka"}
+        }
         adapters = {
             t
             for t in targets
-            if t.startswith(("hopchain.middleware.faststream", "hopchain.middleware.aiokafka"))
+            if t.startswith(
+                (
+                    "hopchain.middleware.faststream",
+                    "hopchain.middleware.aiokafka",
+                    "hopchain.middleware.confluent",
+                )
+            )
         }
         assert not clients, f"{name} imports {clients}"
         assert not adapters, f"{name} imports {adapters}"

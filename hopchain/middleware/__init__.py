@@ -1,9 +1,10 @@
 """Middleware that validates, rejects, appends hops and traces, for FastStream and aiokafka.
 
 The engine (:mod:`hopchain.middleware.engine`) knows no Kafka client; the FastStream
-middleware (:mod:`hopchain.middleware.faststream`) and the aiokafka wrapper
-(:mod:`hopchain.middleware.aiokafka`) are thin adapters over it. Most users import
-everything from :mod:`hopchain` itself.
+middleware (:mod:`hopchain.middleware.faststream`), the aiokafka wrapper
+(:mod:`hopchain.middleware.aiokafka`) and the confluent-kafka wrapper
+(:mod:`hopchain.middleware.confluent`, ``hopchain[confluent]``) are thin adapters over it.
+Most users import everything from :mod:`hopchain` itself.
 
 Names are imported when first used, so that importing the engine (or this package) loads no
 Kafka client: a service on one client never imports the other.
@@ -16,6 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
+    from hopchain.middleware.confluent import (
+        ConfluentEnvelopeConsumer,
+        ConfluentEnvelopeProducer,
+        ConfluentWriter,
+    )
     from hopchain.middleware.context import (
         HopContext,
         Origin,
@@ -36,6 +42,9 @@ if TYPE_CHECKING:
 _WHERE = {
     "AbortState": "hopchain.middleware.engine",
     "BrokerWriter": "hopchain.middleware.faststream",
+    "ConfluentEnvelopeConsumer": "hopchain.middleware.confluent",
+    "ConfluentEnvelopeProducer": "hopchain.middleware.confluent",
+    "ConfluentWriter": "hopchain.middleware.confluent",
     "EnvelopeConsumer": "hopchain.middleware.aiokafka",
     "EnvelopeProducer": "hopchain.middleware.aiokafka",
     "HopContext": "hopchain.middleware.context",
@@ -55,6 +64,9 @@ _WHERE = {
 __all__ = [
     "AbortState",
     "BrokerWriter",
+    "ConfluentEnvelopeConsumer",
+    "ConfluentEnvelopeProducer",
+    "ConfluentWriter",
     "EnvelopeConsumer",
     "EnvelopeProducer",
     "HopContext",

@@ -44,10 +44,8 @@ again (after a restart, or by the next read on this consumer), never dropped.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -55,7 +53,6 @@ from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 
 from hopchain.exceptions import (
     ConfigurationError,
-    DeadLetterWriteError,
 )
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.aiokafka_batches import (
@@ -68,8 +65,8 @@ from hopchain.middleware.aiokafka_producer import EnvelopeProducer
 from hopchain.middleware.context import (
     HopContext,
 )
-from hopchain.middleware.engine import Hopchain, Received, Verdict
-from hopchain.middleware.engine.consume import closing
+from hopchain.middleware.engine import Hopchain
+from hopchain.middleware.engine.one_by_one import OneByOne
 from hopchain.middleware.failures import ExceptionMapper
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
@@ -79,7 +76,6 @@ from hopchain.schemas import (
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
-from hopchain.tracing import HopSpan, mark_error
 
 __all__ = ["Batch", "Batches", "EnvelopeConsumer", "EnvelopeProducer"]
 
@@ -87,16 +83,6 @@ logger = logging.getLogger("hopchain")
 
 _CONTENT_TYPE = "content-type"
 _TRACE_HEADERS = frozenset({TRACEPARENT_HEADER, TRACESTATE_HEADER})
-
-
-@dataclass
-class _Handling:
-    """The record the caller is handling, with the scope that closes its span."""
-
-    hop: HopContext
-    span: HopSpan
-    scope: ExitStack
-    started: float
 
 
 class EnvelopeConsumer:
@@ -138,8 +124,8 @@ class EnvelopeConsumer:
         self.writer = ProducerWriter(producer)
         self.hopchain = hopchain
         self.group = group
-        self._handling: _Handling | None = None
-        self._aborted = False
+        self.one = OneByOne(hopchain, group=group, cursor=self, writer=self.writer)
+        """The record in hand and how it is settled (the part no client changes)."""
         self.batched: Batches | None = None
         """The batches being read, once :meth:`batches` was called."""
         self._check_topics(consumer.subscription())
@@ -185,12 +171,7 @@ class EnvelopeConsumer:
         )
 
     def _refuse_unsettled(self) -> None:
-        if self._handling is not None:
-            raise ConfigurationError(
-                f"{self._handling.hop.record.describe()} was neither committed nor failed; "
-                "call commit(hop) or fail(hop, exc) before reading the next record "
-                "(a later commit would skip it)"
-            )
+        self.one.refuse_unsettled()
         current: Batch | None = self.batched.current if self.batched else None
         if current is not None and not current.settled:
             raise ConfigurationError(
@@ -221,7 +202,7 @@ class EnvelopeConsumer:
             aiokafka.errors.ConsumerStoppedError: the consumer was stopped, or a stage
                 aborted (``async for`` then simply ends).
         """
-        if self._aborted:
+        if self.one.aborted:
             raise ConsumerStoppedError
         self._refuse_unsettled()
         while True:
@@ -233,33 +214,13 @@ class EnvelopeConsumer:
             except ConfigurationError:
                 self._rewind(record)
                 raise
-            if received.verdict is Verdict.PARK:
-                await self._park_rejected(received)
-                continue
-            if received.verdict is Verdict.REPORT:
-                # This client hands its caller a hop: the refused record becomes one.
-                received = self.hopchain.pass_on(received, group=self.group, scope=scope)
-                if received.verdict is Verdict.PARK:
-                    await self._park_rejected(received)
-                    continue
-            assert received.hop is not None  # noqa: S101 - HANDLE with a scope opens the hop
-            assert received.span is not None  # noqa: S101
-            self._handling = _Handling(received.hop, received.span, scope, time.perf_counter())
-            return received.hop
+            hop = await self.one.decide(received, scope)
+            if hop is not None:
+                return hop
 
     async def _read(self) -> Any:
         """The next record from the consumer (a hook for the transactional consumer)."""
         return await self.consumer.getone()
-
-    async def _park_rejected(self, received: Received) -> None:
-        record = received.record
-        try:
-            await self.hopchain.park(received, group=self.group, writer=self.writer)
-        except DeadLetterWriteError as exc:
-            self._rewind(record, exc)
-            raise
-        # Parked and acknowledged by the broker: now, and only now, move past it.
-        await self._commit_past(record)
 
     # -- settling ----------------------------------------------------------------------------
 
@@ -271,16 +232,7 @@ class EnvelopeConsumer:
             aiokafka.errors.KafkaError: the commit failed (e.g. the partition was
                 reassigned); the record will be read again by whoever owns it.
         """
-        handling = self._settle(hop)
-        with closing(handling.scope, hop.record):
-            try:
-                await self._commit_past(hop.record)
-            except Exception:
-                mark_error(handling.span.span, "commit_failed")
-                self._rewind(hop.record)
-                raise
-            self.hopchain.handled(hop)
-            self.hopchain.consumed(hop.record.topic, time.perf_counter() - handling.started)
+        await self.one.commit(hop)
 
     async def fail(
         self,
@@ -313,53 +265,30 @@ class EnvelopeConsumer:
             DeadLetterWriteError: the record could not be parked (or rerouted); the consumer
                 is rewound to it and its offset is not committed.
         """
-        handling = self._settle(hop)
-        with closing(handling.scope, hop.record):
-            try:
-                settled = await self.hopchain.settle(
-                    hop, exc, writer=self.writer, mappers=mappers, error_type=error_type
-                )
-            except DeadLetterWriteError as write_error:
-                mark_error(handling.span.span, "dead_letter_write_failed")
-                self._rewind(hop.record, write_error)
-                raise
-            mark_error(handling.span.span, settled.failure.error_type.value)
-            if settled.aborted:
-                self._aborted = True
-                self._rewind(hop.record)
-                return None
-            await self._commit_past(hop.record)
-            return settled.dead_letter
+        return await self.one.fail(hop, exc, mappers=mappers, error_type=error_type)
 
     def abandon(self) -> None:
         """Give up the record being handled without settling it: it is read again next.
 
         For ``finally`` blocks and shutdown paths; does nothing when no record is pending.
         """
-        handling = self._handling
-        if handling is None:
-            return
-        self._handling = None
-        with closing(handling.scope, handling.hop.record):
-            mark_error(handling.span.span, "abandoned")
-            self._rewind(handling.hop.record)
+        self.one.abandon()
 
-    def _settle(self, hop: HopContext) -> _Handling:
-        handling = self._handling
-        if handling is None or handling.hop is not hop:
-            current = handling.hop.record.describe() if handling else "none"
-            raise ConfigurationError(
-                f"{hop.record.describe()} is not the record being handled (that is "
-                f"{current}); settle each record once, with commit(hop) or fail(hop, exc)"
-            )
-        self._handling = None
-        return handling
+    # -- the cursor (commits and rewinds on aiokafka) -----------------------------------------
+
+    async def commit_past(self, record: ConsumedRecord) -> None:
+        """Commit the offset after ``record`` (the engine's ``Cursor``, with :meth:`rewind`)."""
+        await self._commit_past(record)
+
+    def rewind(self, record: ConsumedRecord, cause: BaseException | None = None) -> None:
+        """Move the consumer back to ``record``: it is read again."""
+        self._rewind(record, cause)
 
     async def _commit_past(self, record: ConsumedRecord) -> None:
         partition = TopicPartition(record.topic, record.partition)
         await self.consumer.commit({partition: record.offset + 1})
 
-    def _rewind(self, record: ConsumedRecord, cause: Exception | None = None) -> None:
+    def _rewind(self, record: ConsumedRecord, cause: BaseException | None = None) -> None:
         """Move the fetch position back to the record, so it is not skipped."""
         try:
             self.consumer.seek(TopicPartition(record.topic, record.partition), record.offset)

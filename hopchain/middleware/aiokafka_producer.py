@@ -15,16 +15,13 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from hopchain.exceptions import EnvelopeRejected, ReasonCode
 from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.engine import Hopchain
-from hopchain.schemas import TRACEPARENT_HEADER, TRACESTATE_HEADER, EncodedRecord
+from hopchain.middleware.engine.outputs import caller_headers, wire_headers
+from hopchain.schemas import EncodedRecord
 from hopchain.send_spans import note_sent
 
 __all__ = ["EnvelopeProducer"]
-
-_CONTENT_TYPE = "content-type"
-_TRACE_HEADERS = frozenset({TRACEPARENT_HEADER, TRACESTATE_HEADER})
 
 
 class EnvelopeProducer:
@@ -114,31 +111,7 @@ class EnvelopeProducer:
 
     def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
         """The caller's headers as text, refusing what a hopchain reader would reject."""
-        text: dict[str, str] = {}
-        for name, raw in headers:
-            if name.lower() in _TRACE_HEADERS:
-                raise self._refuse(
-                    topic,
-                    ReasonCode.BAD_TRACEPARENT,
-                    f"header {name!r} is written by hopchain from the hop's span; "
-                    "a caller may not set it",
-                    f"$.headers.{name}",
-                )
-            try:
-                text[name] = raw.decode()
-            except UnicodeDecodeError as exc:
-                raise self._refuse(
-                    topic,
-                    ReasonCode.NOT_UTF8,
-                    f"header {name!r} is not UTF-8 (byte {exc.start}); hopchain readers "
-                    "refuse records with binary header values",
-                    f"$.headers.{name}",
-                ) from None
-        # Names reserved for hopchain are refused by the engine, with the other checks.
-        return text
-
-    def _refuse(self, topic: str, code: ReasonCode, detail: str, path: str) -> EnvelopeRejected:
-        return self.hopchain.publisher.refuse(topic, code, detail, path)
+        return caller_headers(self.hopchain.publisher, topic, headers)
 
     async def _send(
         self,
@@ -157,10 +130,6 @@ class EnvelopeProducer:
 
     @staticmethod
     def _headers(
-        record: EncodedRecord, caller_headers: Sequence[tuple[str, bytes]]
+        record: EncodedRecord, caller: Sequence[tuple[str, bytes]]
     ) -> list[tuple[str, bytes]]:
-        headers = [*caller_headers, *record.headers]
-        if not any(name.lower() == _CONTENT_TYPE for name, _ in caller_headers):
-            # The value is JSON in both wire modes; say so, as FastStream publishers do.
-            headers.append((_CONTENT_TYPE, b"application/json"))
-        return headers
+        return wire_headers(record, caller)

@@ -243,9 +243,10 @@ class TransactionalConsumer(EnvelopeConsumer):
         """
         if not self._open or self._doomed:
             return
-        if self._handling is not None:
+        handling = self.one.handling
+        if handling is not None:
             raise ConfigurationError(
-                f"{self._handling.hop.record.describe()} is being handled; settle it before "
+                f"{handling.hop.record.describe()} is being handled; settle it before "
                 "committing the transaction that holds its outputs"
             )
         try:
@@ -268,7 +269,7 @@ class TransactionalConsumer(EnvelopeConsumer):
         """
         if self.batched is not None:
             await self.batched.close()
-        if self._handling is not None:
+        if self.one.handling is not None:
             self.abandon()
         if self._doomed:
             await self._abort()
@@ -287,7 +288,7 @@ class TransactionalConsumer(EnvelopeConsumer):
         self._starts.clear()
         self._sent.clear()
 
-    def _rewind(self, record: ConsumedRecord, cause: Exception | None = None) -> None:
+    def _rewind(self, record: ConsumedRecord, cause: BaseException | None = None) -> None:
         """Rewind every partition of the transaction to its first record; abort it later.
 
         The records settled in the open transaction have their outputs in it: they are read

@@ -149,6 +149,26 @@ class Receiver:
                 return Received(Verdict.PARK, record, error=refusal, cause=exc)
         return received
 
+    def unreadable(self, record: ConsumedRecord, detail: str) -> Received:
+        """The verdict on a record its client could read only in part: park what was read.
+
+        For a record whose header names the client cannot decode (confluent-kafka raises
+        for any name that is not UTF-8): ``record`` holds what it could read (value, key,
+        position, no headers). Nothing of such a record is handed over, not even on a
+        report-only topic; the dead letter says why (``not_utf8`` at ``$.headers``).
+        """
+        if self.parts.registry.is_dead_letter_topic(record.topic):
+            return Received(Verdict.SKIP, record)
+        error = DecodeError(
+            ReasonCode.NOT_UTF8,
+            detail,
+            "$.headers",
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+        )
+        return Received(Verdict.PARK, record, error=error)
+
     def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
         """Report-only, for a client that hands its caller a hop: the refused record as one.
 
