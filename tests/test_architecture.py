@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import subprocess
 import sys
@@ -111,6 +112,31 @@ def test_importing_the_dead_letter_service_loads_no_adapter() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_triage_commands_load_neither_the_service_nor_its_http_stack() -> None:
+    # `hopchain dlq list --index` answers in a fresh process: what it imports is its cost.
+    code = (
+        "import sys, hopchain.cli.dlq_actions, hopchain.consumers;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn')"
+        " or m in ('hopchain.consumers.service', 'hopchain.consumers.http_server')))"
+    )
+    result = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_dead_letter_package_exports_each_name_from_one_table() -> None:
+    import hopchain.consumers as package  # noqa: PLC0415 - the package under test
+
+    table = vars(package)["_WHERE"]
+    assert sorted(package.__all__) == sorted(table)
+    for name in package.__all__:
+        assert (
+            getattr(package, name)
+            is vars(importlib.import_module(f"{package.__name__}.{table[name]}"))[name]
+        )
 
 
 def test_importing_the_engine_loads_no_kafka_client() -> None:
