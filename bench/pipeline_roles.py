@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from faststream import AckPolicy
@@ -99,6 +99,10 @@ class Progress:
 
 
 def _broker(args: argparse.Namespace, component: str) -> KafkaBroker:
+    """A faststream.kafka broker, or faststream.confluent's for the confluent variants.
+
+    Typed as the first: the roles use only what both have (publish, subscriber, start).
+    """
     variant = Variant(args.variant)
     mode = variant.hopchain_mode
     middlewares: list[Any] = []
@@ -110,21 +114,29 @@ def _broker(args: argparse.Namespace, component: str) -> KafkaBroker:
             config=HopchainConfig(kafka_bootstrap=args.bootstrap),
         )
         middlewares.append(HopchainMiddleware(hopchain, group=component))
-    return KafkaBroker(
-        args.bootstrap,
-        middlewares=middlewares,
+    ack_first = variant in {Variant.ACK_FIRST, Variant.C_ACK_FIRST}
+    options: dict[str, Any] = {
+        "middlewares": middlewares,
         # MANUAL when hopchain commits in batches (HOPCHAIN_COMMITS=batched).
-        ack_policy=middlewares[0].ack_policy
+        "ack_policy": middlewares[0].ack_policy
         if middlewares
-        else (AckPolicy.ACK_FIRST if variant is Variant.ACK_FIRST else AckPolicy.ACK),
-        logger=None,
-        client_id=f"bench-{component}",
-    )
+        else (AckPolicy.ACK_FIRST if ack_first else AckPolicy.ACK),
+        "logger": None,
+        "client_id": f"bench-{component}",
+    }
+    if variant.confluent:
+        # Imported here: confluent-kafka is an extra.
+        from faststream.confluent import KafkaBroker as ConfluentBroker  # noqa: PLC0415
+
+        return cast("KafkaBroker", ConfluentBroker(args.bootstrap, **options))
+    return KafkaBroker(args.bootstrap, **options)
 
 
 async def _until_assigned(consumer: Any) -> None:
-    # aiokafka has no event for "partitions assigned" short of a rebalance listener.
-    while not consumer.assignment():  # noqa: ASYNC110
+    # aiokafka has no event for "partitions assigned" short of a rebalance listener;
+    # faststream.confluent's consumer wraps librdkafka's, which says what it was assigned.
+    assignment = getattr(consumer, "assignment", None) or consumer.consumer.assignment
+    while not assignment():  # noqa: ASYNC110
         await asyncio.sleep(READY_POLL_SECONDS)
     print("ready", flush=True)
 
@@ -334,6 +346,14 @@ def _role(role: str, variant: Variant) -> Role:
         from bench.batch_roles import BATCH_ROLES  # noqa: PLC0415
 
         return BATCH_ROLES[role]
+    if variant is Variant.C_FLOOR:
+        from bench.confluent_roles import FLOOR_ROLES  # noqa: PLC0415
+
+        return FLOOR_ROLES[role]
+    if variant is Variant.C_BATCHES:
+        from bench.confluent_batches import CONFLUENT_BATCH_ROLES  # noqa: PLC0415
+
+        return CONFLUENT_BATCH_ROLES[role]
     return ROLES[role, variant is Variant.AIOKAFKA]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.pipeline import PipelineRun
+from bench.report_families import family_ratios
 from bench.report_modes import crash_section, mode_targets
 from bench.workload import PAYLOAD_BYTES, Variant
 
@@ -38,6 +39,10 @@ LABELS = {
     Variant.BATCHES: "f. hopchain aiokafka batches, headers mode",
     Variant.TXN_BATCHES: "g. hopchain transactional batches (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
+    Variant.C_ACK_FIRST: "h. FastStream's confluent broker, JSON, no middleware, ACK_FIRST",
+    Variant.C_HEADERS: "i. FastStream's confluent broker + hopchain, headers mode",
+    Variant.C_BATCHES: "j. hopchain confluent-kafka batches, headers mode",
+    Variant.C_FLOOR: "floor: confluent-kafka, batched",
 }
 
 INITIAL_TAIL = """
@@ -612,6 +617,10 @@ def render(results: Results) -> str:
         "## Commit modes: targets",
         "",
         *mode_targets(results),
+        "",
+        "## Both client families: same-run ratios",
+        "",
+        *family_ratios(results),
         "",
         "## 1. Codec: one hop",
         "",

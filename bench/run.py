@@ -21,8 +21,11 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
     BENCH_INCIDENT_RECORDS dead letters parked in the incident step (1000000): see
                            bench/dlq_incident.py
     BENCH_VARIANTS         pipeline variants, by commas (default: plain,ackfirst,headers,batched,
-                           txn,batches,txnbatches,aiokafka; body too on request; batched only
-                           when hopchain has batched commits, HOPCHAIN_COMMITS)
+                           txn,batches,txnbatches,aiokafka,cackfirst,cheaders,cbatches,cfloor;
+                           body too on request; batched only when hopchain has batched
+                           commits, HOPCHAIN_COMMITS; the confluent-kafka family's c* only
+                           with confluent-kafka installed, cheaders only when hopchain's
+                           middleware takes faststream.confluent's broker)
     BENCH_CRASH_RECORDS    records per kill -9 crash run (3000)
     BENCH_CRASH_RATE       records/s the producer sends during a crash run (150)
     BENCH_CRASH_KILLS      kill -9 of a stage per crash run, at least (8)
@@ -74,6 +77,10 @@ VARIANTS = (
     Variant.BATCHES,
     Variant.TXN_BATCHES,
     Variant.AIOKAFKA,
+    Variant.C_ACK_FIRST,
+    Variant.C_HEADERS,
+    Variant.C_BATCHES,
+    Variant.C_FLOOR,
 )
 CRASHED = (
     Variant.ACK_FIRST,
@@ -227,12 +234,23 @@ def _sample_load(results: Results) -> None:
 
 def _runnable(results: Results, variants: tuple[Variant, ...]) -> list[Variant]:
     """The variants this checkout can run; the others are noted in the report."""
+    refused: dict[Variant, str] = {}
     if Variant.BATCHED in variants and not batched_commits_available():
-        note = "batched: not run, this checkout of hopchain has no batched commits"
+        refused[Variant.BATCHED] = "this checkout of hopchain has no batched commits"
+    confluent = [variant for variant in variants if variant.confluent]
+    if confluent:
+        try:
+            from bench.confluent_roles import middleware_refusal  # noqa: PLC0415
+        except ImportError as exc:
+            refused |= dict.fromkeys(confluent, f"confluent-kafka is not installed ({exc})")
+        else:
+            if Variant.C_HEADERS in variants and (reason := middleware_refusal()) is not None:
+                refused[Variant.C_HEADERS] = reason
+    for variant, reason in refused.items():
+        note = f"{variant.value}: not run, {reason}"
         if note not in results.skipped:
             results.skipped.append(note)
-        return [variant for variant in variants if variant is not Variant.BATCHED]
-    return list(variants)
+    return [variant for variant in variants if variant not in refused]
 
 
 async def _crash_steps(results: Results, bootstrap: str) -> None:

@@ -40,6 +40,14 @@ class Variant(StrEnum):
     """hopchain's batch path on aiokafka (``EnvelopeConsumer.batches``), headers mode."""
     TXN_BATCHES = "txnbatches"
     """hopchain's transactional batches (``TransactionalConsumer.batches``), headers mode."""
+    C_FLOOR = "cfloor"
+    """Plain confluent-kafka, batched (``consume``, one commit per batch): that family's floor."""
+    C_BATCHES = "cbatches"
+    """hopchain's batch path on confluent-kafka (``ConfluentEnvelopeConsumer.batches``)."""
+    C_ACK_FIRST = "cackfirst"
+    """FastStream's confluent broker, JSON, no middleware, its default ``AckPolicy.ACK_FIRST``."""
+    C_HEADERS = "cheaders"
+    """FastStream's confluent broker with hopchain, headers mode, as the README runs it."""
 
     @property
     def hopchain_mode(self) -> WireMode | None:
@@ -52,14 +60,22 @@ class Variant(StrEnum):
             Variant.TXN,
             Variant.BATCHES,
             Variant.TXN_BATCHES,
+            Variant.C_BATCHES,
+            Variant.C_HEADERS,
         )
         return WireMode.HEADERS if self in hopchain else None
+
+    @property
+    def confluent(self) -> bool:
+        """Whether the variant runs on confluent-kafka (librdkafka), not aiokafka."""
+        return self in {Variant.C_FLOOR, Variant.C_BATCHES, Variant.C_ACK_FIRST, Variant.C_HEADERS}
 
     @property
     def commits(self) -> str | None:
         """``HOPCHAIN_COMMITS`` for the variant's FastStream processes, when it runs hopchain."""
         if self is Variant.BATCHED:
             return "batched"
+        # C_HEADERS: FastStream's confluent broker commits per record (AckPolicy.ACK).
         return "record" if self.hopchain_mode is not None else None
 
 
