@@ -134,7 +134,8 @@ def test_the_wheel_with_only_the_core_dependencies_runs_the_middleware(tmp_path:
     assert postgres.returncode == 1
     assert "pip install 'hopchain[postgres]'" in postgres.stderr
 
-    # With the `cli` extra the command runs; the dead-letter commands name the `dlq` extra.
+    # With the `cli` extra the command runs, the triage commands too (they read Kafka or an
+    # index file); the dead-letter service names the `dlq` extra it needs.
     ok(
         python,
         "-m",
@@ -147,7 +148,10 @@ def test_the_wheel_with_only_the_core_dependencies_runs_the_middleware(tmp_path:
         cwd=empty,
     )
     assert "Usage: hopchain trace" in ok(hopchain, "trace", "--help", cwd=empty)
-    served = run(hopchain, "dlq", "list", cwd=empty)
+    listed = run(hopchain, "dlq", "list", "--bootstrap=127.0.0.1:1", "--timeout=5", cwd=empty)
+    assert listed.returncode == 1
+    assert listed.stderr.startswith("error: Kafka at 127.0.0.1:1: cannot connect"), listed.stderr
+    served = run(hopchain, "dlq", "serve", cwd=empty)
     assert served.returncode == 1
     [line] = served.stderr.splitlines()
     assert line.startswith("error: this command needs ")
