@@ -1,0 +1,192 @@
+"""The ``faststream.confluent`` broker family (confluent-kafka): records, consumers, producer.
+
+FastStream hands a middleware a ``confluent_kafka.Message`` (a tuple of them for a batch
+subscriber), whose accessors are methods; a message's ``consumer`` is FastStream's wrapper,
+whose public ``consumer`` is the ``confluent_kafka.Consumer`` that read it.
+
+Commits. FastStream's ack on this broker commits the offsets the consumer *stored*, and
+librdkafka stores a record's offset as soon as it hands the record over: one record's ack
+would commit past another that could not be parked, or that a nack rewound. So
+:meth:`ConfluentFamily.prepare` turns the storing off (``enable.auto.offset.store=false``),
+and hopchain stores a record's offset once it is settled, handled or parked and acknowledged
+(:meth:`ConfluentFamily.settled`): the ack commits only those. Dead letters are written by
+the middleware's own :class:`~hopchain.middleware.producer.KafkaWriter` (an aiokafka
+producer), as on the aiokafka broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaException, Message, TopicPartition
+from faststream import StreamMessage
+from faststream.confluent import KafkaBroker
+from faststream.confluent.response import KafkaPublishCommand
+
+from hopchain.exceptions import ConfigurationError
+from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
+from hopchain.schemas.record import ConsumedRecord, confluent_headers
+
+__all__ = ["CONFLUENT", "ConfluentFamily"]
+
+logger = logging.getLogger("hopchain")
+
+_STORE = "enable.auto.offset.store"
+
+
+class _Partitions:
+    """Single partitions of a ``confluent_kafka.Consumer``."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+
+    @property
+    def key(self) -> int:
+        return id(self.consumer)
+
+    def pause(self, topic: str, partition: int) -> None:
+        self.consumer.pause([TopicPartition(topic, partition)])
+
+    def resume(self, topic: str, partition: int) -> None:
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        if (topic, partition) in assigned:
+            self.consumer.resume([TopicPartition(topic, partition)])
+
+    def pause_all(self) -> None:
+        self.consumer.pause(self.consumer.assignment())
+
+
+def _consumer(message: StreamMessage[Any] | None) -> Any:
+    """The ``confluent_kafka.Consumer`` that read ``message`` (None: the in-memory broker's).
+
+    A message's ``consumer`` is FastStream's wrapper; the wrapper's, confluent-kafka's.
+    """
+    consumer = getattr(getattr(message, "consumer", None), "consumer", None)
+    return consumer if callable(getattr(consumer, "store_offsets", None)) else None
+
+
+class ConfluentFamily:
+    """FastStream's ``faststream.confluent`` brokers and routers."""
+
+    name = "faststream.confluent (confluent-kafka)"
+    batched_commits = False
+    publish_command = KafkaPublishCommand
+    settles_with_message = True
+
+    @staticmethod
+    def read(raw: Any) -> ConsumedRecord:
+        """A ``confluent_kafka.Message`` as hopchain sees it.
+
+        Headers confluent-kafka cannot read are replaced by none at once: it keeps the
+        half-read list, and hands it out (crashing the interpreter) on the next ``headers()``.
+        """
+        record = ConsumedRecord.from_confluent(raw)
+        if record.unreadable is not None:
+            raw.set_headers([])
+        return record
+
+    @staticmethod
+    def parseable(raw: Any) -> None:
+        """Drop header values FastStream's parser cannot decode (the record is parked already).
+
+        Headers confluent-kafka could not read at all were dropped by :meth:`read`.
+        """
+        headers = confluent_headers(raw)[0]
+        kept = decodable(headers)
+        if len(kept) != len(headers):
+            raw.set_headers(kept)
+
+    @staticmethod
+    def with_payload(raw: Any, value: bytes) -> Any:
+        """The record with ``value`` (a ``Message`` is changed in place; it was read)."""
+        raw.set_value(value)
+        return raw
+
+    @staticmethod
+    def headers(raw: Any) -> Sequence[tuple[str, bytes | None]]:
+        """The record's headers."""
+        return confluent_headers(raw)[0]
+
+    @staticmethod
+    def partitions(message: StreamMessage[Any] | None) -> _Partitions | None:
+        """The consumer that read ``message``."""
+        consumer = _consumer(message)
+        return _Partitions(consumer) if consumer is not None else None
+
+    @staticmethod
+    def settled(message: StreamMessage[Any] | None, raw: Any) -> None:
+        """Store the offset after ``raw`` (the latest of each partition of a batch).
+
+        FastStream's ack then commits it. A partition no longer assigned is left to its
+        next owner, which reads the record again from the last commit.
+        """
+        consumer = _consumer(message)
+        if consumer is None:
+            return
+        after: dict[tuple[str, int], int] = {}
+        for record in raw if isinstance(raw, tuple) else (raw,):
+            if isinstance(record, Message):
+                place = (str(record.topic()), int(record.partition() or 0))
+                after[place] = max(after.get(place, 0), int(record.offset() or 0) + 1)
+        offsets = [TopicPartition(topic, part, offset) for (topic, part), offset in after.items()]
+        try:
+            consumer.store_offsets(offsets=offsets)
+        except KafkaException as exc:
+            logger.warning(
+                "offsets %s not stored (%s); the partition's next owner reads them again",
+                ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in offsets),
+                exc,
+            )
+
+    @staticmethod
+    def prepare(broker: Any, seen: Any, *, started: bool) -> None:
+        """Refuse concurrent subscribers; store offsets only when settled; ``acks=all``.
+
+        Raises:
+            ConfigurationError: a subscriber with ``max_workers`` above 1 (records of a
+                partition would settle out of order), ``acks`` 0 or 1, or a broker started
+                before the check with offsets stored on delivery.
+        """
+        for subscriber in broker.subscribers:
+            if (getattr(subscriber, "max_workers", None) or 1) > 1:
+                topics = [topic.name for topic in getattr(subscriber, "topics", ())]
+                raise ConfigurationError(
+                    f"subscriber of {topics} uses max_workers={subscriber.max_workers}: on a "
+                    "faststream.confluent broker hopchain needs each partition's records "
+                    "settled in order; leave max_workers at 1"
+                )
+        if not isinstance(broker, KafkaBroker):
+            return  # a router: its broker is checked when it is
+        connection = broker.config.broker_config.connection_config
+        settings = connection.config
+        if str(settings.get(_STORE, True)).lower() != "false":
+            if started:
+                raise ConfigurationError(
+                    "this faststream.confluent broker started before hopchain checked it, and "
+                    "its consumers store every offset on delivery: build the app with "
+                    "middleware.app(broker), call middleware.check(broker) before it starts, "
+                    'or pass config={"enable.auto.offset.store": False}'
+                )
+            settings[_STORE] = False
+        producer = connection.producer_config
+        acks = producer.get("acks")
+        if acks in UNSAFE_ACKS:
+            raise ConfigurationError(
+                f"KafkaBroker(acks={acks!r}): hopchain commits a record once its output is "
+                "acknowledged, which must mean on every in-sync replica; leave acks unset "
+                '(FastStream then uses "all")'
+            )
+        if "enable.idempotence" not in settings and not started:
+            connection.raw_producer_config["enable_idempotence"] = True
+        seen(
+            {
+                "bootstrap_servers": producer.get("bootstrap.servers"),
+                "client_id": producer.get("client.id"),
+            }
+        )
+
+
+CONFLUENT = ConfluentFamily()
+"""The family of ``faststream.confluent`` brokers."""

@@ -1,0 +1,370 @@
+"""FastStream's confluent broker (``faststream.confluent``, on confluent-kafka) with hopchain.
+
+The same middleware, the same engine and the same verdicts as on the aiokafka broker, on the
+real broker: hostile records parked byte for byte while the stage reads on, a hop appended
+with one ``traceparent`` beside FastStream's confluent telemetry middleware, batch
+subscribers, bare adoption, report-only topics and the default retry; and what hopchain does
+not support on this broker yet refused in one line at start-up.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from faststream import AckPolicy, TestApp
+from faststream.confluent import KafkaBroker
+from faststream.confluent.opentelemetry import KafkaTelemetryMiddleware
+from middleware_helpers import (
+    MALFORMED_KINDS,
+    OVERSIZE_LIMIT,
+    OWNER,
+    DeadLetterWatch,
+    Doc,
+    MalformedFactory,
+    check_dead_letters,
+    committed_offsets,
+    contract,
+    doc,
+    end_offsets,
+    mixed_plan,
+    raw_producer,
+    read_topic,
+    record_count,
+    registry,
+    send_mixed,
+    span_exporter,
+    span_index,
+    trace_of,
+    wait_until,
+)
+
+from hopchain import (
+    EnvelopeProducer,
+    Hopchain,
+    HopchainMiddleware,
+    TopicContract,
+    Transient,
+    current_hop,
+)
+from hopchain.exceptions import ConfigurationError, ReasonCode
+from hopchain.schemas import (
+    ENVELOPE_HEADER,
+    ContractRegistry,
+    Decision,
+    Limits,
+    verify_chain,
+)
+from hopchain.schemas.deadletter import (
+    DLQ_TRUNCATED_HEADER,
+    DLQ_VALUE_SHA256_HEADER,
+    read_dead_letter_headers,
+)
+from hopchain.schemas.text_v2 import load_envelope
+from hopchain.testing import create_topics, unique_topic_name
+
+if TYPE_CHECKING:
+    from hopchain.testing import TopicFactory
+    from hopchain.testing.kcat import KcatSend
+
+ODD_NAME = b"\xff\xfe"
+"""A header name that is not UTF-8: confluent-kafka cannot read such a record's headers."""
+
+TOO_BIG = 100_000
+"""Bytes of a record larger than the dead-letter writer's limit (parked as a reference)."""
+
+
+def confluent_stage(
+    bootstrap: str, runtime: Hopchain, group: str, *, telemetry: bool = False
+) -> tuple[KafkaBroker, HopchainMiddleware]:
+    """A FastStream confluent broker with hopchain's middleware (after FastStream's tracing)."""
+    middleware = HopchainMiddleware(runtime, group=group)
+    chain: list[Any] = [KafkaTelemetryMiddleware(), middleware] if telemetry else [middleware]
+    broker = KafkaBroker(bootstrap, middlewares=chain, ack_policy=AckPolicy.ACK)
+    return broker, middleware
+
+
+async def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
+    ends = await end_offsets(bootstrap, topic)
+    committed = await committed_offsets(bootstrap, group)
+    return all(committed.get((topic, p)) == end for p, end in ends.items() if end)
+
+
+def traceparents(record: Any) -> list[bytes]:
+    return [value for name, value in record.headers if name == "traceparent"]
+
+
+# -- the hostile-record suite ------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+async def test_hostile_records_are_parked_byte_for_byte_and_valid_ones_forwarded_once(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    kcat: KcatSend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spans = span_exporter()
+    monkeypatch.setenv("HOPCHAIN_DEAD_LETTER_MAX_BYTES", str(64 * 1024))
+    source, output = await new_topic(partitions=3), await new_topic()
+    dlq, group = f"{source}.dlq", unique_topic_name("confluent")
+    await create_topics(kafka_bootstrap, dlq)
+    contracts = registry(contract(source), contract(output))
+    feeder = Hopchain(contracts, component="feeder")
+    runtime = Hopchain(contracts, component="stage", limits=Limits(max_record_bytes=OVERSIZE_LIMIT))
+    # The first two dead-letter writes fail: their records are read again, and no commit
+    # (of any partition's records) passes a record before its dead letter is acknowledged.
+    watch = DeadLetterWatch(kafka_bootstrap, group, failures=2)
+    watch.install(monkeypatch)
+    plan = mixed_plan(4 * len(MALFORMED_KINDS), 2, seed=27)
+    async with raw_producer(kafka_bootstrap) as producer:
+        sent = await send_mixed(
+            producer, EnvelopeProducer(producer, feeder), MalformedFactory(feeder, source), plan
+        )
+        big = b'{"id": 901, "text": "' + b"x" * TOO_BIG + b'"}'
+        await producer.send_and_wait(source, big, key=b"too-big", partition=1)
+    odd = b'{"id": 900, "text": "odd name"}'
+    await kcat(source, [b"odd:" + odd], headers=[ODD_NAME + b"=x", b"plain=1"], keyed=True)
+
+    broker, middleware = confluent_stage(kafka_bootstrap, runtime, group, telemetry=True)
+    forwarded: Counter[int] = Counter()
+
+    @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
+    @broker.publisher(output)
+    async def forward(item: Doc) -> Doc:
+        forwarded[item.id] += 1
+        return item
+
+    valid = {s.number for s in sent if s.kind == "valid"}
+    malformed = len(sent) - len(valid)
+    async with TestApp(middleware.app(broker)):
+        await wait_until(lambda: set(forwarded) >= valid, within=60, what="every valid record")
+        await wait_until(
+            lambda: _at_least(record_count(kafka_bootstrap, dlq), malformed + 2),
+            what="every dead letter",
+        )
+        # The consumer is alive after all of that: a late record is forwarded too.
+        async with raw_producer(kafka_bootstrap) as producer:
+            await EnvelopeProducer(producer, feeder).send(source, doc(1000), key=b"late")
+        await wait_until(lambda: forwarded[1000] == 1, what="the late record")
+        await wait_until(
+            lambda: committed_to_end(kafka_bootstrap, group, source), what="commits to the end"
+        )
+
+    assert set(forwarded) == valid | {1000}
+    assert set(forwarded.values()) == {1}  # each valid record handled once
+    assert watch.failed == 2
+    assert watch.passed() == []
+    letters = await read_topic(kafka_bootstrap, dlq)
+    by_key = {letter.key: letter for letter in letters}
+    mixed = [letter for letter in letters if letter.key not in {b"odd", b"too-big"}]
+    reasons = check_dead_letters(mixed, sent, topic=source, group=group, component="stage")
+    assert reasons == Counter(s.reason.value for s in sent if s.reason is not None)
+
+    check_odd_and_big(by_key[b"odd"], odd, by_key[b"too-big"])
+
+    outputs = await read_topic(kafka_bootstrap, output)
+    assert len(outputs) == len(valid) + 1
+    check_outputs(outputs, span_index(spans))
+    rejected = runtime.metrics.registry.get_sample_value(
+        "hopchain_rejected_total", {"topic": source, "direction": "consume", "reason": "not_utf8"}
+    )
+    assert rejected == reasons["not_utf8"] + 1
+
+
+def check_odd_and_big(odd_letter: Any, odd: bytes, big_letter: Any) -> None:
+    """The two records the mixed plan does not hold, as parked."""
+    # A header name confluent-kafka cannot read: parked with its key and value, the headers
+    # it could not read left out, as not_utf8.
+    assert odd_letter.value == odd
+    assert all(name.startswith("hopchain-dlq-") for name, _ in odd_letter.headers)
+    info = read_dead_letter_headers(odd_letter.headers)
+    assert (info.reason, info.source_partition, info.owner) == (ReasonCode.NOT_UTF8, 0, OWNER)
+    # Too big to park whole: a reference, with the original's digest.
+    assert big_letter.value == b""
+    assert b"value" in dict(big_letter.headers)[DLQ_TRUNCATED_HEADER].split(b",")
+    assert read_dead_letter_headers(big_letter.headers).reason is ReasonCode.OVERSIZE
+    assert DLQ_VALUE_SHA256_HEADER in dict(big_letter.headers)
+
+
+def check_outputs(outputs: list[Any], exported: dict[str, Any]) -> None:
+    """Each output: one hop appended to a verified chain, and one traceparent, naming it."""
+    for record in outputs:
+        envelope = load_envelope(dict(record.headers)[ENVELOPE_HEADER].decode())
+        verify_chain(envelope)
+        assert [(h.component, h.decision) for h in envelope.chain] == [
+            ("feeder", Decision.ORIGINATED),
+            ("stage", Decision.FORWARDED),
+        ]
+        hop = envelope.chain[-1].span_id
+        [parent] = traceparents(record)  # beside FastStream's telemetry middleware
+        assert parent.decode().split("-")[1:3] == [envelope.trace_id, hop]
+        assert trace_of(exported[hop]) == envelope.trace_id
+
+
+async def _at_least(count: Any, expected: int) -> bool:
+    return bool(await count >= expected)
+
+
+# -- batch subscribers -------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+async def test_a_batch_subscriber_gets_the_valid_records_and_the_rest_is_parked(
+    kafka_bootstrap: str, new_topic: TopicFactory, kcat: KcatSend
+) -> None:
+    source, output = await new_topic(), await new_topic()
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    contracts = registry(contract(source), contract(output))
+    feeder = Hopchain(contracts, component="feeder")
+    group = unique_topic_name("confluent-batch")
+    async with raw_producer(kafka_bootstrap) as producer:
+        sender = EnvelopeProducer(producer, feeder)
+        await sender.send(source, doc(0))
+        await producer.send_and_wait(source, b"\xff\xfe garbage", key=b"garbage")
+        await sender.send(source, doc(2))
+    await kcat(source, [b'odd:{"id": 3}'], headers=[ODD_NAME + b"=x"], keyed=True)
+    async with raw_producer(kafka_bootstrap) as producer:
+        await EnvelopeProducer(producer, feeder).send(source, doc(4))
+    broker, middleware = confluent_stage(
+        kafka_bootstrap, Hopchain(contracts, component="batcher"), group
+    )
+    batches: list[list[int]] = []
+
+    @broker.subscriber(source, group_id=group, auto_offset_reset="earliest", batch=True)
+    @broker.publisher(output, batch=True)
+    async def forward(items: list[Doc]) -> list[Doc]:
+        batches.append([item.id for item in items])
+        return items
+
+    async with TestApp(middleware.app(broker)):
+        await wait_until(
+            lambda: committed_to_end(kafka_bootstrap, group, source),
+            within=60,
+            what="the batches committed",
+        )
+
+    assert sorted(number for batch in batches for number in batch) == [0, 2, 4]
+    outputs = await read_topic(kafka_bootstrap, output)
+    chains = [load_envelope(dict(r.headers)[ENVELOPE_HEADER].decode()).chain for r in outputs]
+    assert [[h.component for h in chain] for chain in chains] == [["feeder", "batcher"]] * 3
+    letters = await read_topic(kafka_bootstrap, f"{source}.dlq")
+    assert [(letter.key, letter.value) for letter in letters] == [
+        (b"garbage", b"\xff\xfe garbage"),
+        (b"odd", b'{"id": 3}'),
+    ]
+    assert [read_dead_letter_headers(letter.headers).reason for letter in letters] == [
+        ReasonCode.NOT_UTF8,
+        ReasonCode.NOT_UTF8,
+    ]
+
+
+# -- adoption, report-only and the default retry -----------------------------------------------
+
+
+@pytest.mark.kafka
+async def test_bare_records_are_adopted_report_only_parks_nothing_and_transient_is_retried(
+    kafka_bootstrap: str, new_topic: TopicFactory, kcat: KcatSend
+) -> None:
+    topics = [await new_topic(prefix=p) for p in ("bare", "report", "retried")]
+    bare, report, retried = topics
+    await create_topics(kafka_bootstrap, *(f"{topic}.dlq" for topic in (bare, report, retried)))
+    contracts = ContractRegistry(
+        [
+            TopicContract(topic=bare, model=Doc, owner=OWNER, adopt_bare=True),
+            TopicContract(topic=report, model=Doc, owner=OWNER, report_only=True),
+            contract(retried),
+        ]
+    )
+    runtime = Hopchain(contracts, component="adopter")
+    group = unique_topic_name("confluent-modes")
+    broker, middleware = confluent_stage(kafka_bootstrap, runtime, group)
+    seen: list[tuple[str, Any, str | None]] = []
+    attempts: Counter[int] = Counter()
+
+    def note(topic: str, item: Any) -> None:
+        # Who wrote the origin hop: this stage for an adopted record; none when reported.
+        hop = current_hop()
+        seen.append((topic, item, hop.envelope.chain[0].component if hop else None))
+
+    @broker.subscriber(bare, group_id=group, auto_offset_reset="earliest")
+    async def on_bare(item: Doc) -> None:
+        note(bare, item.id)
+
+    @broker.subscriber(report, group_id=group, auto_offset_reset="earliest")
+    async def on_report(item: bytes) -> None:
+        note(report, item)
+
+    @broker.subscriber(retried, group_id=group, auto_offset_reset="earliest")
+    async def on_retried(item: Doc) -> None:
+        attempts[item.id] += 1
+        if attempts[item.id] == 1:
+            raise Transient("the ledger timed out")
+        note(retried, item.id)
+
+    await kcat(bare, [b'{"id": 1, "text": "from a producer without hopchain"}'])
+    await kcat(report, [b"not json at all"])
+    async with raw_producer(kafka_bootstrap) as producer:
+        await EnvelopeProducer(producer, Hopchain(contracts, component="feeder")).send(
+            retried, doc(3)
+        )
+    async with TestApp(middleware.app(broker)):
+        await wait_until(lambda: len(seen) == 3, within=60, what="three records handled")
+
+        async def committed() -> bool:
+            ends = [await committed_to_end(kafka_bootstrap, group, t) for t in topics]
+            return all(ends)
+
+        await wait_until(committed, what="the three topics committed")
+
+    assert sorted(seen, key=lambda s: s[0]) == sorted(
+        [(bare, 1, "adopter"), (report, b"not json at all", None), (retried, 3, "feeder")],
+        key=lambda s: s[0],
+    )
+    assert attempts[3] == 2
+    would = runtime.metrics.registry.get_sample_value(
+        "hopchain_would_reject_total", {"topic": report, "reason": "missing_header"}
+    )
+    assert would == 1  # counted as what enforcing would park it for, and handed on
+    for topic in (bare, report, retried):
+        assert await record_count(kafka_bootstrap, f"{topic}.dlq") == 0
+
+
+# -- refused at start-up -----------------------------------------------------------------------
+
+
+def test_what_the_confluent_broker_does_not_support_is_refused_in_one_line() -> None:
+    contracts = registry(contract("orders"))
+
+    def checked(**options: Any) -> str:
+        middleware = HopchainMiddleware(Hopchain(contracts, component="refused"))
+        workers = options.pop("max_workers", 1)
+        broker = KafkaBroker("localhost:9", **options)
+        broker.subscriber("orders", group_id="g", max_workers=workers)(_ignore)
+        with pytest.raises(ConfigurationError) as refused:
+            middleware.check(broker)
+        assert "\n" not in str(refused.value)
+        return str(refused.value)
+
+    # The README's default, hopchain owning the commits, is the aiokafka broker's only.
+    assert "AckPolicy.ACK" in checked(ack_policy=AckPolicy.MANUAL)
+    assert "max_workers=2" in checked(ack_policy=AckPolicy.ACK, max_workers=2)
+    assert "acks=1" in checked(ack_policy=AckPolicy.ACK, acks=1)
+    assert "ACK_FIRST" in checked(ack_policy=AckPolicy.ACK_FIRST)
+
+
+def test_a_checked_confluent_broker_stores_offsets_once_settled_and_writes_acks_all() -> None:
+    middleware = HopchainMiddleware(Hopchain(registry(contract("orders")), component="checked"))
+    broker = KafkaBroker("localhost:9", ack_policy=AckPolicy.ACK)
+    broker.subscriber("orders", group_id="g")(_ignore)
+    middleware.check(broker)
+    connection = broker.config.broker_config.connection_config
+    assert connection.consumer_config["enable.auto.offset.store"] is False
+    assert connection.producer_config["acks"] == -1
+    assert connection.producer_config["enable.idempotence"] is True
+    assert middleware.family.name == "faststream.confluent (confluent-kafka)"
+
+
+async def _ignore(item: Doc) -> None:
+    del item
