@@ -359,8 +359,11 @@ def test_a_checked_confluent_broker_stores_offsets_once_settled_and_writes_acks_
     broker = KafkaBroker("localhost:9", ack_policy=AckPolicy.ACK)
     broker.subscriber("orders", group_id="g")(_ignore)
     middleware.check(broker)
-    connection = broker.config.broker_config.connection_config
-    assert connection.consumer_config["enable.auto.offset.store"] is False
+    config = broker.config.broker_config
+    builder: Any = config.builder  # builds each subscriber's consumer
+    assert builder.config.consumer_config["enable.auto.offset.store"] is False
+    connection = config.connection_config
+    assert "enable.auto.offset.store" not in connection.producer_config
     assert connection.producer_config["acks"] == -1
     assert connection.producer_config["enable.idempotence"] is True
     assert middleware.family.name == "faststream.confluent (confluent-kafka)"

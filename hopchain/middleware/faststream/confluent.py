@@ -16,6 +16,7 @@ producer), as on the aiokafka broker.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -159,17 +160,9 @@ class ConfluentFamily:
                 )
         if not isinstance(broker, KafkaBroker):
             return  # a router: its broker is checked when it is
+        _store_when_settled(broker.config.broker_config, started=started)
         connection = broker.config.broker_config.connection_config
         settings = connection.config
-        if str(settings.get(_STORE, True)).lower() != "false":
-            if started:
-                raise ConfigurationError(
-                    "this faststream.confluent broker started before hopchain checked it, and "
-                    "its consumers store every offset on delivery: build the app with "
-                    "middleware.app(broker), call middleware.check(broker) before it starts, "
-                    'or pass config={"enable.auto.offset.store": False}'
-                )
-            settings[_STORE] = False
         producer = connection.producer_config
         acks = producer.get("acks")
         if acks in UNSAFE_ACKS:
@@ -186,6 +179,28 @@ class ConfluentFamily:
                 "client_id": producer.get("client.id"),
             }
         )
+
+
+def _store_when_settled(config: Any, *, started: bool) -> None:
+    """Have the consumers FastStream builds for ``config`` store no offset by themselves.
+
+    Set on the consumers' settings only (FastStream builds each subscriber's consumer with
+    ``config.builder``): librdkafka would warn about a consumer setting on the producer.
+    """
+    builder = config.builder
+    consumers = getattr(builder, "config", config.connection_config)
+    if str(consumers.config.get(_STORE, True)).lower() == "false":
+        return
+    if started:
+        raise ConfigurationError(
+            "this faststream.confluent broker started before hopchain checked it, and its "
+            "consumers store every offset on delivery: build the app with "
+            "middleware.app(broker), call middleware.check(broker) before it starts, or pass "
+            'config={"enable.auto.offset.store": False}'
+        )
+    if consumers is config.connection_config and hasattr(builder, "config"):
+        consumers = builder.config = copy.copy(consumers)
+    consumers.config = {**consumers.config, _STORE: False}
 
 
 CONFLUENT = ConfluentFamily()
