@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from faststream import AckPolicy, TestApp
-from faststream.confluent import KafkaBroker
+from faststream.confluent import KafkaBroker, KafkaRouter
 from faststream.confluent.opentelemetry import KafkaTelemetryMiddleware
 from middleware_helpers import (
     MALFORMED_KINDS,
@@ -356,6 +356,11 @@ def test_what_the_confluent_broker_does_not_support_is_refused_in_one_line() -> 
     assert "max_workers=2" in checked(ack_policy=AckPolicy.ACK, max_workers=2)
     assert "acks=1" in checked(ack_policy=AckPolicy.ACK, acks=1)
     assert "ACK_FIRST" in checked(ack_policy=AckPolicy.ACK_FIRST)
+    # A router is checked as its broker is.
+    router = KafkaRouter()
+    router.subscriber("orders", group_id="g", max_workers=3)(_ignore)
+    with pytest.raises(ConfigurationError, match="max_workers=3"):
+        HopchainMiddleware(Hopchain(contracts, component="routed")).check(router)
 
 
 def test_a_checked_confluent_broker_stores_offsets_once_settled_and_writes_acks_all() -> None:

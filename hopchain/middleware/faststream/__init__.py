@@ -1,6 +1,8 @@
 """The FastStream adapter: validate before the handler, park what fails, append on publish.
 
-Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``), and let
+Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) of
+``faststream.kafka`` or ``faststream.confluent`` (see
+:mod:`~hopchain.middleware.faststream.confluent` for how that one commits), and let
 :meth:`HopchainMiddleware.app` build the application::
 
     middleware = HopchainMiddleware(Hopchain(registry, component="classify"))
