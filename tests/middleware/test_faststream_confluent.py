@@ -50,6 +50,7 @@ from hopchain import (
     HopchainMiddleware,
     TopicContract,
     Transient,
+    Unauthorized,
     current_hop,
 )
 from hopchain.exceptions import ConfigurationError, ReasonCode
@@ -333,6 +334,73 @@ async def test_bare_records_are_adopted_report_only_parks_nothing_and_transient_
     assert would == 1  # counted as what enforcing would park it for, and handed on
     for topic in (bare, report, retried):
         assert await record_count(kafka_bootstrap, f"{topic}.dlq") == 0
+
+
+# -- an abort, and a middleware never checked --------------------------------------------------
+
+
+@pytest.mark.kafka
+async def test_an_abort_halts_the_consumer_at_the_record_and_commits_nothing_past_it(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    source = await new_topic()
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    contracts = registry(contract(source))
+    runtime = Hopchain(contracts, component="halting")
+    group = unique_topic_name("confluent-abort")
+    broker, middleware = confluent_stage(kafka_bootstrap, runtime, group)
+    handled: list[int] = []
+
+    @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
+    async def handle(item: Doc) -> None:
+        handled.append(item.id)
+        if item.id == 1:
+            raise Unauthorized("the ledger refused our token")  # default exit: halt
+
+    async with raw_producer(kafka_bootstrap) as producer:
+        sender = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
+        for number in range(3):
+            await sender.send(source, doc(number))
+    async with TestApp(middleware.app(broker)):
+        await asyncio.wait_for(runtime.aborted.wait(), 60)
+        await asyncio.sleep(1.5)  # time enough to read record 2, were anything still read
+        assert handled == [0, 1]
+        assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 1}
+    assert await record_count(kafka_bootstrap, f"{source}.dlq") == 0
+
+
+@pytest.mark.kafka
+async def test_a_middleware_never_checked_refuses_the_first_record_and_commits_nothing(
+    kafka_bootstrap: str, new_topic: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = await new_topic()
+    contracts = registry(contract(source))
+    group = unique_topic_name("confluent-unchecked")
+    broker, _ = confluent_stage(kafka_bootstrap, Hopchain(contracts, component="unchecked"), group)
+    handled: list[int] = []
+
+    @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
+    async def handle(item: Doc) -> None:
+        handled.append(item.id)
+
+    async with raw_producer(kafka_bootstrap) as producer:
+        await EnvelopeProducer(producer, Hopchain(contracts, component="feeder")).send(
+            source, doc(0)
+        )
+    await broker.start()  # no middleware.app(broker), no middleware.check(broker)
+    try:
+        await wait_until(
+            lambda: any("offset" in r.getMessage() for r in caplog.records if r.name == "hopchain"),
+            within=60,
+            what="the refusal",
+        )
+        await asyncio.sleep(1.0)
+    finally:
+        await broker.stop()
+    assert handled == []
+    assert await committed_offsets(kafka_bootstrap, group) == {}
+    [refusal] = [r for r in caplog.records if r.name == "hopchain" and r.levelname == "CRITICAL"]
+    assert "middleware.app(broker)" in refusal.getMessage()
 
 
 # -- refused at start-up -----------------------------------------------------------------------
