@@ -81,11 +81,17 @@ TOO_BIG = 100_000
 
 
 def confluent_stage(
-    bootstrap: str, runtime: Hopchain, group: str, *, telemetry: bool = False
+    bootstrap: str, runtime: Hopchain, group: str, *, telemetry: str = ""
 ) -> tuple[KafkaBroker, HopchainMiddleware]:
-    """A FastStream confluent broker with hopchain's middleware (after FastStream's tracing)."""
+    """A FastStream confluent broker with hopchain's middleware.
+
+    ``telemetry``: FastStream's telemetry middleware goes ``"before"`` or ``"after"`` it.
+    """
     middleware = HopchainMiddleware(runtime, group=group)
-    chain: list[Any] = [KafkaTelemetryMiddleware(), middleware] if telemetry else [middleware]
+    chain: list[Any] = {
+        "before": [KafkaTelemetryMiddleware(), middleware],
+        "after": [middleware, KafkaTelemetryMiddleware()],
+    }.get(telemetry, [middleware])
     broker = KafkaBroker(bootstrap, middlewares=chain, ack_policy=AckPolicy.ACK)
     return broker, middleware
 
@@ -132,7 +138,7 @@ async def test_hostile_records_are_parked_byte_for_byte_and_valid_ones_forwarded
     odd = b'{"id": 900, "text": "odd name"}'
     await kcat(source, [b"odd:" + odd], headers=[ODD_NAME + b"=x", b"plain=1"], keyed=True)
 
-    broker, middleware = confluent_stage(kafka_bootstrap, runtime, group, telemetry=True)
+    broker, middleware = confluent_stage(kafka_bootstrap, runtime, group, telemetry="before")
     forwarded: Counter[int] = Counter()
 
     @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
@@ -172,6 +178,10 @@ async def test_hostile_records_are_parked_byte_for_byte_and_valid_ones_forwarded
     outputs = await read_topic(kafka_bootstrap, output)
     assert len(outputs) == len(valid) + 1
     check_outputs(outputs, span_index(spans))
+    # Each forward's send span says where the broker put it (confluent's delivery report).
+    sends = [span for span in spans.get_finished_spans() if span.name == f"send {output}"]
+    assert len(sends) == len(outputs)
+    assert all(span.attributes and "messaging.kafka.offset" in span.attributes for span in sends)
     rejected = runtime.metrics.registry.get_sample_value(
         "hopchain_rejected_total", {"topic": source, "direction": "consume", "reason": "not_utf8"}
     )
@@ -233,7 +243,7 @@ async def test_a_batch_subscriber_gets_the_valid_records_and_the_rest_is_parked(
     async with raw_producer(kafka_bootstrap) as producer:
         await EnvelopeProducer(producer, feeder).send(source, doc(4))
     broker, middleware = confluent_stage(
-        kafka_bootstrap, Hopchain(contracts, component="batcher"), group
+        kafka_bootstrap, Hopchain(contracts, component="batcher"), group, telemetry="after"
     )
     batches: list[list[int]] = []
 
@@ -254,6 +264,10 @@ async def test_a_batch_subscriber_gets_the_valid_records_and_the_rest_is_parked(
     outputs = await read_topic(kafka_bootstrap, output)
     chains = [load_envelope(dict(r.headers)[ENVELOPE_HEADER].decode()).chain for r in outputs]
     assert [[h.component for h in chain] for chain in chains] == [["feeder", "batcher"]] * 3
+    # FastStream's telemetry after hopchain's: still one traceparent, naming the hop.
+    for record, chain in zip(outputs, chains, strict=True):
+        [parent] = traceparents(record)
+        assert parent.decode().split("-")[2] == chain[-1].span_id
     letters = await read_topic(kafka_bootstrap, f"{source}.dlq")
     assert [(letter.key, letter.value) for letter in letters] == [
         (b"garbage", b"\xff\xfe garbage"),
