@@ -20,6 +20,7 @@ import pytest
 from faststream import AckPolicy, TestApp
 from faststream.confluent import KafkaBroker, KafkaRouter
 from faststream.confluent.opentelemetry import KafkaTelemetryMiddleware
+from faststream.kafka import KafkaBroker as AiokafkaBroker
 from middleware_helpers import (
     MALFORMED_KINDS,
     OVERSIZE_LIMIT,
@@ -33,6 +34,7 @@ from middleware_helpers import (
     doc,
     end_offsets,
     mixed_plan,
+    parent_of,
     raw_producer,
     read_topic,
     record_count,
@@ -52,6 +54,7 @@ from hopchain import (
     Transient,
     Unauthorized,
     current_hop,
+    origin,
 )
 from hopchain.exceptions import ConfigurationError, ReasonCode
 from hopchain.schemas import (
@@ -88,10 +91,11 @@ def confluent_stage(
     ``telemetry``: FastStream's telemetry middleware goes ``"before"`` or ``"after"`` it.
     """
     middleware = HopchainMiddleware(runtime, group=group)
-    chain: list[Any] = {
+    orders: dict[str, list[Any]] = {
         "before": [KafkaTelemetryMiddleware(), middleware],
         "after": [middleware, KafkaTelemetryMiddleware()],
-    }.get(telemetry, [middleware])
+    }
+    chain = orders.get(telemetry, [middleware])
     broker = KafkaBroker(bootstrap, middlewares=chain, ack_policy=AckPolicy.ACK)
     return broker, middleware
 
@@ -220,6 +224,66 @@ def check_outputs(outputs: list[Any], exported: dict[str, Any]) -> None:
 
 async def _at_least(count: Any, expected: int) -> bool:
     return bool(await count >= expected)
+
+
+# -- a pipeline mixing the families -------------------------------------------------------------
+
+
+@pytest.mark.kafka
+async def test_aiokafka_confluent_aiokafka_stages_keep_one_chain_and_one_trace(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    spans = span_exporter()
+    a, b, c = [await new_topic(prefix=name) for name in ("first", "second", "third")]
+    contracts = registry(contract(a), contract(b), contract(c))
+
+    def aiokafka_stage(component: str) -> AiokafkaBroker:
+        middleware = HopchainMiddleware(Hopchain(contracts, component=component))
+        return AiokafkaBroker(kafka_bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
+
+    feeder, first, third = aiokafka_stage("feeder"), aiokafka_stage("one"), aiokafka_stage("three")
+    second, middleware = confluent_stage(
+        kafka_bootstrap, Hopchain(contracts, component="two"), "two", telemetry="before"
+    )
+
+    @first.subscriber(a, group_id=unique_topic_name("one"), auto_offset_reset="earliest")
+    @first.publisher(b)
+    async def one(item: Doc) -> Doc:
+        return item
+
+    @second.subscriber(b, group_id=unique_topic_name("two"), auto_offset_reset="earliest")
+    @second.publisher(c)
+    async def two(item: Doc) -> Doc:
+        return item
+
+    done: list[Any] = []
+
+    @third.subscriber(c, group_id=unique_topic_name("three"), auto_offset_reset="earliest")
+    async def three(item: Doc) -> None:
+        done.append(current_hop())
+
+    async with TestApp(middleware.app(second)):
+        for broker in (feeder, first, third):
+            await broker.start()
+        try:
+            with origin(run_id="run-mixed", work_item_id="item-1"):
+                await feeder.publish(doc(1), a)
+            await wait_until(lambda: done, within=60, what="the third stage")
+        finally:
+            for broker in (feeder, first, third):
+                await broker.stop()
+
+    [hop] = done
+    envelope = hop.envelope
+    verify_chain(envelope)
+    assert [h.component for h in envelope.chain] == ["feeder", "one", "two"]
+    [record] = await read_topic(kafka_bootstrap, c)
+    assert len(traceparents(record)) == 1
+    hop_spans = [h.span_id for h in envelope.chain] + [hop.span_id]
+    await wait_until(lambda: set(hop_spans) <= set(span_index(spans)), what="the hop spans")
+    exported = span_index(spans)
+    assert {trace_of(exported[span]) for span in hop_spans} == {envelope.trace_id}
+    assert [parent_of(exported[span]) for span in hop_spans[1:]] == hop_spans[:-1]
 
 
 # -- batch subscribers -------------------------------------------------------------------------
