@@ -110,7 +110,8 @@ class HopchainMiddleware:
 
         ``MANUAL`` (hopchain commits in batches) unless ``HOPCHAIN_COMMITS=record``, then
         ``ACK`` (FastStream commits after each record):
-        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``.
+        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``. A ``faststream.confluent``
+        broker needs ``AckPolicy.ACK``: :meth:`check` refuses ``MANUAL`` there.
         """
         return AckPolicy.ACK if self.commits_setting == "record" else AckPolicy.MANUAL
 
