@@ -1,6 +1,7 @@
 """A stage on FastStream's confluent broker, in a process of its own (a kill -9 target).
 
-Run as ``python confluent_stage_worker.py --bootstrap ... --input ... --output ... --group ...``:
+Run as ``python confluent_stage_worker.py --bootstrap ... --input ... --output ... --group ...
+--ack-policy ACK|MANUAL``:
 built as the README says (``middleware.app(broker)``), it forwards each valid record of the
 input to the output, appending its hop, and parks the rest. It prints ``ready`` once started
 and ``handled <id>`` per record forwarded; SIGTERM stops it cleanly.
@@ -22,7 +23,8 @@ from hopchain import Hopchain, HopchainMiddleware
 async def serve(arguments: argparse.Namespace) -> None:
     contracts = registry(contract(arguments.input), contract(arguments.output))
     middleware = HopchainMiddleware(Hopchain(contracts, component="relay"), group=arguments.group)
-    broker = KafkaBroker(arguments.bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
+    policy = AckPolicy[arguments.ack_policy]  # ACK: per record; MANUAL: hopchain batches
+    broker = KafkaBroker(arguments.bootstrap, middlewares=[middleware], ack_policy=policy)
 
     @broker.subscriber(
         arguments.input,
@@ -43,7 +45,7 @@ async def serve(arguments: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for option in ("--bootstrap", "--input", "--output", "--group"):
+    for option in ("--bootstrap", "--input", "--output", "--group", "--ack-policy"):
         parser.add_argument(option, required=True)
     asyncio.run(serve(parser.parse_args()))
     return 0

@@ -10,7 +10,7 @@ Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) of
     app = middleware.app(broker)  # check + prepare on start-up, close on shutdown
 
 Commits, by default (``HOPCHAIN_COMMITS=auto`` with subscribers on ``AckPolicy.MANUAL``,
-which ``middleware.ack_policy`` gives; ``faststream.kafka`` only): hopchain commits.
+which ``middleware.ack_policy`` gives): hopchain commits.
 Outputs and dead letters are sent without waiting (a ``broker.publish`` in a handler returns
 the send's future), and per
 partition the offset below which every record is settled is committed in batches, on

@@ -23,7 +23,7 @@ from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream.commits import Pending, consumer_of, read_again
+from hopchain.middleware.faststream.commits import Pending, read_again
 from hopchain.middleware.faststream.family import KafkaCommand, header_texts
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one
@@ -71,7 +71,7 @@ class Batch:
         """Track, open hops, hand the valid payloads to the handler; park all on failure."""
         owner = self.owner
         if owner.owns_commits:
-            consumer = consumer_of(msg)
+            consumer = owner.family.offsets(msg)
             for index, item in enumerate(self.items):
                 try:
                     item.pending = owner.commits.begin(consumer, item.record)

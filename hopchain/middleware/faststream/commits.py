@@ -17,7 +17,7 @@ from typing import Any
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from hopchain.config import HopchainConfig
-from hopchain.middleware.faststream.ledger import Entry, OffsetConsumer, OffsetLedger
+from hopchain.middleware.faststream.ledger import Entry, OffsetLedger
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = [
@@ -188,9 +188,3 @@ async def read_again(message: Any, *unstarted: Any) -> None:
         if isinstance(work, Coroutine):
             work.close()
     await message.nack()
-
-
-def consumer_of(message: Any) -> OffsetConsumer | None:
-    """The consumer that read a FastStream message (its public ``consumer`` attribute)."""
-    consumer = getattr(message, "consumer", None)
-    return consumer if callable(getattr(consumer, "assignment", None)) else None

@@ -4,23 +4,31 @@ FastStream hands a middleware a ``confluent_kafka.Message`` (a tuple of them for
 subscriber), whose accessors are methods; a message's ``consumer`` is FastStream's wrapper,
 whose public ``consumer`` is the ``confluent_kafka.Consumer`` that read it.
 
-Commits. FastStream's ack on this broker commits the offsets the consumer *stored*, and
-librdkafka stores a record's offset as soon as it hands the record over: one record's ack
-would commit past another that could not be parked, or that a nack rewound. So
-:meth:`ConfluentFamily.prepare` turns the storing off (``enable.auto.offset.store=false``),
-and hopchain stores a record's offset once it is settled, handled or parked and acknowledged
-(:meth:`ConfluentFamily.settled`): the ack commits only those. Dead letters are written by
-the middleware's own :class:`~hopchain.middleware.producer.KafkaWriter` (an aiokafka
-producer), as on the aiokafka broker.
+Commits per record (``AckPolicy.ACK``). FastStream's ack on this broker commits the offsets
+the consumer *stored*, and librdkafka stores a record's offset as soon as it hands the record
+over: one record's ack would commit past another that could not be parked, or that a nack
+rewound. So :meth:`ConfluentFamily.prepare` turns the storing off
+(``enable.auto.offset.store=false``), and hopchain stores a record's offset once it is
+settled, handled or parked and acknowledged (:meth:`ConfluentFamily.settled`): the ack
+commits only those. Batched commits (``AckPolicy.MANUAL``) are the ledger's, as on the
+aiokafka broker, through :class:`_Offsets`; there is no rebalance listener yet, so records
+settled since the last commit are read again by a partition's next owner (duplicates, not
+losses). Dead letters are written by the middleware's own
+:class:`~hopchain.middleware.producer.KafkaWriter` (an aiokafka producer), as on the aiokafka
+broker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from aiokafka import TopicPartition as Partition
+from aiokafka.errors import IllegalStateError
 from confluent_kafka import KafkaException, Message, TopicPartition
 from faststream import StreamMessage
 from faststream.confluent import KafkaBroker
@@ -59,6 +67,45 @@ class _Partitions:
         self.consumer.pause(self.consumer.assignment())
 
 
+class _Offsets:
+    """A ``confluent_kafka.Consumer`` as the batched commits' ledger drives it.
+
+    The ledger speaks aiokafka's ``TopicPartition``; a partition this consumer does not own
+    raises aiokafka's ``IllegalStateError``, as there. A commit waits for the broker, in a
+    thread of its own (FastStream's consumer thread is busy polling).
+    """
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+
+    def assignment(self) -> set[Partition]:
+        return {Partition(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def seek(self, partition: Partition, offset: int) -> None:
+        with _owned():
+            self.consumer.seek(TopicPartition(partition.topic, partition.partition, offset))
+
+    def pause(self, *partitions: Partition) -> None:
+        with _owned():
+            self.consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in partitions])
+
+    def resume(self, *partitions: Partition) -> None:
+        with _owned():
+            self.consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
+
+    async def commit(self, offsets: dict[Partition, int] | None = None) -> None:
+        chosen = [TopicPartition(tp.topic, tp.partition, at) for tp, at in (offsets or {}).items()]
+        await asyncio.to_thread(self.consumer.commit, offsets=chosen, asynchronous=False)
+
+
+@contextmanager
+def _owned() -> Iterator[None]:
+    try:
+        yield
+    except KafkaException as exc:
+        raise IllegalStateError(str(exc)) from exc
+
+
 def _consumer(message: StreamMessage[Any] | None) -> Any:
     """The ``confluent_kafka.Consumer`` that read ``message`` (None: the in-memory broker's).
 
@@ -72,7 +119,6 @@ class ConfluentFamily:
     """FastStream's ``faststream.confluent`` brokers and routers."""
 
     name = "faststream.confluent (confluent-kafka)"
-    batched_commits = False
     publish_command = KafkaPublishCommand
     settles_with_message = True
 
@@ -109,6 +155,19 @@ class ConfluentFamily:
     def headers(raw: Any) -> Sequence[tuple[str, bytes | None]]:
         """The record's headers."""
         return confluent_headers(raw)[0]
+
+    def __init__(self) -> None:
+        self._offsets: dict[int, _Offsets] = {}
+
+    def offsets(self, message: StreamMessage[Any] | None) -> _Offsets | None:
+        """The consumer that read ``message``, for the ledger (one object per consumer)."""
+        consumer = _consumer(message)
+        if consumer is None:
+            return None
+        known = self._offsets.get(id(consumer))
+        if known is None or known.consumer is not consumer:
+            known = self._offsets[id(consumer)] = _Offsets(consumer)
+        return known
 
     @staticmethod
     def partitions(message: StreamMessage[Any] | None) -> _Partitions | None:

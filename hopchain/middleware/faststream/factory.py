@@ -110,8 +110,7 @@ class HopchainMiddleware:
 
         ``MANUAL`` (hopchain commits in batches) unless ``HOPCHAIN_COMMITS=record``, then
         ``ACK`` (FastStream commits after each record):
-        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``. A ``faststream.confluent``
-        broker needs ``AckPolicy.ACK``: :meth:`check` refuses ``MANUAL`` there.
+        ``KafkaBroker(..., ack_policy=middleware.ack_policy)``.
         """
         return AckPolicy.ACK if self.commits_setting == "record" else AckPolicy.MANUAL
 
@@ -221,13 +220,6 @@ class HopchainMiddleware:
         policies = {getattr(subscriber, "ack_policy", None) for _, subscriber in declared}
         if self.commits_setting == "auto":
             self.batched = self._auto_mode(policies)
-        if self.batched and not family.batched_commits:
-            raise ConfigurationError(
-                f"hopchain cannot own the commits (HOPCHAIN_COMMITS=batched, AckPolicy.MANUAL "
-                f"subscribers) on {family.name} brokers yet: use "
-                "KafkaBroker(..., ack_policy=AckPolicy.ACK), which commits each record once "
-                "it is handled or parked"
-            )
         for topics, subscriber in declared:
             self._check_policy(topics, getattr(subscriber, "ack_policy", None))
             self.hopchain.check_topics(topics)

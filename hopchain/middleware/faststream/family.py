@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
 from faststream import StreamMessage
 
+from hopchain.middleware.faststream.ledger import OffsetConsumer
 from hopchain.schemas.record import ConsumedRecord
 
 if TYPE_CHECKING:
@@ -65,8 +66,6 @@ class BrokerFamily(Protocol):
 
     name: str
     """The broker's module and client, for messages (``faststream.kafka (aiokafka)``)."""
-    batched_commits: bool
-    """Whether hopchain can own this family's commits (``HOPCHAIN_COMMITS=batched``)."""
     publish_command: Any
     """The family's ``KafkaPublishCommand`` class (a batch's outputs are split into them)."""
     settles_with_message: bool
@@ -87,6 +86,14 @@ class BrokerFamily(Protocol):
 
     def headers(self, raw: Any) -> Sequence[tuple[str, bytes | None]]:
         """The record's headers (after :meth:`parseable`)."""
+        ...
+
+    def offsets(self, message: StreamMessage[Any] | None) -> OffsetConsumer | None:
+        """The consumer that read ``message``, as the batched commits' ledger drives it.
+
+        The same object for every message of one consumer; None when there is none to commit
+        with (FastStream's in-memory broker).
+        """
         ...
 
     def partitions(self, message: StreamMessage[Any] | None) -> PartitionControl | None:

@@ -50,7 +50,6 @@ class KafkaFamily:
     """FastStream's ``faststream.kafka`` brokers and routers."""
 
     name = "faststream.kafka (aiokafka)"
-    batched_commits = True
     publish_command = KafkaPublishCommand
     settles_with_message = False
 
@@ -76,6 +75,12 @@ class KafkaFamily:
     def headers(raw: Any) -> Sequence[tuple[str, bytes | None]]:
         """The record's headers."""
         return tuple(raw.headers or ())
+
+    @staticmethod
+    def offsets(message: StreamMessage[Any] | None) -> Any:
+        """The ``AIOKafkaConsumer`` that read ``message`` (its public ``consumer``)."""
+        consumer = getattr(message, "consumer", None)
+        return consumer if callable(getattr(consumer, "assignment", None)) else None
 
     @staticmethod
     def partitions(message: StreamMessage[Any] | None) -> _Partitions | None:

@@ -22,7 +22,7 @@ from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Received, Verdict
 from hopchain.middleware.engine.consume import close_quietly
 from hopchain.middleware.faststream.batch import Batch, receive_batch
-from hopchain.middleware.faststream.commits import Pending, consumer_of, pending, read_again
+from hopchain.middleware.faststream.commits import Pending, pending, read_again
 from hopchain.middleware.faststream.family import KafkaCommand
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one, writing_raw
@@ -139,7 +139,7 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         if not self.owner.owns_commits or record is None:
             return
         try:
-            self._pending = self.owner.commits.begin(consumer_of(msg), record)
+            self._pending = self.owner.commits.begin(self.owner.family.offsets(msg), record)
         except Exception as exc:  # noqa: BLE001 - untracked, later commits would pass it
             self.message, parking, self._parking = msg, self._parking, None
             await read_again(msg, parking)
