@@ -115,6 +115,8 @@ def note_sent(metadata: object, *, client_id: str | None = None) -> None:
         return
     partition = getattr(metadata, "partition", None)
     offset = getattr(metadata, "offset", None)
+    if callable(partition) and callable(offset):  # a confluent_kafka.Message's accessors
+        partition, offset = partition(), offset()
     if isinstance(partition, int):
         span.set_attribute("messaging.destination.partition.id", str(partition))
     if isinstance(offset, int):

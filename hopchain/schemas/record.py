@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
 from hopchain.schemas.hop import Position
 
-__all__ = ["ConsumedRecord"]
+__all__ = ["ConsumedRecord", "confluent_headers"]
 
 _LOG_APPEND_TIME = 1
 """The Kafka protocol's timestamp type of a broker-set time (0 is the producer's)."""
@@ -30,6 +31,9 @@ class ConsumedRecord:
     log_append_time: bool = False
     """Whether ``timestamp_ms`` is the broker's append time (a ``LogAppendTime`` topic)
     rather than the time its producer set."""
+    unreadable: str | None = None
+    """Why the client could not read the record's headers (``headers`` is then empty): such a
+    record is refused as ``not_utf8`` and parked with its key and value."""
 
     @classmethod
     def from_aiokafka(cls, record: Any) -> ConsumedRecord:
@@ -50,7 +54,9 @@ class ConsumedRecord:
         """Wrap a ``confluent_kafka.Message`` (FastStream's confluent broker hands over the same).
 
         Its accessors are methods, and ``headers()`` is ``None`` when the record has none.
+        Headers it cannot read (a name that is not UTF-8) are recorded in ``unreadable``.
         """
+        headers, unreadable = confluent_headers(message)
         timestamp_type, timestamp = message.timestamp()
         return cls(
             topic=message.topic(),
@@ -59,8 +65,9 @@ class ConsumedRecord:
             timestamp_ms=timestamp if timestamp_type else -1,
             key=message.key(),
             value=message.value(),
-            headers=tuple(message.headers() or ()),
+            headers=headers,
             log_append_time=timestamp_type == _CONFLUENT_LOG_APPEND_TIME,
+            unreadable=unreadable,
         )
 
     @property
@@ -71,3 +78,19 @@ class ConsumedRecord:
     def describe(self) -> str:
         """``topic[partition]@offset``, for messages and logs."""
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+_HEADERS = operator.methodcaller("headers")
+"""``message.headers()`` through a C call that checks its result: confluent-kafka returns the
+headers with a ``UnicodeDecodeError`` pending when a header name is not UTF-8, which a plain
+call would raise later, wherever Python next checks. It keeps that half-read list: whoever
+holds the message must replace it (``set_headers``) before anything calls ``headers()`` again."""
+
+
+def confluent_headers(message: Any) -> tuple[tuple[tuple[str, bytes | None], ...], str | None]:
+    """A ``confluent_kafka.Message``'s headers, or none and why they cannot be read."""
+    try:
+        return tuple(_HEADERS(message) or ()), None
+    except (SystemError, UnicodeError) as exc:
+        cause = exc.__cause__ or exc
+        return (), f"its headers cannot be read: {type(cause).__name__}: {cause}"

@@ -209,7 +209,17 @@ class Receiver:
 
         Raises:
             DecodeError: the record breaks its topic's contract; its location is filled in.
+                A record whose client could not read its headers is refused as ``not_utf8``.
         """
+        if record.unreadable is not None:
+            raise DecodeError(
+                ReasonCode.NOT_UTF8,
+                record.unreadable,
+                "$.headers",
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+            )
         try:
             return self.parts.codec.decode(record.topic, record.value, record.headers)
         except DecodeError as exc:

@@ -1,6 +1,8 @@
 """The FastStream adapter: validate before the handler, park what fails, append on publish.
 
-Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``), and let
+Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) of
+``faststream.kafka`` or ``faststream.confluent`` (see
+:mod:`~hopchain.middleware.faststream.confluent` for how that one commits), and let
 :meth:`HopchainMiddleware.app` build the application::
 
     middleware = HopchainMiddleware(Hopchain(registry, component="classify"))
@@ -8,8 +10,9 @@ Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``), a
     app = middleware.app(broker)  # check + prepare on start-up, close on shutdown
 
 Commits, by default (``HOPCHAIN_COMMITS=auto`` with subscribers on ``AckPolicy.MANUAL``,
-which ``middleware.ack_policy`` gives): hopchain commits. Outputs and dead letters are sent
-without waiting (a ``broker.publish`` in a handler returns the send's future), and per
+which ``middleware.ack_policy`` gives): hopchain commits.
+Outputs and dead letters are sent without waiting (a ``broker.publish`` in a handler returns
+the send's future), and per
 partition the offset below which every record is settled is committed in batches, on
 revocation (``listener=middleware.listener()``), on :meth:`~HopchainMiddleware.close` and on
 abort (see :mod:`hopchain.middleware.faststream.ledger`). A failed send pauses and rewinds its

@@ -10,7 +10,6 @@ failure. Its outputs extend their records' hops when it returns one output per v
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from contextlib import ExitStack
@@ -19,38 +18,21 @@ from typing import Any, NoReturn
 
 from faststream import StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage
-from faststream.kafka.response import KafkaPublishCommand
 
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream.commits import Pending, consumer_of, read_again
+from hopchain.middleware.faststream.commits import Pending, read_again
+from hopchain.middleware.faststream.family import KafkaCommand, header_texts
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one
 from hopchain.middleware.faststream.types import MiddlewareOwner
 from hopchain.schemas.record import ConsumedRecord
 
-__all__ = ["parseable", "receive_batch"]
+__all__ = ["Batch", "receive_batch"]
 
 logger = logging.getLogger("hopchain")
-
-
-def parseable(record: Any) -> None:
-    """Drop header values FastStream's parser cannot decode, after the record was parked.
-
-    FastStream parses a record (and its acknowledgement needs it parsed) by decoding every
-    header as UTF-8; the original bytes are already in the dead-letter topic.
-    """
-    kept = []
-    for name, raw in record.headers or ():
-        try:
-            (raw or b"").decode()
-        except UnicodeDecodeError:
-            continue
-        kept.append((name, raw))
-    if len(kept) != len(record.headers or ()):
-        record.headers = kept
 
 
 @dataclass
@@ -89,7 +71,7 @@ class Batch:
         """Track, open hops, hand the valid payloads to the handler; park all on failure."""
         owner = self.owner
         if owner.owns_commits:
-            consumer = consumer_of(msg)
+            consumer = owner.family.offsets(msg)
             for index, item in enumerate(self.items):
                 try:
                     item.pending = owner.commits.begin(consumer, item.record)
@@ -105,13 +87,13 @@ class Batch:
         if not kept:
             raise AckMessage
         # The handler sees the payloads, whatever the wire mode (serialized on receipt).
+        family = owner.family
         raws = [
-            dataclasses.replace(item.raw, value=item.body or bytes(item.raw.value or b""))
-            for item in kept
+            family.with_payload(item.raw, item.body or item.record.value or b"") for item in kept
         ]
         msg.raw_message = tuple(raws)
-        msg.body = [raw.value for raw in raws]
-        msg.batch_headers = [{n: (v or b"").decode() for n, v in raw.headers} for raw in raws]
+        msg.body = [item.body or item.record.value or b"" for item in kept]
+        msg.batch_headers = header_texts(family, raws)
         msg.clear_cache()
         try:
             return await call_next(msg)
@@ -167,7 +149,7 @@ class Batch:
             raise NackMessage from exc_val
         return False
 
-    async def publish(self, call_next: CallNext, cmd: KafkaPublishCommand) -> Any:
+    async def publish(self, call_next: CallNext, cmd: KafkaCommand) -> Any:
         """Send one output per valid record, each extending its record's hop."""
         items = [item for item in self.kept if item.hop is not None]
         hops = [item.hop for item in items if item.hop is not None]
@@ -180,7 +162,7 @@ class Batch:
             )
         sent = []
         for index, (body, hop) in enumerate(zip(bodies, hops, strict=True)):
-            one = KafkaPublishCommand(
+            one = self.owner.family.publish_command(
                 body,
                 topic=cmd.destination,
                 _publish_type=cmd.publish_type,
@@ -206,7 +188,7 @@ async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Bat
     items: list[_Item] = []
     scope = ExitStack()
     for raw in records:
-        record = ConsumedRecord.from_aiokafka(raw)
+        record = owner.family.read(raw)
         item = _Item(record, raw)
         items.append(item)
         # Each valid record's hop is opened now: one that cannot be opened is parked too.
@@ -228,5 +210,5 @@ async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Bat
                     await asyncio.sleep(RETRY_PAUSE_SECONDS)
                     raise NackMessage from exc
                 item.parking = True
-        parseable(raw)
+        owner.family.parseable(raw)
     return Batch(owner, items, scope)

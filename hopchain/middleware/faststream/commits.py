@@ -2,24 +2,22 @@
 
 Which records are pending per consumer (:class:`BatchedCommits`, one
 :class:`~hopchain.middleware.faststream.ledger.OffsetLedger` per subscriber's consumer), the
-rebalance listener that commits before partitions move (:class:`CommitOnRevoke`), and the output
-producer's settings (:func:`require_safe_producer`).
+rebalance listener that commits before partitions move (:class:`CommitOnRevoke`), on the
+``faststream.kafka`` (aiokafka) broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from faststream.kafka import KafkaBroker
 
 from hopchain.config import HopchainConfig
-from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.faststream.ledger import Entry, OffsetConsumer, OffsetLedger
+from hopchain.middleware.faststream.ledger import Entry, OffsetLedger
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = [
@@ -28,13 +26,9 @@ __all__ = [
     "Pending",
     "pending",
     "read_again",
-    "require_safe_producer",
 ]
 
 logger = logging.getLogger("hopchain")
-
-_SAFE_ACKS = ("all", -1)
-_UNSAFE_ACKS = (0, 1, "0", "1")
 
 
 class Pending:
@@ -182,42 +176,6 @@ async def _maybe_await(result: Awaitable[None] | None) -> None:
         await result
 
 
-def require_safe_producer(
-    broker: KafkaBroker, seen: Callable[[Mapping[str, Any]], None] | None = None
-) -> None:
-    """Have the broker's producer write with ``acks="all"`` and idempotence.
-
-    Left unset, both are set when the broker connects; an explicit ``acks=0`` or ``acks=1``
-    is refused there with one line: an output acknowledged by the leader alone is lost
-    with it, and its offset would already be committed. ``seen`` is given the connection
-    options (bootstrap servers and client id label the send spans).
-    """
-    config = broker.config.broker_config
-    connect = config.connect
-    if getattr(connect, "hopchain_checked", False):
-        return
-
-    async def checked(**options: Any) -> None:
-        acks = options.get("acks")
-        if acks in _UNSAFE_ACKS:
-            raise ConfigurationError(
-                f"KafkaBroker(acks={acks!r}): hopchain commits a record once its output is "
-                "acknowledged, which must mean on every in-sync replica; use "
-                'KafkaBroker(..., acks="all", enable_idempotence=True) or leave both unset'
-            )
-        if acks not in _SAFE_ACKS:
-            options["acks"] = "all"
-        options["enable_idempotence"] = True
-        if seen is not None:
-            seen(options)
-        await connect(**options)
-
-    checked.hopchain_checked = True  # type: ignore[attr-defined]
-    # FastStream exposes the producer's settings nowhere else: they arrive here when the
-    # broker connects, before the producer is built.
-    config.connect = checked  # type: ignore[method-assign]
-
-
 async def read_again(message: Any, *unstarted: Any) -> None:
     """A record (or batch) the ledger could not track: rewind its consumer to it.
 
@@ -230,9 +188,3 @@ async def read_again(message: Any, *unstarted: Any) -> None:
         if isinstance(work, Coroutine):
             work.close()
     await message.nack()
-
-
-def consumer_of(message: Any) -> OffsetConsumer | None:
-    """The consumer that read a FastStream message (its public ``consumer`` attribute)."""
-    consumer = getattr(message, "consumer", None)
-    return consumer if callable(getattr(consumer, "assignment", None)) else None

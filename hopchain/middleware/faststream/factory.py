@@ -17,21 +17,37 @@ from faststream.kafka import KafkaBroker, KafkaRouter
 from hopchain.exceptions import ConfigurationError
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.engine import Hopchain, RecordWriter
-from hopchain.middleware.faststream.commits import (
-    BatchedCommits,
-    CommitOnRevoke,
-    require_safe_producer,
-)
+from hopchain.middleware.faststream.commits import BatchedCommits, CommitOnRevoke
+from hopchain.middleware.faststream.family import BrokerFamily
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
+from hopchain.middleware.faststream.kafka import KAFKA
 from hopchain.middleware.faststream.message import RecordMiddleware
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 
-__all__ = ["HopchainMiddleware"]
+__all__ = ["HopchainMiddleware", "family_of"]
 
 logger = logging.getLogger("hopchain")
 
 _REFUSED_ACK_POLICIES = frozenset({AckPolicy.ACK_FIRST, AckPolicy.MANUAL})
+
+
+def family_of(broker: Any) -> BrokerFamily | None:
+    """The family of a FastStream Kafka broker or router; None for anything else.
+
+    ``faststream.confluent`` is imported only for one of its brokers (the ``confluent``
+    extra installs it).
+    """
+    if isinstance(broker, KafkaBroker | KafkaRouter):
+        return KAFKA
+    if type(broker).__module__.startswith("faststream.confluent."):
+        from faststream import confluent  # noqa: PLC0415 - only with the confluent extra
+
+        from hopchain.middleware.faststream.confluent import CONFLUENT  # noqa: PLC0415
+
+        if isinstance(broker, confluent.KafkaBroker | confluent.KafkaRouter):
+            return CONFLUENT
+    return None
 
 
 class HopchainMiddleware:
@@ -76,6 +92,8 @@ class HopchainMiddleware:
         self.server_address: str | None = None
         """The broker's bootstrap servers, seen when it connects (labels the send spans)."""
         self.client_id: str | None = None
+        self.family: BrokerFamily = KAFKA
+        """How the records of the checked broker's family are read (see :meth:`check`)."""
 
     @property
     def owns_commits(self) -> bool:
@@ -96,7 +114,7 @@ class HopchainMiddleware:
         """
         return AckPolicy.ACK if self.commits_setting == "record" else AckPolicy.MANUAL
 
-    def app(self, broker: KafkaBroker, **options: Any) -> FastStream:
+    def app(self, broker: Any, **options: Any) -> FastStream:
         """A ``FastStream`` application for ``broker`` with hopchain in its lifecycle.
 
         On start-up, before the broker connects: :meth:`check` (a subscriber that could
@@ -106,12 +124,13 @@ class HopchainMiddleware:
         first).
 
         Raises:
-            ConfigurationError: ``broker`` is not a faststream.kafka broker.
+            ConfigurationError: ``broker`` is not a faststream.kafka or faststream.confluent
+                broker.
         """
-        if not isinstance(broker, KafkaBroker):
+        if family_of(broker) is None or isinstance(broker, KafkaRouter):
             raise ConfigurationError(
-                "middleware.app(broker) takes the faststream.kafka KafkaBroker the "
-                f"middleware is on, not a {type(broker).__name__}"
+                "middleware.app(broker) takes the faststream.kafka or faststream.confluent "
+                f"KafkaBroker the middleware is on, not a {type(broker).__name__}"
             )
         application = FastStream(broker, **options)
 
@@ -145,7 +164,7 @@ class HopchainMiddleware:
         need the check before the broker connects (its producer must write with
         ``acks="all"``), and a refused subscriber must not read on.
         """
-        if not isinstance(broker, KafkaBroker):
+        if family_of(broker) is None:
             return
         try:
             self.check(broker)
@@ -167,25 +186,33 @@ class HopchainMiddleware:
                 extra={"hopchain_event": "not_checked"},
             )
 
-    def check(self, broker: KafkaBroker | KafkaRouter) -> None:
+    def check(self, broker: Any) -> None:
         """Refuse subscribers that could lose records; call it after declaring them.
 
         Every subscribed topic needs a contract; every subscriber must commit after
         processing (``AckPolicy.ACK``), or leave the commits to hopchain with
         ``HOPCHAIN_COMMITS=batched`` (``AckPolicy.MANUAL``, which only then takes effect).
         FastStream's telemetry middleware may come before or after this one. The broker's
-        producer is set to write with ``acks="all"`` and idempotence.
+        producer is set to write with ``acks="all"`` and idempotence. The broker's family
+        (``faststream.kafka`` or ``faststream.confluent``) decides how records are read.
 
         Raises:
             ConfigurationError: naming the subscriber's topics and the fix.
         """
-        if not isinstance(broker, KafkaBroker | KafkaRouter):
+        family = family_of(broker)
+        if family is None:
             raise ConfigurationError(
-                f"HopchainMiddleware reads the records of faststream.kafka (aiokafka) brokers "
-                f"and routers, not of a {type(broker).__module__}.{type(broker).__name__}"
+                "HopchainMiddleware reads the records of faststream.kafka (aiokafka) and "
+                "faststream.confluent (confluent-kafka) brokers and routers, not of a "
+                f"{type(broker).__module__}.{type(broker).__name__}"
             )
-        if isinstance(broker, KafkaBroker):
-            require_safe_producer(broker, self._connecting)
+        if self._checked and family is not self.family:
+            raise ConfigurationError(
+                f"this HopchainMiddleware was checked with a {self.family.name} broker; give "
+                f"the {family.name} broker a HopchainMiddleware of its own"
+            )
+        self.family = family
+        family.prepare(broker, self._connecting, started=bool(getattr(broker, "running", False)))
         declared = [
             ([topic.name for topic in getattr(subscriber, "topics", ())], subscriber)
             for subscriber in broker.subscribers

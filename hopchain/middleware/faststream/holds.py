@@ -5,18 +5,15 @@ FastStream's nack rewinds the consumer to it. Waiting in the handler for the ret
 hold every partition of the subscriber; instead the record's partition alone is paused
 and resumed after a short pause, so the subscriber's other partitions keep flowing and
 committing. A stage that aborts pauses everything for good: a pending resume then does
-nothing.
+nothing. The partitions are those of the consumer that read the record, whichever broker
+family it belongs to (:class:`~hopchain.middleware.faststream.family.PartitionControl`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from aiokafka import TopicPartition
-
-from hopchain.middleware.faststream.commits import consumer_of
-from hopchain.middleware.faststream.ledger import OffsetConsumer
+from hopchain.middleware.faststream.family import PartitionControl
 
 __all__ = ["RETRY_PAUSE_SECONDS", "PartitionHolds"]
 
@@ -35,51 +32,48 @@ class PartitionHolds:
     def __init__(self, pause_seconds: float) -> None:
         self.pause_seconds = pause_seconds
         self.halted = False
-        self._timers: dict[tuple[int, TopicPartition], asyncio.TimerHandle] = {}
+        self._timers: dict[tuple[int, str, int], asyncio.TimerHandle] = {}
 
-    def hold(self, message: Any, topic: str, partition: int) -> bool:
-        """Pause ``topic``/``partition`` of the consumer that read ``message``.
+    def hold(self, partitions: PartitionControl | None, topic: str, partition: int) -> bool:
+        """Pause ``topic``/``partition`` of the consumer that read the record.
 
         Returns:
-            False when the message has no consumer to pause (FastStream's in-memory test
-            broker): the caller then waits instead.
+            False when there is no consumer to pause (FastStream's in-memory test broker):
+            the caller then waits instead.
         """
-        consumer = consumer_of(message)
-        if consumer is None:
+        if partitions is None:
             return False
-        tp = TopicPartition(topic, partition)
-        consumer.pause(tp)
-        key = (id(consumer), tp)
+        partitions.pause(topic, partition)
+        key = (partitions.key, topic, partition)
         earlier = self._timers.pop(key, None)
         if earlier is not None:
             earlier.cancel()
         self._timers[key] = asyncio.get_running_loop().call_later(
-            self.pause_seconds, self._release, consumer, key
+            self.pause_seconds, self._release, partitions, key
         )
         return True
 
-    def _release(self, consumer: OffsetConsumer, key: tuple[int, TopicPartition]) -> None:
+    def _release(self, partitions: PartitionControl, key: tuple[int, str, int]) -> None:
         self._timers.pop(key, None)
-        tp = key[1]
-        if not self.halted and tp in consumer.assignment():
-            consumer.resume(tp)
+        if not self.halted:
+            partitions.resume(key[1], key[2])
 
-    async def hold_or_wait(self, message: Any, topic: str, partition: int) -> None:
+    async def hold_or_wait(
+        self, partitions: PartitionControl | None, topic: str, partition: int
+    ) -> None:
         """Pause ``topic``/``partition`` (or, with no consumer to pause, wait here as long)."""
-        if not self.hold(message, topic, partition):
+        if not self.hold(partitions, topic, partition):
             await asyncio.sleep(self.pause_seconds)
 
-    def halt(self, message: Any) -> None:
-        """The stage aborted: pause every partition of the consumer that read ``message``.
+    def halt(self, partitions: PartitionControl | None) -> None:
+        """The stage aborted: pause every partition of the consumer that read the record.
 
         Nothing is resumed from now on.
         """
-        consumer = getattr(message, "consumer", None)
-        pause = getattr(consumer, "pause", None)
         self.halted = True
         self.close()
-        if consumer is not None and pause is not None:
-            pause(*consumer.assignment())
+        if partitions is not None:
+            partitions.pause_all()
 
     def close(self) -> None:
         """Forget the pending resumes."""

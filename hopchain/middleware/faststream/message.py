@@ -15,15 +15,15 @@ from typing import Any, NoReturn
 
 from faststream import BaseMiddleware, ContextRepo, StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
-from faststream.kafka.response import KafkaPublishCommand
 
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, EnvelopeRejected
 from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Received, Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream.batch import Batch, parseable, receive_batch
-from hopchain.middleware.faststream.commits import Pending, consumer_of, pending, read_again
+from hopchain.middleware.faststream.batch import Batch, receive_batch
+from hopchain.middleware.faststream.commits import Pending, pending, read_again
+from hopchain.middleware.faststream.family import KafkaCommand
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one, writing_raw
 from hopchain.middleware.faststream.types import MiddlewareOwner
@@ -38,7 +38,7 @@ logger = logging.getLogger("hopchain")
 register_control_flow(HandlerException)
 
 
-class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
+class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
     """What FastStream runs around one record (or one publish)."""
 
     def __init__(self, msg: Any | None, /, *, context: ContextRepo, owner: MiddlewareOwner) -> None:
@@ -59,6 +59,8 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         self._batch: Batch | None = None
         self._unwritten: DeadLetterWriteError | None = None
         """Per-record mode: the rejection's dead letter failed; rewound in consume_scope."""
+        self._parked = False
+        """Per-record mode: parked, and the dead letter acknowledged."""
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -70,15 +72,16 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             self._batch = await receive_batch(self.owner, self.msg)
             return
         try:
-            record = ConsumedRecord.from_aiokafka(self.msg)
+            record = self.owner.family.read(self.msg)
         except Exception as exc:
             # Not a record of the client this adapter knows: nothing to park it with. It
             # is read again rather than acknowledged unread, loudly.
             logger.critical(
                 "hopchain cannot read a %s (%s); it is not committed and is read again: "
-                "the FastStream middleware reads faststream.kafka (aiokafka) records",
+                "the FastStream middleware reads the records of %s",
                 type(self.msg).__name__,
                 exc,
+                self.owner.family.name,
                 extra={"hopchain_event": "unreadable_record"},
             )
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
@@ -96,7 +99,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 self._parking = self.hopchain.park(
                     received, group=self.owner.group, writer=self.owner.writer
                 )
-                parseable(self.msg)
+                self.owner.family.parseable(self.msg)
                 return
             await self._reject(received)
         # SKIP and REPORT: handed on as without hopchain.
@@ -107,9 +110,13 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         except DeadLetterWriteError as exc:
             # Rewound in consume_scope, where FastStream hands over the consumer to pause.
             self._unwritten = exc
-            parseable(self.msg)
+            self.owner.family.parseable(self.msg)
             return
-        parseable(self.msg)
+        self.owner.family.parseable(self.msg)
+        if self.owner.family.settles_with_message:
+            # Acknowledged in consume_scope, where FastStream's message names the consumer.
+            self._parked = True
+            return
         # Parked and acknowledged by the broker: now, and only now, move past it.
         raise AckMessage
 
@@ -121,7 +128,8 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
             exc,
             extra={"hopchain_event": "record_retried", "topic": record.topic},
         )
-        await self.owner.holds.hold_or_wait(self.message, record.topic, record.partition)
+        partitions = self.owner.family.partitions(self.message)
+        await self.owner.holds.hold_or_wait(partitions, record.topic, record.partition)
         # FastStream's nack rewinds the consumer to this record: it is read again next.
         raise NackMessage from exc
 
@@ -131,7 +139,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         if not self.owner.owns_commits or record is None:
             return
         try:
-            self._pending = self.owner.commits.begin(consumer_of(msg), record)
+            self._pending = self.owner.commits.begin(self.owner.family.offsets(msg), record)
         except Exception as exc:  # noqa: BLE001 - untracked, later commits would pass it
             self.message, parking, self._parking = msg, self._parking, None
             await read_again(msg, parking)
@@ -144,21 +152,22 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
 
     async def consume_scope(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Hand the typed payload to the handler; park the record if the handler fails."""
+        self.message = msg
         if self.owner.refusal is not None:
             # Neither handled nor committed: the stage stops here, loudly (logged once).
-            self.message = msg
-            self.owner.holds.halt(self.message)
+            self.owner.holds.halt(self.owner.family.partitions(msg))
             raise NackMessage from self.owner.refusal
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
         if self._unwritten is not None and self._record is not None:
-            self.message = msg
             await self._retry_later(self._record, self._unwritten)
+        if self._parked:
+            # Parked and acknowledged by the broker: now, and only now, move past it.
+            raise AckMessage
         await self._begin(msg)
         hop = self.hop
         if hop is None:
             return await call_next(msg)
-        self.message = msg
         if msg.committed is not None:
             # Committed before the handler ran (ACK_FIRST): a crash now would lose it.
             raise ConfigurationError(
@@ -196,7 +205,7 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         except DeadLetterWriteError as write_error:
             await self._retry_later(hop.record, write_error)
         if settled.aborted:
-            self.owner.holds.halt(self.message)
+            self.owner.holds.halt(self.owner.family.partitions(self.message))
             raise NackMessage from exc
         raise AckMessage from exc
 
@@ -207,6 +216,25 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
         exc_tb: Any = None,  # noqa: ARG002
     ) -> bool | None:
         """Close the hop's span; never commit a record with its output unsent."""
+        outcome = exc_val
+        try:
+            suppressed = await self._close(exc_val)
+            if suppressed:
+                outcome = None
+        except BaseException as raised:
+            outcome = raised
+            raise
+        finally:
+            if outcome is None or isinstance(outcome, AckMessage | RejectMessage):
+                self._settled()
+        return suppressed
+
+    def _settled(self) -> None:
+        """The record (or batch) may be committed by FastStream's ack, as far as hopchain knows."""
+        if self.msg is not None and not self.owner.owns_commits and self.owner.refusal is None:
+            self.owner.family.settled(self.message, self.msg)
+
+    async def _close(self, exc_val: BaseException | None) -> bool | None:
         if self._token is not None:
             pending.reset(self._token)
             self._token = None
@@ -270,12 +298,13 @@ class RecordMiddleware(BaseMiddleware[KafkaPublishCommand, Any]):
                 "component": self.hopchain.component,
             },
         )
-        await self.owner.holds.hold_or_wait(self.message, hop.record.topic, hop.record.partition)
+        partitions = self.owner.family.partitions(self.message)
+        await self.owner.holds.hold_or_wait(partitions, hop.record.topic, hop.record.partition)
         raise NackMessage from exc
 
     # -- publishing --------------------------------------------------------------------------
 
-    async def publish_scope(self, call_next: CallNext, cmd: KafkaPublishCommand) -> Any:
+    async def publish_scope(self, call_next: CallNext, cmd: KafkaCommand) -> Any:
         """Validate and envelope every publish; refuse (and send nothing) when invalid."""
         topic = cmd.destination
         if writing_raw.get() or self.hopchain.registry.is_dead_letter_topic(topic):

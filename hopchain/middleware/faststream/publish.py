@@ -13,19 +13,17 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
-from faststream.kafka import KafkaBroker
-from faststream.kafka.response import KafkaPublishCommand
-
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import OutgoingRecord
 from hopchain.middleware.faststream.commits import Pending
+from hopchain.middleware.faststream.family import KafkaCommand
 from hopchain.middleware.faststream.types import MiddlewareOwner
 from hopchain.propagation import KeptTraceContext
 from hopchain.send_spans import note_sent
 
 __all__ = ["BrokerWriter", "CallNext", "key_bytes", "send_one", "writing_raw"]
 
-CallNext = Callable[[KafkaPublishCommand], Awaitable[Any]]
+CallNext = Callable[[KafkaCommand], Awaitable[Any]]
 """The rest of FastStream's publish chain."""
 
 writing_raw: ContextVar[bool] = ContextVar("hopchain_writing_raw", default=False)
@@ -42,7 +40,7 @@ def key_bytes(key: Any) -> bytes | None:
 async def send_one(
     owner: MiddlewareOwner,
     call_next: CallNext,
-    cmd: KafkaPublishCommand,
+    cmd: KafkaCommand,
     incoming: HopContext | None,
     waiting: Pending | None,
 ) -> Any:
@@ -72,7 +70,7 @@ async def send_one(
 
 async def send_enveloped(
     call_next: CallNext,
-    cmd: KafkaPublishCommand,
+    cmd: KafkaCommand,
     value: bytes,
     headers: tuple[tuple[str, bytes], ...],
 ) -> Any:
@@ -93,12 +91,13 @@ async def send_enveloped(
 class BrokerWriter:
     """Writes dead letters and reroutes through the broker's own ``publish``.
 
-    For FastStream's ``TestKafkaBroker``, which replaces the broker's producer in memory,
-    so the whole failure path runs in a unit test. Header values go as text, as FastStream
-    sends them: a record whose headers are not UTF-8 cannot be parked this way.
+    For FastStream's ``TestKafkaBroker`` (of either broker family), which replaces the
+    broker's producer in memory, so the whole failure path runs in a unit test. Header
+    values go as text, as FastStream sends them: a record whose headers are not UTF-8
+    cannot be parked this way.
     """
 
-    def __init__(self, broker: KafkaBroker) -> None:
+    def __init__(self, broker: Any) -> None:
         self.broker = broker
 
     async def write(self, record: OutgoingRecord) -> None:
