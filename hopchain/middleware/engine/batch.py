@@ -1,43 +1,65 @@
-"""One batch of valid records read by :class:`~hopchain.middleware.aiokafka_batches.Batches`.
+"""One batch of valid records, and what its body settles: the part no client changes.
 
-What the body of ``async for batch in consumer.batches()`` settles: outputs queued with
-:meth:`Batch.send`, failures taken with :meth:`Batch.fail`, and the commit
-(:meth:`Batch.commit`, or the next step of the loop). The reading and the commit itself are
-:class:`~hopchain.middleware.aiokafka_batches.Batches`' work.
+What the body of ``async for batch in consumer.batches()`` does with a batch: outputs
+queued with :meth:`Batch.send`, failures taken with :meth:`Batch.fail`, and the commit
+(:meth:`Batch.commit`, or the next step of the loop). The :class:`Ledger` is what the batch
+must settle before its offsets move. Reading, committing and rewinding are the work of
+:class:`~hopchain.middleware.engine.batches.Batches`, on the adapter's client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-from aiokafka import TopicPartition
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
-from hopchain.middleware.failures import ExceptionMapper
-from hopchain.schemas import ErrorType
-from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error
 
 if TYPE_CHECKING:
-    from hopchain.middleware.aiokafka_producer import EnvelopeProducer
-    from hopchain.middleware.context import HopContext
-    from hopchain.middleware.engine import Hopchain, RecordWriter
-    from hopchain.schemas.deadletter import DeadLetterInfo
+    from opentelemetry.trace import Span
 
-__all__ = ["Batch", "BatchSource", "Ledger"]
+    from hopchain.middleware.context import HopContext
+    from hopchain.middleware.engine.core import Hopchain
+    from hopchain.middleware.engine.settle import FailOptions
+    from hopchain.middleware.engine.writer import RecordWriter
+    from hopchain.schemas.deadletter import DeadLetterInfo
+    from hopchain.schemas.record import ConsumedRecord
+
+__all__ = ["Batch", "BatchSource", "Ledger", "Partition", "SendOptions", "Sender"]
+
+Partition = tuple[str, int]
+"""A topic and a partition number: how the engine names a partition."""
+
+
+class SendOptions(TypedDict, total=False):
+    """Where an output goes and what it carries besides its payload."""
+
+    key: bytes | None
+    hop: HopContext | None
+    headers: Sequence[tuple[str, bytes]]
+    partition: int | None
+
+
+class Sender(Protocol):
+    """An adapter's envelope producer: queues an output and returns its acknowledgement."""
+
+    async def send_soon(
+        self, topic: str, payload: Any, **options: Unpack[SendOptions]
+    ) -> Awaitable[Any]:
+        """Validate, envelope and queue one record; await the result for the broker's ack."""
+        ...
 
 
 class BatchSource(Protocol):
-    """What a batch needs of the reader that made it (``Batches``): sending, settling, spans."""
+    """What a batch needs of the reader that made it: sending, settling, spans."""
 
     hopchain: Hopchain
-    sender: EnvelopeProducer
+    sender: Sender
     writer: RecordWriter
 
-    def span_of(self, hop: HopContext) -> Any:
-        """The recording span of ``hop``, if it has one."""
+    def span_of(self, hop: HopContext) -> Span | None:
+        """The recording ``process`` span of ``hop``, if it has one."""
         ...
 
     async def finish(self, batch: Batch) -> None:
@@ -51,16 +73,16 @@ class BatchSource(Protocol):
 
 @dataclass(slots=True)
 class Ledger:
-    """What a batch must settle before its offsets move: kept by :class:`Batches`."""
+    """What a batch must settle before its offsets move."""
 
     started: float
-    pending: list[tuple[TopicPartition, int, Awaitable[Any]]] = field(default_factory=list)
+    pending: list[tuple[Partition, int, Awaitable[Any]]] = field(default_factory=list)
     """Outputs and dead letters in flight: (partition, offset of their record, ack)."""
-    starts: dict[TopicPartition, int] = field(default_factory=dict)
+    starts: dict[Partition, int] = field(default_factory=dict)
     """The first offset read, per partition."""
-    ends: dict[TopicPartition, int] = field(default_factory=dict)
+    ends: dict[Partition, int] = field(default_factory=dict)
     """One past the last offset read, per partition."""
-    stops: dict[TopicPartition, int] = field(default_factory=dict)
+    stops: dict[Partition, int] = field(default_factory=dict)
     """The first offset that may not be committed, per partition (when one may not)."""
     failed: set[int] = field(default_factory=set)
     """``id()`` of the hops failed with :meth:`Batch.fail`."""
@@ -68,6 +90,12 @@ class Ledger:
     """``id()`` of the batch's hops."""
     aborted: bool = False
     """A stage aborted on one of its records."""
+
+    def stop_at(self, record: ConsumedRecord) -> None:
+        """Commit nothing of the record's partition from it on."""
+        where = (record.topic, record.partition)
+        stops = self.stops
+        stops[where] = min(stops.get(where, record.offset), record.offset)
 
 
 class Batch:
@@ -104,11 +132,10 @@ class Batch:
             raise ConfigurationError(
                 f"{what}: {hop.record.describe()} is not a record of this batch"
             )
-        if id(hop) in self.ledger.failed:
-            raise ConfigurationError(
-                f"{what}: {hop.record.describe()} was failed already; fail a record once, "
-                "and send nothing for it afterwards"
-            )
+        raise ConfigurationError(
+            f"{what}: {hop.record.describe()} was failed already; fail a record once, "
+            "and send nothing for it afterwards"
+        )
 
     async def send(
         self,
@@ -128,22 +155,19 @@ class Batch:
             ConfigurationError: ``hop`` is not a record of this open batch.
         """
         self._check(hop, "an output to", topic)
-        future = await self._batches.sender.send_soon(
+        acked = await self._batches.sender.send_soon(
             topic, payload, key=key, hop=hop, headers=headers, partition=partition
         )
         record = hop.record
-        partition = TopicPartition(record.topic, record.partition)
-        self.ledger.pending.append((partition, record.offset, future))
+        self.ledger.pending.append(((record.topic, record.partition), record.offset, acked))
 
     async def fail(
-        self,
-        hop: HopContext,
-        exc: BaseException,
-        *,
-        mappers: tuple[ExceptionMapper, ...] = (),
-        error_type: ErrorType | None = None,
+        self, hop: HopContext, exc: BaseException, **options: Unpack[FailOptions]
     ) -> DeadLetterInfo | None:
-        """Take the failure's exit for ``hop`` (as :meth:`EnvelopeConsumer.fail`).
+        """Take the failure's exit for ``hop`` (as the per-record consumer's ``fail``).
+
+        ``options`` (:class:`~hopchain.middleware.engine.settle.FailOptions`): ``mappers``
+        to classify ``exc`` with, or its ``error_type``.
 
         Returns:
             What was written to the dead-letter topic; None when the record was rerouted
@@ -156,30 +180,24 @@ class Batch:
                 it in its partition are not committed (they are read again).
         """
         self._check(hop, "fail()")
-        self.ledger.failed.add(id(hop))
-        record = hop.record
-        span = self._batches.span_of(hop)
+        ledger = self.ledger
+        ledger.failed.add(id(hop))
+        source = self._batches
+        span = source.span_of(hop)
         try:
-            settled = await self._batches.hopchain.settle(
-                hop, exc, writer=self._batches.writer, mappers=mappers, error_type=error_type
-            )
+            settled = await source.hopchain.settle(hop, exc, writer=source.writer, **options)
         except DeadLetterWriteError:
             if span is not None:
                 mark_error(span, "dead_letter_write_failed")
-            self._stop_at(record)
+            ledger.stop_at(hop.record)
             raise
         if span is not None:
             mark_error(span, settled.failure.error_type.value)
         if settled.aborted:
-            self.ledger.aborted = True
-            self._stop_at(record)
+            ledger.aborted = True
+            ledger.stop_at(hop.record)
             return None
         return settled.dead_letter
-
-    def _stop_at(self, record: ConsumedRecord) -> None:
-        partition = TopicPartition(record.topic, record.partition)
-        stops = self.ledger.stops
-        stops[partition] = min(stops.get(partition, record.offset), record.offset)
 
     async def commit(self) -> None:
         """Wait for every output and dead letter of the batch, then commit what is settled.
@@ -187,9 +205,10 @@ class Batch:
         Does nothing when the batch is settled already.
 
         Raises:
-            aiokafka.errors.KafkaError: an output or dead letter was not acknowledged, or
-                the commit failed; the consumer is rewound to the first record of each
-                partition that is not committed (it is read again), and the batch is over.
+            Exception: the client's error when an output or dead letter was not
+                acknowledged, or the commit failed; the consumer is rewound to the first
+                record of each partition that is not committed (it is read again), and the
+                batch is over.
             DeadLetterWriteError: an invalid record could not be parked (likewise).
         """
         if self._settled:
@@ -209,5 +228,5 @@ class Batch:
         self._batches.give_up(self)
 
     def close(self) -> None:
-        """Mark the batch settled (for :class:`Batches`, once it has settled it)."""
+        """Mark the batch settled (for its reader, once it has settled it)."""
         self._settled = True
