@@ -42,12 +42,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import IllegalOperation, IllegalStateError
 
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.engine.batch import Batch, Partition
+from hopchain.middleware.engine.batch import Batch, Fetched, Partition
 from hopchain.middleware.engine.batches import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_BATCH_TIMEOUT,
     Batches,
-    Fetched,
 )
 from hopchain.schemas.record import ConsumedRecord
 

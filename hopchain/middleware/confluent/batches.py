@@ -21,12 +21,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from hopchain.middleware.confluent.client import read_message
-from hopchain.middleware.engine.batch import Batch, Partition
+from hopchain.middleware.engine.batch import Batch, Fetched, Partition
 from hopchain.middleware.engine.batches import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_BATCH_TIMEOUT,
     Batches,
-    Fetched,
 )
 
 if TYPE_CHECKING:

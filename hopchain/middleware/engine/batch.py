@@ -1,15 +1,16 @@
-"""One batch of valid records, and what its body settles: the part no client changes.
+"""One batch of valid records, what its body settles, and what batch reading needs of a client.
 
 What the body of ``async for batch in consumer.batches()`` does with a batch: outputs
 queued with :meth:`Batch.send`, failures taken with :meth:`Batch.fail`, and the commit
 (:meth:`Batch.commit`, or the next step of the loop). The :class:`Ledger` is what the batch
 must settle before its offsets move. Reading, committing and rewinding are the work of
-:class:`~hopchain.middleware.engine.batches.Batches`, on the adapter's client.
+:class:`~hopchain.middleware.engine.batches.Batches`, on the adapter's :class:`BatchClient`
+(and :class:`Transaction`), for its :class:`Reader`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
@@ -22,11 +23,23 @@ if TYPE_CHECKING:
     from hopchain.middleware.context import HopContext
     from hopchain.middleware.engine.core import Hopchain
     from hopchain.middleware.engine.settle import FailOptions
+    from hopchain.middleware.engine.verdict import Received
     from hopchain.middleware.engine.writer import RecordWriter
     from hopchain.schemas.deadletter import DeadLetterInfo
     from hopchain.schemas.record import ConsumedRecord
 
-__all__ = ["Batch", "BatchSource", "Ledger", "Partition", "SendOptions", "Sender"]
+__all__ = [
+    "Batch",
+    "BatchClient",
+    "BatchSource",
+    "Fetched",
+    "Ledger",
+    "Partition",
+    "Reader",
+    "SendOptions",
+    "Sender",
+    "Transaction",
+]
 
 Partition = tuple[str, int]
 """A topic and a partition number: how the engine names a partition."""
@@ -68,6 +81,70 @@ class BatchSource(Protocol):
 
     def give_up(self, batch: Batch) -> None:
         """Rewind to the batch's first records."""
+        ...
+
+
+Fetched = Sequence[Sequence["ConsumedRecord | Received"]]
+"""What one fetch returned, partition by partition, in offset order. A record the client
+could read only in part comes as the engine's verdict on it (:meth:`Hopchain.unreadable`)."""
+
+
+class BatchClient(Protocol):
+    """What batch reading needs of an adapter's consumer."""
+
+    async def fetch(self, count: int, timeout: float) -> Fetched:  # noqa: ASYNC109
+        """Up to ``count`` records, waiting up to ``timeout`` seconds for the first.
+
+        Raise the adapter's ``stopped`` exception once the consumer reads no more.
+        """
+        ...
+
+    async def commit(self, offsets: Mapping[Partition, int]) -> None:
+        """Commit these next offsets synchronously (return once the broker has them)."""
+        ...
+
+    def seek(self, partition: Partition, offset: int) -> bool:
+        """Move a partition's position back to ``offset``; False if it is not assigned here."""
+        ...
+
+
+class Transaction(Protocol):
+    """A client's transaction: a batch's outputs, dead letters and offsets, all or nothing."""
+
+    async def begin(self) -> None:
+        """Begin a transaction (raise ConfigurationError if the client cannot)."""
+        ...
+
+    async def commit_with(self, offsets: Mapping[Partition, int]) -> None:
+        """Add these next offsets to the open transaction and commit it."""
+        ...
+
+    async def abort(self) -> None:
+        """Abort the open transaction, if one is open."""
+        ...
+
+
+class Reader(Protocol):
+    """The consumer wrapper the batches are read for: what their records are settled with."""
+
+    @property
+    def hopchain(self) -> Hopchain:
+        """The component's engine."""
+        ...
+
+    @property
+    def group(self) -> str:
+        """The consumer group, recorded in dead letters (and committed for)."""
+        ...
+
+    @property
+    def sender(self) -> Sender:
+        """Queues the outputs sent with :meth:`Batch.send`."""
+        ...
+
+    @property
+    def writer(self) -> RecordWriter:
+        """Writes dead letters (and reroutes)."""
         ...
 
 

@@ -26,12 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.engine.batch import Batch, Partition, Sender
+from hopchain.middleware.engine.batch import (
+    Batch,
+    BatchClient,
+    Fetched,
+    Partition,
+    Reader,
+    Transaction,
+)
 from hopchain.middleware.engine.consume import internal_error
 from hopchain.middleware.engine.one_by_one import log_rewound
 from hopchain.middleware.engine.verdict import Received, Verdict, refuse_dead_letter_topic
@@ -43,87 +50,14 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
     from hopchain.middleware.context import HopContext
-    from hopchain.middleware.engine.core import Hopchain
-    from hopchain.middleware.engine.writer import RecordWriter
     from hopchain.schemas.record import ConsumedRecord
 
-__all__ = [
-    "DEFAULT_BATCH_RECORDS",
-    "DEFAULT_BATCH_TIMEOUT",
-    "BatchClient",
-    "Batches",
-    "Fetched",
-    "Reader",
-    "Transaction",
-]
+__all__ = ["DEFAULT_BATCH_RECORDS", "DEFAULT_BATCH_TIMEOUT", "Batches"]
 
 DEFAULT_BATCH_RECORDS = 500
 """Records read per batch at most, by default."""
 DEFAULT_BATCH_TIMEOUT = 1.0
 """Seconds a read waits for the first record, by default."""
-
-Fetched = Sequence[Sequence["ConsumedRecord | Received"]]
-"""What one fetch returned, partition by partition, in offset order. A record the client
-could read only in part comes as the engine's verdict on it (:meth:`Hopchain.unreadable`)."""
-
-
-class BatchClient(Protocol):
-    """What batch reading needs of an adapter's consumer."""
-
-    async def fetch(self, count: int, timeout: float) -> Fetched:  # noqa: ASYNC109
-        """Up to ``count`` records, waiting up to ``timeout`` seconds for the first.
-
-        Raise the adapter's ``stopped`` exception once the consumer reads no more.
-        """
-        ...
-
-    async def commit(self, offsets: Mapping[Partition, int]) -> None:
-        """Commit these next offsets synchronously (return once the broker has them)."""
-        ...
-
-    def seek(self, partition: Partition, offset: int) -> bool:
-        """Move a partition's position back to ``offset``; False if it is not assigned here."""
-        ...
-
-
-class Transaction(Protocol):
-    """A client's transaction: a batch's outputs, dead letters and offsets, all or nothing."""
-
-    async def begin(self) -> None:
-        """Begin a transaction (raise ConfigurationError if the client cannot)."""
-        ...
-
-    async def commit_with(self, offsets: Mapping[Partition, int]) -> None:
-        """Add these next offsets to the open transaction and commit it."""
-        ...
-
-    async def abort(self) -> None:
-        """Abort the open transaction, if one is open."""
-        ...
-
-
-class Reader(Protocol):
-    """The consumer wrapper the batches are read for: what their records are settled with."""
-
-    @property
-    def hopchain(self) -> Hopchain:
-        """The component's engine."""
-        ...
-
-    @property
-    def group(self) -> str:
-        """The consumer group, recorded in dead letters (and committed for)."""
-        ...
-
-    @property
-    def sender(self) -> Sender:
-        """Queues the outputs sent with :meth:`Batch.send`."""
-        ...
-
-    @property
-    def writer(self) -> RecordWriter:
-        """Writes dead letters (and reroutes)."""
-        ...
 
 
 class Batches:
