@@ -43,10 +43,9 @@ again (after a restart, or by the next read on this consumer), never dropped.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Unpack
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, IllegalStateError
@@ -58,6 +57,7 @@ from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.aiokafka_batches import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_BATCH_TIMEOUT,
+    AiokafkaBatchClient,
     Batch,
     Batches,
 )
@@ -66,20 +66,18 @@ from hopchain.middleware.context import (
     HopContext,
 )
 from hopchain.middleware.engine import Hopchain
-from hopchain.middleware.engine.one_by_one import OneByOne
-from hopchain.middleware.failures import ExceptionMapper
+from hopchain.middleware.engine.one_by_one import OneByOne, log_rewound
+from hopchain.middleware.engine.settle import FailOptions
+from hopchain.middleware.engine.verdict import refuse_dead_letter_topic
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
     TRACESTATE_HEADER,
-    ErrorType,
 )
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["Batch", "Batches", "EnvelopeConsumer", "EnvelopeProducer"]
-
-logger = logging.getLogger("hopchain")
 
 _CONTENT_TYPE = "content-type"
 _TRACE_HEADERS = frozenset({TRACEPARENT_HEADER, TRACESTATE_HEADER})
@@ -122,6 +120,8 @@ class EnvelopeConsumer:
         self.consumer = consumer
         self.producer = producer
         self.writer = ProducerWriter(producer)
+        self.sender = EnvelopeProducer(producer, hopchain)
+        """Sends the outputs of the records read in batches (and may send any other)."""
         self.hopchain = hopchain
         self.group = group
         self.one = OneByOne(hopchain, group=group, cursor=self, writer=self.writer)
@@ -134,10 +134,7 @@ class EnvelopeConsumer:
         registry = self.hopchain.registry
         for topic in sorted(topics):
             if registry.is_dead_letter_topic(topic):
-                raise ConfigurationError(
-                    f"topic {topic!r} is a dead-letter topic; read it with the dead-letter "
-                    "consumer (hopchain.consumers), not through the envelope middleware"
-                )
+                raise refuse_dead_letter_topic(topic)
         self.hopchain.check_topics(topics)
 
     # -- reading -----------------------------------------------------------------------------
@@ -161,23 +158,15 @@ class EnvelopeConsumer:
         return self.batched
 
     def _batches(self, max_records: int, timeout: float) -> Batches:
+        client = AiokafkaBatchClient(self.consumer, self.producer, self.group)
         return Batches(
-            self.consumer,
-            self.producer,
-            self.hopchain,
-            group=self.group,
-            max_records=max_records,
-            timeout=timeout,
+            self, client, max_records=max_records, timeout=timeout, stopped=ConsumerStoppedError
         )
 
     def _refuse_unsettled(self) -> None:
         self.one.refuse_unsettled()
-        current: Batch | None = self.batched.current if self.batched else None
-        if current is not None and not current.settled:
-            raise ConfigurationError(
-                f"a batch of {len(current.hops)} records is neither committed nor given up; "
-                "call `await batch.commit()` or `batch.abandon()` before reading on"
-            )
+        if self.batched is not None:
+            self.batched.refuse_unsettled()
 
     def __aiter__(self) -> EnvelopeConsumer:
         return self
@@ -235,12 +224,7 @@ class EnvelopeConsumer:
         await self.one.commit(hop)
 
     async def fail(
-        self,
-        hop: HopContext,
-        exc: BaseException,
-        *,
-        mappers: tuple[ExceptionMapper, ...] = (),
-        error_type: ErrorType | None = None,
+        self, hop: HopContext, exc: BaseException, **options: Unpack[FailOptions]
     ) -> DeadLetterInfo | None:
         """Settle a valid record whose handling failed: take the failure's exit, then commit.
 
@@ -248,7 +232,8 @@ class EnvelopeConsumer:
         other exception gets the default exit of its type, as in the FastStream middleware:
         ``unauthorized`` and ``environment`` abort, everything else is dead-lettered. The
         type comes from ``exc`` (a :class:`~hopchain.middleware.StageFailure` says it;
-        ``mappers`` and the defaults classify the rest) unless ``error_type`` is given; an
+        ``mappers=`` and the defaults classify the rest) unless ``error_type=`` is given
+        (:class:`~hopchain.middleware.engine.settle.FailOptions`); an
         output that hopchain refused to send (``EnvelopeRejected``) is a
         ``contract_violation``. Effects and attempts recorded on ``hop`` travel with the
         failure; the exception's message does not, unless it is a typed failure's
@@ -265,7 +250,7 @@ class EnvelopeConsumer:
             DeadLetterWriteError: the record could not be parked (or rerouted); the consumer
                 is rewound to it and its offset is not committed.
         """
-        return await self.one.fail(hop, exc, mappers=mappers, error_type=error_type)
+        return await self.one.fail(hop, exc, **options)
 
     def abandon(self) -> None:
         """Give up the record being handled without settling it: it is read again next.
@@ -296,15 +281,4 @@ class EnvelopeConsumer:
             # No longer assigned here: its new owner starts from the committed offset.
             return
         if cause is not None:
-            logger.critical(
-                "rewound %s to %s; its offset is not committed: %s",
-                self.group,
-                record.describe(),
-                cause,
-                extra={
-                    "hopchain_event": "consumer_rewound",
-                    "topic": record.topic,
-                    "partition": record.partition,
-                    "offset": record.offset,
-                },
-            )
+            log_rewound(self.group, record.topic, record.partition, record.offset, cause)

@@ -62,11 +62,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import IllegalOperation, IllegalStateError
+from aiokafka.errors import ConsumerStoppedError, IllegalOperation, IllegalStateError
 from aiokafka.structs import RecordMetadata
 
 from hopchain.exceptions import ConfigurationError
-from hopchain.middleware.aiokafka import Batches, EnvelopeConsumer, EnvelopeProducer
+from hopchain.middleware.aiokafka import Batches, EnvelopeConsumer
+from hopchain.middleware.aiokafka_batches import AiokafkaBatchClient
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain
 from hopchain.schemas.record import ConsumedRecord
@@ -120,7 +121,6 @@ class TransactionalConsumer(EnvelopeConsumer):
                 f"{max_records} and {max_seconds}; they bound the records per transaction"
             )
         super().__init__(consumer, producer, hopchain, group=group)
-        self.sender = EnvelopeProducer(producer, hopchain)
         self.max_records = max_records
         self.max_seconds = max_seconds
         self.commit_when_idle = commit_when_idle
@@ -177,15 +177,14 @@ class TransactionalConsumer(EnvelopeConsumer):
                 "a transaction of records read one at a time is open; call `await flush()` "
                 "before reading in batches"
             )
+        client = AiokafkaBatchClient(self.consumer, self.producer, self.group)
         return Batches(
-            self.consumer,
-            self.producer,
-            self.hopchain,
-            group=self.group,
+            self,
+            client,
             max_records=max_records,
             timeout=timeout,
-            transactional=True,
-            sender=self.sender,
+            transaction=client,
+            stopped=ConsumerStoppedError,
         )
 
     # -- the transaction ---------------------------------------------------------------------

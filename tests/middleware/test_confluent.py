@@ -486,7 +486,7 @@ async def test_a_pipeline_mixing_the_families_keeps_one_chain_and_one_trace(
     # Every hop's span that was recorded is in the envelope's trace.
     recorded = span_index(spans)
     hop_spans = [recorded[h.span_id] for h in envelope.chain if h.span_id in recorded]
-    assert len(hop_spans) >= 3  # the batch's hop has no process span of its own
+    assert len(hop_spans) == 4  # the confluent batch's hop too: a process span of its own
     assert {trace_of(span) for span in hop_spans} == {envelope.trace_id}
 
 

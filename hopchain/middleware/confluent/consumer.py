@@ -40,12 +40,11 @@ parked is read again (the consumer is rewound to it), never skipped.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from confluent_kafka import Consumer, Message, Producer
 
@@ -53,6 +52,7 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.confluent.batches import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_BATCH_TIMEOUT,
+    ConfluentBatchClient,
     ConfluentBatches,
 )
 from hopchain.middleware.confluent.client import BlockingCalls, consumer_settings, read_message
@@ -61,15 +61,13 @@ from hopchain.middleware.confluent.producer import ConfluentEnvelopeProducer
 from hopchain.middleware.confluent.writer import ConfluentWriter
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain, Received
-from hopchain.middleware.engine.one_by_one import OneByOne
-from hopchain.middleware.failures import ExceptionMapper
-from hopchain.schemas import ErrorType
+from hopchain.middleware.engine.one_by_one import OneByOne, log_rewound
+from hopchain.middleware.engine.settle import FailOptions
+from hopchain.middleware.engine.verdict import refuse_dead_letter_topic
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["ConfluentEnvelopeConsumer"]
-
-logger = logging.getLogger("hopchain")
 
 DEFAULT_PREFETCH = 100
 """Records taken from librdkafka's queue per read, handed over one at a time."""
@@ -126,10 +124,7 @@ class ConfluentEnvelopeConsumer:
     def _check_topics(self, topics: Sequence[str]) -> None:
         for topic in sorted(topics):
             if self.hopchain.registry.is_dead_letter_topic(topic):
-                raise ConfigurationError(
-                    f"topic {topic!r} is a dead-letter topic; read it with the dead-letter "
-                    "consumer (hopchain.consumers), not through the envelope middleware"
-                )
+                raise refuse_dead_letter_topic(topic)
         self.hopchain.check_topics(topics)
 
     @property
@@ -164,7 +159,9 @@ class ConfluentEnvelopeConsumer:
             ConfigurationError: a record read with :meth:`next` is not settled yet.
         """
         self.one.refuse_unsettled()
-        self.batched = ConfluentBatches(self, max_records=max_records, timeout=timeout)
+        self.batched = ConfluentBatches(
+            self, ConfluentBatchClient(self), max_records=max_records, timeout=timeout
+        )
         return self.batched
 
     def __aiter__(self) -> Self:
@@ -190,12 +187,8 @@ class ConfluentEnvelopeConsumer:
         while True:
             if self._closed or self.one.aborted:
                 raise StopAsyncIteration
-            batch = self.batched.current if self.batched else None
-            if batch is not None and not batch.settled:
-                raise ConfigurationError(
-                    "a batch is neither committed nor given up; call `await batch.commit()` "
-                    "or `batch.abandon()` before reading on"
-                )
+            if self.batched is not None:
+                self.batched.refuse_unsettled()
             messages = await self.take(1, self.poll_timeout)
             if not messages:
                 continue
@@ -255,12 +248,7 @@ class ConfluentEnvelopeConsumer:
         await self.one.commit(hop)
 
     async def fail(
-        self,
-        hop: HopContext,
-        exc: BaseException,
-        *,
-        mappers: tuple[ExceptionMapper, ...] = (),
-        error_type: ErrorType | None = None,
+        self, hop: HopContext, exc: BaseException, **options: Unpack[FailOptions]
     ) -> DeadLetterInfo | None:
         """Settle a valid record whose handling failed: take the failure's exit, then commit.
 
@@ -275,7 +263,7 @@ class ConfluentEnvelopeConsumer:
             DeadLetterWriteError: the record could not be parked; the consumer is rewound
                 to it and its offset is not committed.
         """
-        return await self.one.fail(hop, exc, mappers=mappers, error_type=error_type)
+        return await self.one.fail(hop, exc, **options)
 
     def abandon(self) -> None:
         """Give up the record being handled without settling it: it is read again next."""
@@ -293,32 +281,18 @@ class ConfluentEnvelopeConsumer:
 
     def rewind(self, record: ConsumedRecord, cause: BaseException | None = None) -> None:
         """Move the consumer back to ``record``; what was read ahead of it is dropped."""
-        self.rewind_to(record.topic, record.partition, record.offset, cause)
+        if self.seek(record.topic, record.partition, record.offset) and cause is not None:
+            log_rewound(self.group, record.topic, record.partition, record.offset, cause)
 
-    def rewind_to(
-        self, topic: str, partition: int, offset: int, cause: BaseException | None = None
-    ) -> None:
-        """Move a partition back to ``offset``; its records read ahead are dropped."""
+    def seek(self, topic: str, partition: int, offset: int) -> bool:
+        """Move a partition back to ``offset``, its records read ahead dropped.
+
+        False when it is not assigned here: its new owner starts from the committed offset.
+        """
         self._buffer = deque(
             m for m in self._buffer if (m.topic(), m.partition()) != (topic, partition)
         )
-        if not self.calls.seek(topic, partition, offset):
-            return
-        if cause is not None:
-            logger.critical(
-                "rewound %s to %s[%d]@%d; its offset is not committed: %s",
-                self.group,
-                topic,
-                partition,
-                offset,
-                cause,
-                extra={
-                    "hopchain_event": "consumer_rewound",
-                    "topic": topic,
-                    "partition": partition,
-                    "offset": offset,
-                },
-            )
+        return self.calls.seek(topic, partition, offset)
 
     async def close(self) -> None:
         """Close: what is not settled is read again later; the producer stays the caller's.
@@ -330,7 +304,7 @@ class ConfluentEnvelopeConsumer:
         self._closed = True
         self.one.abandon()
         if self.batched is not None:
-            self.batched.close()
+            await self.batched.close()
         try:
             await self.deliveries.close()
         finally:

@@ -5,6 +5,8 @@ aiokafka wrapper are thin layers over :class:`Hopchain`.
 """
 
 from hopchain.middleware.engine.abort import AbortState
+from hopchain.middleware.engine.batch import Batch
+from hopchain.middleware.engine.batches import Batches
 from hopchain.middleware.engine.core import Hopchain
 from hopchain.middleware.engine.settle import Settled
 from hopchain.middleware.engine.verdict import Received, Verdict
@@ -12,6 +14,8 @@ from hopchain.middleware.engine.writer import DeadLetterWriter, OutgoingRecord, 
 
 __all__ = [
     "AbortState",
+    "Batch",
+    "Batches",
     "DeadLetterWriter",
     "Hopchain",
     "OutgoingRecord",

@@ -10,27 +10,29 @@ hand, the failure exits, and the rewinds when something could not be settled.
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Unpack
 
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.engine.consume import closing
-from hopchain.middleware.engine.verdict import Received, Verdict
+from hopchain.middleware.engine.verdict import Received, Verdict, refuse_dead_letter_topic
 from hopchain.tracing import mark_error
 
 if TYPE_CHECKING:
     from hopchain.middleware.context import HopContext
     from hopchain.middleware.engine.core import Hopchain
+    from hopchain.middleware.engine.settle import FailOptions
     from hopchain.middleware.engine.writer import RecordWriter
-    from hopchain.middleware.failures import ExceptionMapper
-    from hopchain.schemas import ErrorType
     from hopchain.schemas.deadletter import DeadLetterInfo
     from hopchain.schemas.record import ConsumedRecord
     from hopchain.tracing import HopSpan
 
-__all__ = ["Cursor", "OneByOne"]
+__all__ = ["Cursor", "OneByOne", "log_rewound"]
+
+logger = logging.getLogger("hopchain")
 
 
 class Cursor(Protocol):
@@ -93,10 +95,7 @@ class OneByOne:
         """
         if received.verdict is Verdict.SKIP:
             self.cursor.rewind(received.record)
-            raise ConfigurationError(
-                f"topic {received.record.topic!r} is a dead-letter topic; read it with the "
-                "dead-letter consumer (hopchain.consumers), not through the envelope middleware"
-            )
+            raise refuse_dead_letter_topic(received.record.topic)
         if received.verdict is Verdict.REPORT:
             # This client hands its caller a hop: the refused record becomes one.
             received = self.hopchain.pass_on(received, group=self.group, scope=scope)
@@ -136,12 +135,7 @@ class OneByOne:
             self.hopchain.consumed(hop.record.topic, time.perf_counter() - handling.started)
 
     async def fail(
-        self,
-        hop: HopContext,
-        exc: BaseException,
-        *,
-        mappers: tuple[ExceptionMapper, ...] = (),
-        error_type: ErrorType | None = None,
+        self, hop: HopContext, exc: BaseException, **options: Unpack[FailOptions]
     ) -> DeadLetterInfo | None:
         """Take the failure's exit for ``hop``, then commit past it (None: rerouted or aborted).
 
@@ -152,9 +146,7 @@ class OneByOne:
         handling = self._settle(hop)
         with closing(handling.scope, hop.record):
             try:
-                settled = await self.hopchain.settle(
-                    hop, exc, writer=self.writer, mappers=mappers, error_type=error_type
-                )
+                settled = await self.hopchain.settle(hop, exc, writer=self.writer, **options)
             except DeadLetterWriteError as write_error:
                 mark_error(handling.span.span, "dead_letter_write_failed")
                 self.cursor.rewind(hop.record, write_error)
@@ -187,3 +179,21 @@ class OneByOne:
             )
         self.handling = None
         return handling
+
+
+def log_rewound(group: str, topic: str, partition: int, offset: int, cause: BaseException) -> None:
+    """Log that ``group`` was moved back to a record whose offset is not committed."""
+    logger.critical(
+        "rewound %s to %s[%d]@%d; its offset is not committed: %s",
+        group,
+        topic,
+        partition,
+        offset,
+        cause,
+        extra={
+            "hopchain_event": "consumer_rewound",
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+        },
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import TypedDict
 
 from hopchain.exceptions import EnvelopeRejected
 from hopchain.middleware.attempts import stage_label
@@ -18,9 +19,18 @@ from hopchain.middleware.stage import StageExit
 from hopchain.schemas import Decision, ErrorType, Failure, ValidationIssue
 from hopchain.schemas.deadletter import DeadLetterInfo
 
-__all__ = ["Settled", "Settler"]
+__all__ = ["FailOptions", "Settled", "Settler"]
 
 logger = logging.getLogger("hopchain")
+
+
+class FailOptions(TypedDict, total=False):
+    """How a consumer wrapper's ``fail(hop, exc, **options)`` classifies the failure."""
+
+    mappers: tuple[ExceptionMapper, ...]
+    """Exception mappers tried, in order, before the defaults of the exception's type."""
+    error_type: ErrorType | None
+    """The failure's type, when the caller knows it (then ``exc`` is not classified)."""
 
 
 @dataclass(frozen=True)

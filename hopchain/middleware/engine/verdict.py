@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from hopchain.exceptions import ConfigurationError
+
 if TYPE_CHECKING:
     from hopchain.exceptions import DecodeError
     from hopchain.middleware.context import HopContext
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
     from hopchain.schemas.record import ConsumedRecord
     from hopchain.tracing import HopSpan
 
-__all__ = ["Received", "Verdict"]
+__all__ = ["Received", "Verdict", "refuse_dead_letter_topic"]
 
 
 class Verdict(StrEnum):
@@ -55,3 +57,11 @@ class Received:
     """The handling context, opened when ``receive`` was given a scope (``HANDLE``)."""
     span: HopSpan | None = None
     """The hop's span, with ``hop``."""
+
+
+def refuse_dead_letter_topic(topic: str) -> ConfigurationError:
+    """The refusal of a dead-letter topic's record (``SKIP``) by a consumer of envelopes."""
+    return ConfigurationError(
+        f"topic {topic!r} is a dead-letter topic; read it with the dead-letter consumer "
+        "(hopchain.consumers), not through the envelope middleware"
+    )
