@@ -7,6 +7,7 @@ preview of millions holds none of them in memory.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -95,14 +96,19 @@ def _preview(
                 stream_json(rows, key=done)
                 return
             count = 0
-            for one in rows:
-                where = one.get("original_at")
-                read = f" (a reference: its original is read again from {where})" if where else ""
-                terminal().print(f"would {verb} {one['id']}{read}", markup=False)
-                count += 1
-            terminal().print(f"would {verb} {count}; nothing was changed", markup=False)
+            # Plain lines, a thousand at a write: a preview may name millions of letters.
+            while chunk := list(itertools.islice(rows, 1000)):
+                typer.echo("\n".join(_would(verb, one) for one in chunk))
+                count += len(chunk)
+            typer.echo(f"would {verb} {count}; nothing was changed")
 
     run(settings, read())
+
+
+def _would(verb: str, row: dict[str, Any]) -> str:
+    where = row.get("original_at")
+    read = f" (a reference: its original is read again from {where})" if where else ""
+    return f"would {verb} {row['id']}{read}"
 
 
 async def _each(
