@@ -40,7 +40,7 @@ LABELS = {
     Variant.TXN_BATCHES: "g. hopchain transactional batches (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
     Variant.C_ACK_FIRST: "h. FastStream's confluent broker, JSON, no middleware, ACK_FIRST",
-    Variant.C_HEADERS: "i. FastStream's confluent broker + hopchain, headers mode",
+    Variant.C_HEADERS: "i. FastStream's confluent broker + hopchain, headers mode, batched commits",
     Variant.C_BATCHES: "j. hopchain confluent-kafka batches, headers mode",
     Variant.C_FLOOR: "floor: confluent-kafka, batched",
 }

@@ -23,8 +23,8 @@ CONFLUENT = """
 The confluent-kafka family runs the same four processes on confluent-kafka (librdkafka).
 h is a' on FastStream's confluent broker (`faststream.confluent.KafkaBroker`, its default
 `AckPolicy.ACK_FIRST`). i is FastStream's confluent broker with hopchain's middleware as the
-README runs it there (headers mode, `ack_policy=middleware.ack_policy` with
-`HOPCHAIN_COMMITS=record`: per-record commits, the mode hopchain has on that broker). j runs all
+README runs it there (headers mode, `ack_policy=middleware.ack_policy`: batched commits, as
+the aiokafka broker's d). j runs all
 four processes on hopchain's confluent batch path (`ConfluentEnvelopeConsumer.batches()`, one
 `consume` of up to 500, outputs queued and one synchronous commit per batch once their delivery
 reports are in; the producer sends with `ConfluentEnvelopeProducer`). The confluent floor runs
