@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -27,7 +27,8 @@ from bench.pipeline_roles import (
     PRODUCER_WINDOW,
     Progress,
     Role,
-    _wait_for_signal,
+    paced,
+    run_until_signal,
 )
 from bench.txn_roles import TXN_LINGER_MS
 from bench.workload import Item, Variant, make_item, registry_for
@@ -43,6 +44,38 @@ from hopchain.schemas import WireMode
 
 BATCH_TIMEOUT = 0.1
 """Seconds a read waits for the first record (the floor's ``getmany`` timeout)."""
+
+
+async def pass_batches(
+    batches: AsyncIterator[Any], args: argparse.Namespace, progress: Progress, *, sink: bool
+) -> None:
+    """A stage forwards each batch's hops to ``args.output``; a sink counts them."""
+    async for batch in batches:
+        if sink:
+            for hop in batch.hops:
+                item = hop.payload
+                if not isinstance(item, Item):
+                    raise TypeError(type(item))
+                progress.arrive(item)
+            continue
+        for hop in batch.hops:
+            await batch.send(hop, args.output, hop.payload)
+            progress.tick(time.time_ns())
+
+
+async def send_items(sender: Any, args: argparse.Namespace, progress: Progress) -> None:
+    """Send ``args.count`` items through a hopchain producer's ``send_soon`` (either family),
+    at most :data:`PRODUCER_WINDOW` unacknowledged, paced by ``args.rate`` when it is set."""
+    pending: list[asyncio.Future[Any]] = []
+    async for seq in paced(args.count, args.rate):
+        item = make_item(seq)
+        with origin(run_id="bench", work_item_id=f"item-{seq}"):
+            pending.append(await sender.send_soon(args.output, item))
+        progress.tick(item.sent_ns)
+        if len(pending) >= PRODUCER_WINDOW:
+            await asyncio.gather(*pending)
+            pending.clear()
+    await asyncio.gather(*pending)
 
 
 async def _batches(args: argparse.Namespace, progress: Progress, *, sink: bool) -> None:
@@ -82,27 +115,12 @@ async def _batches(args: argparse.Namespace, progress: Progress, *, sink: bool) 
     )
     print("ready", flush=True)
 
-    async def loop() -> None:
-        async for batch in records.batches(max_records=BATCH_RECORDS, timeout=BATCH_TIMEOUT):
-            if sink:
-                for hop in batch.hops:
-                    item = hop.payload
-                    if not isinstance(item, Item):
-                        raise TypeError(type(item))
-                    progress.arrive(item)
-                continue
-            for hop in batch.hops:
-                await batch.send(hop, args.output, hop.payload)
-                progress.tick(time.time_ns())
-
-    task = asyncio.create_task(loop())
+    batches = records.batches(max_records=BATCH_RECORDS, timeout=BATCH_TIMEOUT)
     try:
-        await _wait_for_signal(progress, until_done=sink)
+        await run_until_signal(
+            pass_batches(batches, args, progress, sink=sink), args.name, progress, until_done=sink
+        )
     finally:
-        task.cancel()
-        [outcome] = await asyncio.gather(task, return_exceptions=True)
-        if not isinstance(outcome, asyncio.CancelledError | None):
-            print(f"{args.name}: the batch loop failed: {outcome!r}", file=sys.stderr)
         if isinstance(records, TransactionalConsumer):
             await records.close()
         await consumer.stop()
@@ -134,23 +152,8 @@ async def batch_producer(args: argparse.Namespace, progress: Progress) -> None:
         max_batch_size=PRODUCE_BATCH_BYTES,
     )
     await producer.start()
-    sender = EnvelopeProducer(producer, hopchain)
     try:
-        pending: list[asyncio.Future[Any]] = []
-        started = time.perf_counter()
-        for seq in range(args.count):
-            if args.rate:
-                delay = started + seq / args.rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            item = make_item(seq)
-            with origin(run_id="bench", work_item_id=f"item-{seq}"):
-                pending.append(await sender.send_soon(args.output, item))
-            progress.tick(item.sent_ns)
-            if len(pending) >= PRODUCER_WINDOW:
-                await asyncio.gather(*pending)
-                pending.clear()
-        await asyncio.gather(*pending)
+        await send_items(EnvelopeProducer(producer, hopchain), args, progress)
     finally:
         await producer.stop()
 

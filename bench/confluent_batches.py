@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-import time
-from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
 
+from bench.batch_roles import pass_batches, send_items
 from bench.confluent_roles import BATCH_TIMEOUT, FLUSH_TIMEOUT, producer_config
-from bench.pipeline_roles import BATCH_RECORDS, PRODUCER_WINDOW, Progress, Role, _wait_for_signal
-from bench.workload import Item, make_item, registry_for
-from hopchain import Hopchain, HopchainConfig, origin
+from bench.pipeline_roles import BATCH_RECORDS, Progress, Role, run_until_signal
+from bench.workload import registry_for
+from hopchain import Hopchain, HopchainConfig
 from hopchain.middleware.confluent import ConfluentEnvelopeConsumer, ConfluentEnvelopeProducer
 from hopchain.schemas import WireMode
 
@@ -51,27 +49,12 @@ async def _batches(args: argparse.Namespace, progress: Progress, *, sink: bool) 
     records.consumer.assign([TopicPartition(args.input, 0)])
     print("ready", flush=True)
 
-    async def loop() -> None:
-        async for batch in records.batches(max_records=BATCH_RECORDS, timeout=BATCH_TIMEOUT):
-            if sink:
-                for hop in batch.hops:
-                    item = hop.payload
-                    if not isinstance(item, Item):
-                        raise TypeError(type(item))
-                    progress.arrive(item)
-                continue
-            for hop in batch.hops:
-                await batch.send(hop, args.output, hop.payload)
-                progress.tick(time.time_ns())
-
-    task = asyncio.create_task(loop())
+    batches = records.batches(max_records=BATCH_RECORDS, timeout=BATCH_TIMEOUT)
     try:
-        await _wait_for_signal(progress, until_done=sink)
+        await run_until_signal(
+            pass_batches(batches, args, progress, sink=sink), args.name, progress, until_done=sink
+        )
     finally:
-        task.cancel()
-        [outcome] = await asyncio.gather(task, return_exceptions=True)
-        if not isinstance(outcome, asyncio.CancelledError | None):
-            print(f"{args.name}: the batch loop failed: {outcome!r}", file=sys.stderr)
         await records.close()
         await asyncio.get_running_loop().run_in_executor(None, producer.flush, FLUSH_TIMEOUT)
 
@@ -92,21 +75,7 @@ async def batch_producer(args: argparse.Namespace, progress: Progress) -> None:
         Producer(producer_config(args, "producer")), _hopchain(args, "producer")
     )
     try:
-        pending: list[asyncio.Future[Any]] = []
-        started = time.perf_counter()
-        for seq in range(args.count):
-            if args.rate:
-                delay = started + seq / args.rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            item = make_item(seq)
-            with origin(run_id="bench", work_item_id=f"item-{seq}"):
-                pending.append(await sender.send_soon(args.output, item))
-            progress.tick(item.sent_ns)
-            if len(pending) >= PRODUCER_WINDOW:
-                await asyncio.gather(*pending)
-                pending.clear()
-        await asyncio.gather(*pending)
+        await send_items(sender, args, progress)
     finally:
         await sender.close()
 

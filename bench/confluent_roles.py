@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +32,8 @@ from bench.pipeline_roles import (
     PRODUCER_WINDOW,
     Progress,
     Role,
-    _wait_for_signal,
+    paced,
+    run_until_signal,
 )
 from bench.workload import Item, make_item
 
@@ -87,12 +87,7 @@ async def floor_producer(args: argparse.Namespace, progress: Progress) -> None:
     """Send every record through a plain ``Producer``, a window at a time."""
     reports = _Reports()
     producer = _plain_producer(args, "producer", reports)
-    started = time.perf_counter()
-    for seq in range(args.count):
-        if args.rate:
-            delay = started + seq / args.rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+    async for seq in paced(args.count, args.rate):
         item = make_item(seq)
         producer.produce(args.output, item.__pydantic_serializer__.to_json(item))
         producer.poll(0)
@@ -138,14 +133,9 @@ async def _consume_batches(
                 await handle(messages)
                 await running.run_in_executor(calls, partial(consumer.commit, asynchronous=False))
 
-    task = asyncio.create_task(loop())
     try:
-        await _wait_for_signal(progress, until_done=until_done)
+        await run_until_signal(loop(), args.name, progress, until_done=until_done)
     finally:
-        task.cancel()
-        [outcome] = await asyncio.gather(task, return_exceptions=True)
-        if not isinstance(outcome, asyncio.CancelledError | None):
-            print(f"{args.name}: the consume loop failed: {outcome!r}", file=sys.stderr)
         await running.run_in_executor(calls, consumer.close)
         calls.shutdown()
 

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -141,7 +141,19 @@ async def _until_assigned(consumer: Any) -> None:
     print("ready", flush=True)
 
 
-async def _wait_for_signal(progress: Progress, *, until_done: bool) -> None:
+async def paced(count: int, rate: float) -> AsyncIterator[int]:
+    """0 to ``count - 1``, at ``rate`` a second when it is set, else as fast as asked."""
+    started = time.perf_counter()
+    for seq in range(count):
+        if rate:
+            delay = started + seq / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        yield seq
+
+
+async def wait_for_signal(progress: Progress, *, until_done: bool) -> None:
+    """Return on SIGTERM or SIGINT, or (``until_done``) once every record arrived."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -154,6 +166,21 @@ async def _wait_for_signal(progress: Progress, *, until_done: bool) -> None:
         task.cancel()
 
 
+async def run_until_signal(
+    work: Coroutine[Any, Any, None], name: str, progress: Progress, *, until_done: bool
+) -> None:
+    """Run a role's loop until the run's signal; a loop that died on its own says why."""
+    task = asyncio.create_task(work)
+    try:
+        await wait_for_signal(progress, until_done=until_done)
+    finally:
+        task.cancel()
+        [outcome] = await asyncio.gather(task, return_exceptions=True)
+        if not isinstance(outcome, asyncio.CancelledError | None):
+            # Else the run just times out, without a word.
+            print(f"{name}: the loop failed: {outcome!r}", file=sys.stderr)
+
+
 # -- FastStream (plain, or with hopchain in either wire mode) ---------------------------------
 
 
@@ -163,12 +190,7 @@ async def faststream_producer(args: argparse.Namespace, progress: Progress) -> N
     await broker.start()
     try:
         pending: list[Awaitable[Any]] = []
-        started = time.perf_counter()
-        for seq in range(args.count):
-            if args.rate:
-                delay = started + seq / args.rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for seq in paced(args.count, args.rate):
             item = make_item(seq)
             if hopchain:
                 with origin(run_id="bench", work_item_id=f"item-{seq}"):
@@ -219,7 +241,7 @@ async def _serve(broker: KafkaBroker, progress: Progress, *, until_done: bool) -
     try:
         [subscriber] = broker.subscribers
         await _until_assigned(subscriber.consumer)  # type: ignore[attr-defined]
-        await _wait_for_signal(progress, until_done=until_done)
+        await wait_for_signal(progress, until_done=until_done)
     finally:
         for middleware in hopchains:
             await middleware.close()
@@ -236,12 +258,7 @@ async def aiokafka_producer(args: argparse.Namespace, progress: Progress) -> Non
     await producer.start()
     try:
         pending: list[Awaitable[Any]] = []
-        started = time.perf_counter()
-        for seq in range(args.count):
-            if args.rate:
-                delay = started + seq / args.rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+        async for seq in paced(args.count, args.rate):
             item = make_item(seq)
             value = item.__pydantic_serializer__.to_json(item)
             pending.append(await producer.send(args.output, value))
@@ -283,15 +300,9 @@ async def _consume_batches(
                 await handle(records)
                 await consumer.commit()
 
-    task = asyncio.create_task(loop())
     try:
-        await _wait_for_signal(progress, until_done=until_done)
+        await run_until_signal(loop(), args.name, progress, until_done=until_done)
     finally:
-        task.cancel()
-        [outcome] = await asyncio.gather(task, return_exceptions=True)
-        if not isinstance(outcome, asyncio.CancelledError | None):
-            # The loop died on its own: say why, or the run just times out.
-            print(f"{args.name}: the consume loop failed: {outcome!r}", file=sys.stderr)
         await consumer.stop()
 
 

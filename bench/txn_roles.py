@@ -18,7 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from bench.pipeline_roles import Progress, _wait_for_signal
+from bench.pipeline_roles import Progress, wait_for_signal
 from bench.workload import Item, registry_for
 from hopchain import Hopchain, HopchainConfig, TransactionalConsumer
 from hopchain.schemas import WireMode
@@ -80,7 +80,7 @@ async def _transactional(args: argparse.Namespace, progress: Progress, *, sink: 
 
     task = asyncio.create_task(loop())
     try:
-        await _wait_for_signal(progress, until_done=sink)
+        await wait_for_signal(progress, until_done=sink)
     finally:
         # Not while a commit (maybe a transaction's) is under way: close() settles the rest.
         async with settling:
