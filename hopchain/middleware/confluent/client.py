@@ -57,32 +57,19 @@ def consumer_settings(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
 def read_message(message: Message) -> tuple[ConsumedRecord, str | None]:
     """The record a message holds; and, when its headers cannot be read, why.
 
-    confluent-kafka decodes header names as UTF-8 and raises (``SystemError``, from a
-    ``UnicodeDecodeError``) for the whole list when one is not: such a record is returned
-    with its value, key and position but no headers, and a reason to park it.
+    confluent-kafka decodes header names as UTF-8 and fails for the whole list when one is
+    not: such a record comes with its value, key and position but no headers, and a reason
+    to park it (see :meth:`ConsumedRecord.from_confluent`). The message's half-read headers
+    are dropped at once: confluent-kafka would hand them out, and crash, on the next read.
     """
-    try:
-        return ConsumedRecord.from_confluent(message), None
-    except (SystemError, UnicodeDecodeError, ValueError) as exc:
-        cause = exc.__cause__ or exc.__context__ or exc
-        return ConsumedRecord.from_confluent(_Headless(message)), (
-            "a header name is not UTF-8, and confluent-kafka reads no header of such a "
-            f"record ({type(cause).__name__}); parked with its value and key, without its "
-            "headers"
-        )
-
-
-class _Headless:
-    """A message whose headers cannot be read, as one without headers."""
-
-    def __init__(self, message: Message) -> None:
-        self.message = message
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.message, name)
-
-    def headers(self) -> None:
-        return None
+    record = ConsumedRecord.from_confluent(message)
+    if record.unreadable is None:
+        return record, None
+    message.set_headers([])
+    return record, (
+        "a header name is not UTF-8, and confluent-kafka reads no header of such a record; "
+        f"parked with its value and key, without its headers ({record.unreadable})"
+    )
 
 
 class BlockingCalls:
