@@ -48,7 +48,13 @@ if TYPE_CHECKING:
 
     from hopchain.testing._provision import ResolvedJars
 
-__all__ = ["CLUSTER_SETTINGS", "ClusterNode", "LocalKafkaCluster", "describe_partitions"]
+__all__ = [
+    "CLUSTER_SETTINGS",
+    "ClusterNode",
+    "LocalKafkaCluster",
+    "describe_partitions",
+    "new_cluster_id",
+]
 
 CLUSTER_SETTINGS: Mapping[str, str] = {
     "default.replication.factor": "3",
@@ -67,9 +73,16 @@ CLUSTER_SETTINGS: Mapping[str, str] = {
 """Broker properties every node gets on top of the single-node template."""
 
 
-def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
+
+    Never one that starts with ``-``: the storage tool would read it as an option (as
+    Kafka's own ``random-uuid`` does, one id in 64 is drawn again).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class ClusterNode(LocalKafka):
@@ -155,7 +168,7 @@ class LocalKafkaCluster:
         voters = ",".join(
             f"{number}@127.0.0.1:{ports[2 * number - 1]}" for number in range(1, nodes + 1)
         )
-        cluster_id = _cluster_id()
+        cluster_id = new_cluster_id()
         self.nodes = [
             ClusterNode(
                 cluster_id=cluster_id,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from hopchain.exceptions import LocalKafkaError
-from hopchain.testing.cluster import CLUSTER_SETTINGS, LocalKafkaCluster
+from hopchain.testing.cluster import CLUSTER_SETTINGS, LocalKafkaCluster, new_cluster_id
 from hopchain.testing.kafka_storage import set_properties
 
 if TYPE_CHECKING:
@@ -60,3 +60,12 @@ def test_a_cluster_lays_out_three_nodes_in_one_static_quorum(tmp_path: Path) -> 
 def test_a_cluster_needs_a_node() -> None:
     with pytest.raises(LocalKafkaError, match="at least one node"):
         LocalKafkaCluster(nodes=0)
+
+
+def test_a_cluster_id_never_starts_like_an_option() -> None:
+    # One random id in 64 starts with "-", which the storage tool took for a flag: the
+    # 3-node cluster then failed to format ("--cluster-id/-t: expected one argument").
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert not [cluster_id for cluster_id in ids if cluster_id.startswith("-")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id) for cluster_id in ids)
+    assert len(set(ids)) == len(ids)
