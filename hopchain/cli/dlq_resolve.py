@@ -30,8 +30,8 @@ from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.index import LetterIndex
+from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.reader import Snapshot
-from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.render import redrive_lines, resolution_json, resolution_text
 from hopchain.consumers.triage import Triage
 

@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
     from hopchain.consumers.filters import DeadLetterFilter, format_age, parse_duration
     from hopchain.consumers.index import DeadLetterIndex
+    from hopchain.consumers.letter import ParkedLetter
     from hopchain.consumers.metrics import DlqMetrics
     from hopchain.consumers.reader import IndexReader, Snapshot, load_index
-    from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, parse_dead_letter
+    from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
     from hopchain.consumers.redrive import RedriveRecord, build_redrive
     from hopchain.consumers.resolutions import RedriveTarget, Resolution, ResolutionKind
     from hopchain.consumers.service import DeadLetterService, serve
@@ -45,7 +46,7 @@ _WHERE = {
     "format_age": "filters",
     "IndexReader": "reader",
     "load_index": "reader",
-    "ParkedLetter": "records",
+    "ParkedLetter": "letter",
     "parse_dead_letter": "records",
     "parse_duration": "filters",
     "Redriven": "triage",

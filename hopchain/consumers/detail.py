@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, original_headers
+from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.records import DeadLetterRecord, original_headers
 from hopchain.consumers.resolutions import Resolution
 from hopchain.exceptions import EnvelopeError
 from hopchain.schemas.codec import ENVELOPE_HEADER

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.letter import ParkedLetter
 
 __all__ = [
     "DeadLetterFilter",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hopchain.consumers.filters import DeadLetterFilter
-from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
 __all__ = [

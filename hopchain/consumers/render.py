@@ -16,7 +16,7 @@ from rich.text import Text
 from hopchain.consumers.detail import DeadLetterDetail, describe_failure
 from hopchain.consumers.filters import age_text, format_age, original_age_text, reason_text
 from hopchain.consumers.foreign import ForeignFailure
-from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 

@@ -18,7 +18,6 @@ second process opening it (two replicas given one volume) gets a temporary file 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from typing import IO
 
 from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.index import Added, GroupStats, Keyset, Labels, Offsets, Pair, Tally
-from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store_rows import (
     INSERT_LETTER,
@@ -44,10 +43,10 @@ from hopchain.consumers.store_rows import (
     read_pair,
 )
 from hopchain.consumers.store_schema import (
-    SCHEMA,
-    SCHEMA_VERSION,
     close_all,
     file_problem,
+    lock_file,
+    prepare,
     remove_file,
 )
 from hopchain.exceptions import ConfigurationError
@@ -59,7 +58,6 @@ logger = logging.getLogger("hopchain.dlq")
 MEMORY = ":memory:"
 """The path that keeps the store in memory (rebuilt from Kafka on every start)."""
 
-_CACHE_KIB = 65536
 _PAGE = 500
 
 
@@ -106,7 +104,7 @@ class LetterStore:
             path = Path(self.path)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                locked = self._take_lock(path)
+                self._lockfile = lock_file(path)
             except OSError as exc:
                 logger.warning(
                     "cannot keep the dead-letter index in %s (%s): keeping it in memory, "
@@ -116,7 +114,7 @@ class LetterStore:
                     exc,
                 )
                 return
-            if not locked:
+            if self._lockfile is None:
                 handle, name = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
                 os.close(handle)
                 self._temporary = name
@@ -159,16 +157,6 @@ class LetterStore:
             self._db = self._new(f"{path.resolve().as_uri()}?mode=ro", uri=True)
             self._load()
 
-    def _take_lock(self, path: Path) -> bool:
-        lockfile = (path.parent / (path.name + ".lock")).open("ab")
-        try:
-            fcntl.flock(lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lockfile.close()
-            return False
-        self._lockfile = lockfile
-        return True
-
     def _new(self, name: str, *, uri: bool = False) -> sqlite3.Connection:
         db = sqlite3.connect(name, uri=uri, isolation_level=None, check_same_thread=False)
         self._connections.append(db)  # closed when the store is collected, if not before
@@ -186,16 +174,7 @@ class LetterStore:
             self._load()
 
     def _create(self) -> None:
-        db = self._db
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
-        db.execute("PRAGMA temp_store=MEMORY")
-        if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
-            db.executescript(SCHEMA)
-            db.executemany(
-                "INSERT INTO meta VALUES (?, ?)",
-                [("schema_version", str(SCHEMA_VERSION)), ("fingerprint", self.fingerprint)],
-            )
+        prepare(self._db, self.fingerprint)
         self._depth, self._tallies, self._dirty = {}, {}, set()
         self._counts = {"dead_letters": 0, "resolutions": 0}
         self.resumed = False

@@ -14,7 +14,7 @@ from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.foreign import ForeignFailure
 from hopchain.consumers.index import Pair
-from hopchain.consumers.records import ParkedLetter
+from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store_schema import LETTER_COLUMNS
 from hopchain.consumers.topics import TopicPlan

@@ -7,8 +7,10 @@ and rebuilt from Kafka, never migrated.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import sqlite3
 from pathlib import Path
+from typing import IO
 
 __all__ = [
     "LETTER_COLUMNS",
@@ -16,7 +18,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "close_all",
     "file_problem",
+    "lock_file",
     "looks_truncated",
+    "prepare",
     "remove_file",
 ]
 
@@ -93,6 +97,35 @@ CREATE TABLE offsets (
 """
 
 _HEADER = b"SQLite format 3\x00"
+_CACHE_KIB = 65536
+"""The page cache of a connection: what the store holds in memory, whatever the depth."""
+
+
+def prepare(db: sqlite3.Connection, fingerprint: str) -> None:
+    """Set a connection's pragmas, and lay out an empty file for ``fingerprint``."""
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+    db.execute("PRAGMA temp_store=MEMORY")
+    if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+        db.executescript(SCHEMA)
+        db.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [("schema_version", str(SCHEMA_VERSION)), ("fingerprint", fingerprint)],
+        )
+
+
+def lock_file(path: Path) -> IO[bytes] | None:
+    """An exclusive lock on ``path``'s lock file, held while the handle stays open.
+
+    None when another process holds it (two replicas given one volume).
+    """
+    handle = (path.parent / (path.name + ".lock")).open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
 
 
 def looks_truncated(path: Path) -> bool:

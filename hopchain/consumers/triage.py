@@ -39,7 +39,8 @@ from hopchain.consumers.claims import ClaimLog, started_reader
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.index import LetterIndex
-from hopchain.consumers.records import DeadLetterRecord, ParkedLetter, parse_dead_letter
+from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
 from hopchain.consumers.redrive import (
     RedriveRecord,
     build_redrive,

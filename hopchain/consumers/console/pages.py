@@ -28,7 +28,8 @@ from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError
 from hopchain.consumers.filters import age_text, format_age, original_age_text, reason_text
 from hopchain.consumers.foreign import foreign_header_text
-from hopchain.consumers.records import UNKNOWN, ParkedLetter, original_headers
+from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.records import UNKNOWN, original_headers
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 from hopchain.lookup import TraceResult, find_record, hop_facts, integrity_of
