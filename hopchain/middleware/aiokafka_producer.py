@@ -15,9 +15,9 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from hopchain.middleware.context import HopContext, current_hop
+from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain
-from hopchain.middleware.engine.outputs import caller_headers, wire_headers
+from hopchain.middleware.engine.outputs import outgoing, wire_headers
 from hopchain.schemas import EncodedRecord
 from hopchain.send_spans import note_sent
 
@@ -67,12 +67,11 @@ class EnvelopeProducer:
             EnvelopeRejected: the payload, the envelope or a header breaks the contract;
                 nothing was sent.
         """
-        incoming = hop if hop is not None else current_hop()
-        extra = self._caller_headers(topic, headers)
         client = getattr(self.producer, "client", None)  # for the span's server.address
         hosts = ",".join(f"{host}:{port}" for host, port, *_ in getattr(client, "hosts", ()))
-        with self.hopchain.sending(
-            topic, payload, incoming=incoming, headers=extra, key=key, server_address=hosts
+        publisher = self.hopchain.publisher
+        with outgoing(
+            publisher, topic, payload, hop=hop, headers=headers, key=key, server_address=hosts
         ) as record:
             metadata = await self._send(topic, record, headers, key=key, partition=partition)
             note_sent(metadata)
@@ -97,21 +96,15 @@ class EnvelopeProducer:
             EnvelopeRejected: the payload, the envelope or a header breaks the contract;
                 nothing was queued.
         """
-        incoming = hop if hop is not None else current_hop()
-        extra = self._caller_headers(topic, headers)
-        with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
+        with outgoing(self.hopchain.publisher, topic, payload, hop=hop, headers=headers) as record:
             future: asyncio.Future[RecordMetadata] = await self.producer.send(
                 topic,
                 value=record.value,
                 key=key,
                 partition=partition,
-                headers=self._headers(record, headers),
+                headers=wire_headers(record, headers),
             )
             return future
-
-    def _caller_headers(self, topic: str, headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
-        """The caller's headers as text, refusing what a hopchain reader would reject."""
-        return caller_headers(self.hopchain.publisher, topic, headers)
 
     async def _send(
         self,
@@ -122,14 +115,8 @@ class EnvelopeProducer:
         key: bytes | None,
         partition: int | None,
     ) -> RecordMetadata:
-        headers = self._headers(record, caller_headers)
+        headers = wire_headers(record, caller_headers)
         metadata: RecordMetadata = await self.producer.send_and_wait(
             topic, value=record.value, key=key, partition=partition, headers=headers
         )
         return metadata
-
-    @staticmethod
-    def _headers(
-        record: EncodedRecord, caller: Sequence[tuple[str, bytes]]
-    ) -> list[tuple[str, bytes]]:
-        return wire_headers(record, caller)

@@ -15,9 +15,9 @@ from typing import Any
 from confluent_kafka import Message, Producer
 
 from hopchain.middleware.confluent.delivery import Deliveries
-from hopchain.middleware.context import HopContext, current_hop
+from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain
-from hopchain.middleware.engine.outputs import caller_headers, wire_headers
+from hopchain.middleware.engine.outputs import outgoing, wire_headers
 from hopchain.send_spans import note_sent
 
 __all__ = ["ConfluentEnvelopeProducer"]
@@ -73,11 +73,8 @@ class ConfluentEnvelopeProducer:
                 nothing was sent.
             confluent_kafka.KafkaException: the record was not delivered.
         """
-        incoming = hop if hop is not None else current_hop()
-        extra = caller_headers(self.hopchain.publisher, topic, headers)
-        with self.hopchain.sending(
-            topic, payload, incoming=incoming, headers=extra, key=key
-        ) as rec:
+        publisher = self.hopchain.publisher
+        with outgoing(publisher, topic, payload, hop=hop, headers=headers, key=key) as rec:
             delivered = await self.deliveries.send(
                 topic,
                 value=rec.value,
@@ -106,9 +103,7 @@ class ConfluentEnvelopeProducer:
             EnvelopeRejected: the payload, the envelope or a header breaks the contract;
                 nothing was queued.
         """
-        incoming = hop if hop is not None else current_hop()
-        extra = caller_headers(self.hopchain.publisher, topic, headers)
-        with self.hopchain.sending(topic, payload, incoming=incoming, headers=extra) as record:
+        with outgoing(self.hopchain.publisher, topic, payload, hop=hop, headers=headers) as record:
             return await self.deliveries.produce(
                 topic,
                 value=record.value,

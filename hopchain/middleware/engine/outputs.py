@@ -1,20 +1,23 @@
-"""The headers of a record a wrapped producer sends: the caller's, checked, and hopchain's.
+"""What a wrapped producer sends: the record, the caller's headers checked, and hopchain's.
 
 Shared by the producer wrappers of every client (aiokafka's ``EnvelopeProducer``,
-confluent-kafka's ``ConfluentEnvelopeProducer``): what a caller may add to a record, and
-the list of headers handed to the client.
+confluent-kafka's ``ConfluentEnvelopeProducer``): the record for a payload, what a caller
+may add to it, and the list of headers handed to the client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from hopchain.exceptions import ReasonCode
+from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.engine.publish import Publisher
 from hopchain.propagation import TRACE_CONTEXT_HEADERS
 from hopchain.schemas import EncodedRecord
 
-__all__ = ["CONTENT_TYPE", "caller_headers", "wire_headers"]
+__all__ = ["CONTENT_TYPE", "caller_headers", "outgoing", "wire_headers"]
 
 CONTENT_TYPE = "content-type"
 """Written as ``application/json`` unless the caller set it: the value is JSON in both wire
@@ -63,3 +66,29 @@ def wire_headers(
     if not any(name.lower() == CONTENT_TYPE for name, _ in caller):
         headers.append((CONTENT_TYPE, b"application/json"))
     return headers
+
+
+def outgoing(
+    publisher: Publisher,
+    topic: str,
+    payload: Any,
+    *,
+    hop: HopContext | None,
+    headers: Sequence[tuple[str, bytes]],
+    key: bytes | None = None,
+    server_address: str | None = None,
+) -> AbstractContextManager[EncodedRecord]:
+    """The record a wrapped producer sends for ``payload``; the block sends it.
+
+    Its hop extends ``hop``, by default the record being handled in this task
+    (``current_hop()``); with neither, it is an origin. The caller's headers are checked
+    first (:func:`caller_headers`).
+
+    Raises:
+        EnvelopeRejected: the payload, the envelope or a header breaks the contract.
+    """
+    incoming = hop if hop is not None else current_hop()
+    extra = caller_headers(publisher, topic, headers)
+    return publisher.sending(
+        topic, payload, incoming=incoming, headers=extra, key=key, server_address=server_address
+    )
