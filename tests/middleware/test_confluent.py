@@ -193,16 +193,15 @@ def check_same_verdicts(
             info, their_info = (read_dead_letter_headers(x.headers) for x in (letter, theirs))
             assert (info.reason, info.error_type) == (their_info.reason, their_info.error_type)
             assert (letter.value, letter.key) == (theirs.value, theirs.key), kind
+            assert original_headers(letter) == original_headers(theirs), kind
             if kind == "odd_header_name":
-                # aiokafka keeps the name (escaped); confluent-kafka reads no header of it.
-                assert dict(theirs.headers)[NAME_ESCAPE_PREFIX + ODD_NAME.hex()] == b"2"
-                assert original_headers(theirs) == [("plain", b"3")]
-                assert original_headers(letter) == []
-                assert NAME_ESCAPE_PREFIX + ODD_NAME.hex() not in dict(letter.headers)
+                # confluent-kafka reads no header of it; read again with aiokafka, it is
+                # parked whole, the name escaped, as aiokafka's wrapper parks it.
+                assert dict(letter.headers)[NAME_ESCAPE_PREFIX + ODD_NAME.hex()] == b"2"
+                assert original_headers(letter) == [("plain", b"3")]
                 assert letter.value == b'{"id": 1}'
                 assert info.reason is ReasonCode.NOT_UTF8
                 continue
-            assert original_headers(letter) == original_headers(theirs), kind
             if kind == "too_big_to_park":
                 assert letter.value == b""
                 assert dict(letter.headers)["hopchain-dlq-truncated"] == b"value"

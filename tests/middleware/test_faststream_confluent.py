@@ -67,6 +67,7 @@ from hopchain.schemas import (
 from hopchain.schemas.deadletter import (
     DLQ_TRUNCATED_HEADER,
     DLQ_VALUE_SHA256_HEADER,
+    NAME_ESCAPE_PREFIX,
     read_dead_letter_headers,
 )
 from hopchain.schemas.text_v2 import load_envelope
@@ -207,10 +208,12 @@ async def test_hostile_records_are_parked_byte_for_byte_and_valid_ones_forwarded
 
 def check_odd_and_big(odd_letter: Any, odd: bytes, big_letter: Any) -> None:
     """The two records the mixed plan does not hold, as parked."""
-    # A header name confluent-kafka cannot read: parked with its key and value, the headers
-    # it could not read left out, as not_utf8.
+    # A header name confluent-kafka cannot read: read again with aiokafka and parked whole,
+    # the name escaped, as not_utf8.
     assert odd_letter.value == odd
-    assert all(name.startswith("hopchain-dlq-") for name, _ in odd_letter.headers)
+    kept = [(n, v) for n, v in odd_letter.headers if not n.startswith("hopchain-dlq-")]
+    assert kept == [("plain", b"1")]
+    assert dict(odd_letter.headers)[NAME_ESCAPE_PREFIX + ODD_NAME.hex()] == b"x"
     info = read_dead_letter_headers(odd_letter.headers)
     assert (info.reason, info.source_partition, info.owner) == (ReasonCode.NOT_UTF8, 0, OWNER)
     # Too big to park whole: a reference, with the original's digest.
@@ -354,6 +357,7 @@ async def test_a_batch_subscriber_gets_the_valid_records_and_the_rest_is_parked(
         ReasonCode.NOT_UTF8,
         ReasonCode.NOT_UTF8,
     ]
+    assert dict(letters[1].headers)[NAME_ESCAPE_PREFIX + ODD_NAME.hex()] == b"x"
 
 
 # -- adoption, report-only and the default retry -----------------------------------------------

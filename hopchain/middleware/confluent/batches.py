@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from hopchain.middleware.confluent.client import read_message
 from hopchain.middleware.engine.batch import Batch, Fetched, Partition
 from hopchain.middleware.engine.batches import (
     DEFAULT_BATCH_RECORDS,
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 
     from hopchain.middleware.confluent.producer import ConfluentEnvelopeProducer
     from hopchain.middleware.confluent.writer import ConfluentWriter
-    from hopchain.middleware.engine import Hopchain, Received
+    from hopchain.middleware.engine import Hopchain
     from hopchain.schemas.record import ConsumedRecord
 
 __all__ = [
@@ -73,6 +72,10 @@ class Reader(Protocol):
         """Up to ``count`` records."""
         ...
 
+    async def read(self, message: Message) -> ConsumedRecord:
+        """The record a message holds, read again if confluent-kafka read none of its headers."""
+        ...
+
     async def commit_offsets(self, offsets: Mapping[Partition, int]) -> None:
         """Commit these next offsets synchronously."""
         ...
@@ -91,20 +94,19 @@ class ConfluentBatchClient:
     async def fetch(self, count: int, timeout: float) -> Fetched:  # noqa: ASYNC109
         """Up to ``count`` records, partition by partition (StopAsyncIteration once closed).
 
-        A record whose header names are not UTF-8 comes as the engine's verdict on it.
+        A record whose header names are not UTF-8 is read again (see :meth:`Reader.read`).
         """
         reader = self.reader
         if reader.aborted or reader.closed:
             raise StopAsyncIteration
-        hopchain = reader.hopchain
-        partitions: dict[Partition, list[ConsumedRecord | Received]] = {}
+        partitions: dict[Partition, list[ConsumedRecord]] = {}
         for message in await reader.take(count, timeout):
-            record, unread = read_message(message)
+            record = await reader.read(message)
             where = (record.topic, record.partition)
             records = partitions.get(where)
             if records is None:
                 records = partitions[where] = []
-            records.append(record if unread is None else hopchain.unreadable(record, unread))
+            records.append(record)
         return list(partitions.values())
 
     async def commit(self, offsets: Mapping[Partition, int]) -> None:

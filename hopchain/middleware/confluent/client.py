@@ -54,22 +54,19 @@ def consumer_settings(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return settings, group
 
 
-def read_message(message: Message) -> tuple[ConsumedRecord, str | None]:
-    """The record a message holds; and, when its headers cannot be read, why.
+def read_message(message: Message) -> ConsumedRecord:
+    """The record a message holds.
 
     confluent-kafka decodes header names as UTF-8 and fails for the whole list when one is
-    not: such a record comes with its value, key and position but no headers, and a reason
-    to park it (see :meth:`ConsumedRecord.from_confluent`). The message's half-read headers
-    are dropped at once: confluent-kafka would hand them out, and crash, on the next read.
+    not: such a record comes with its value, key and position but no headers, and says why
+    in ``unreadable`` (see :meth:`ConsumedRecord.from_confluent`); the wrappers read it again
+    (:mod:`~hopchain.middleware.confluent.reread`). The message's half-read headers are
+    dropped at once: confluent-kafka would hand them out, and crash, on the next read.
     """
     record = ConsumedRecord.from_confluent(message)
-    if record.unreadable is None:
-        return record, None
-    message.set_headers([])
-    return record, (
-        "a header name is not UTF-8, and confluent-kafka reads no header of such a record; "
-        f"parked with its value and key, without its headers ({record.unreadable})"
-    )
+    if record.unreadable is not None:
+        message.set_headers([])
+    return record
 
 
 class BlockingCalls:

@@ -31,10 +31,11 @@ blocking calls run on a thread of its own (:mod:`~hopchain.middleware.confluent.
 ``Consumer`` from the config it is given, because a ``Consumer`` does not say how it was
 configured: ``enable.auto.commit`` is set to False, and refused when turned on. Commits are
 synchronous, of explicit offsets. A record whose header names are not UTF-8 (confluent-kafka
-then reads none of its headers) is parked with its value and key, reason ``not_utf8``; the
-consumer reads on. Everything else behaves as :class:`hopchain.middleware.aiokafka.EnvelopeConsumer`
-does: one record in hand at a time, ``fail`` takes the stage's exit, a record that cannot be
-parked is read again (the consumer is rewound to it), never skipped.
+then reads none of its headers) is read again with aiokafka and parked whole, reason
+``not_utf8`` (:mod:`~hopchain.middleware.confluent.reread`); the consumer reads on.
+Everything else behaves as :class:`hopchain.middleware.aiokafka.EnvelopeConsumer` does: one
+record in hand at a time, ``fail`` takes the stage's exit, a record that cannot be parked is
+read again (the consumer is rewound to it), never skipped.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from hopchain.middleware.confluent.batches import (
 from hopchain.middleware.confluent.client import BlockingCalls, consumer_settings, read_message
 from hopchain.middleware.confluent.delivery import Deliveries
 from hopchain.middleware.confluent.producer import ConfluentEnvelopeProducer
+from hopchain.middleware.confluent.reread import Rereader
 from hopchain.middleware.confluent.writer import ConfluentWriter
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain, Received
@@ -111,6 +113,8 @@ class ConfluentEnvelopeConsumer:
         self.sender = ConfluentEnvelopeProducer(producer, hopchain, deliveries=self.deliveries)
         self.consumer = Consumer(settings)
         self.calls = BlockingCalls(self.consumer)
+        self.rereader = Rereader(settings)
+        """Reads a record again with aiokafka when confluent-kafka reads none of its headers."""
         self.poll_timeout = poll_timeout
         self.one = OneByOne(hopchain, group=self.group, cursor=self, writer=self.writer)
         self.batched: ConfluentBatches | None = None
@@ -192,20 +196,25 @@ class ConfluentEnvelopeConsumer:
             messages = await self.take(1, self.poll_timeout)
             if not messages:
                 continue
+            record = await self.read(messages[0])
             scope = ExitStack()
-            hop = await self.one.decide(self.decide(messages[0], scope), scope)
+            hop = await self.one.decide(self.decide(record, scope), scope)
             if hop is not None:
                 return hop
 
-    def decide(self, message: Message, scope: ExitStack | None) -> Received:
-        """The engine's verdict on a message (a hop opened in ``scope``, if given).
+    async def read(self, message: Message) -> ConsumedRecord:
+        """The record a message holds, read again with aiokafka if its headers were not."""
+        record = read_message(message)
+        if record.unreadable is None:
+            return record
+        return await self.rereader.whole(record)
+
+    def decide(self, record: ConsumedRecord, scope: ExitStack | None) -> Received:
+        """The engine's verdict on a record (a hop opened in ``scope``, if given).
 
         Raises:
             ConfigurationError: its topic has no contract (the consumer is rewound to it).
         """
-        record, unread = read_message(message)
-        if unread is not None:
-            return self.hopchain.unreadable(record, unread)
         try:
             return self.hopchain.receive(record, group=self.group, scope=scope)
         except ConfigurationError:
@@ -308,4 +317,7 @@ class ConfluentEnvelopeConsumer:
         try:
             await self.deliveries.close()
         finally:
-            await self.calls.close()
+            try:
+                await self.calls.close()
+            finally:
+                await self.rereader.close()

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from hopchain.middleware.context import HopContext
     from hopchain.middleware.engine.core import Hopchain
     from hopchain.middleware.engine.settle import FailOptions
-    from hopchain.middleware.engine.verdict import Received
     from hopchain.middleware.engine.writer import RecordWriter
     from hopchain.schemas.deadletter import DeadLetterInfo
     from hopchain.schemas.record import ConsumedRecord
@@ -84,9 +83,8 @@ class BatchSource(Protocol):
         ...
 
 
-Fetched = Sequence[Sequence["ConsumedRecord | Received"]]
-"""What one fetch returned, partition by partition, in offset order. A record the client
-could read only in part comes as the engine's verdict on it (:meth:`Hopchain.unreadable`)."""
+Fetched = Sequence[Sequence["ConsumedRecord"]]
+"""What one fetch returned, partition by partition, in offset order."""
 
 
 class BatchClient(Protocol):

@@ -173,7 +173,7 @@ class Batches:
         links: list[SpanContext] = []
         self._span_of.clear()
         for records in fetched:
-            first, last = _record(records[0]), _record(records[-1])
+            first, last = records[0], records[-1]
             where = (first.topic, first.partition)
             ledger.starts[where] = first.offset
             ledger.ends[where] = last.offset + 1
@@ -182,9 +182,9 @@ class Batches:
         count = 0
         for records in fetched:
             count += len(records)
-            for item in records:
+            for record in records:
                 try:
-                    received = self._verdict(item)
+                    received = self._verdict(record)
                 except ConfigurationError:
                     self._rewind(ledger.starts)
                     self._end_spans(batch, committed=False)
@@ -197,7 +197,6 @@ class Batches:
                 if hop is not None:
                     hops.append(hop)
                 else:
-                    record = received.record
                     parks.append(((record.topic, record.partition), record.offset, received))
         ledger.members = {id(hop) for hop in hops}
         if traced:
@@ -218,14 +217,14 @@ class Batches:
         batch.parked = len(parks)
         return batch
 
-    def _verdict(self, item: ConsumedRecord | Received) -> Received:
+    def _verdict(self, record: ConsumedRecord) -> Received:
         """The engine's verdict on a record: HANDLE (a report with its hop) or PARK.
 
         Raises:
             ConfigurationError: a topic without a contract, or a dead-letter topic.
         """
         hopchain = self.hopchain
-        received = item if isinstance(item, Received) else hopchain.receive(item, group=self.group)
+        received = hopchain.receive(record, group=self.group)
         if received.verdict is Verdict.REPORT:
             with ExitStack() as scope:  # a hop of its own, handed on as it is
                 return hopchain.pass_on(received, group=self.group, scope=scope)
@@ -378,7 +377,3 @@ class Batches:
             current.abandon()
         if self._doomed:
             await self._abort()
-
-
-def _record(item: ConsumedRecord | Received) -> ConsumedRecord:
-    return item.record if isinstance(item, Received) else item

@@ -149,26 +149,6 @@ class Receiver:
                 return Received(Verdict.PARK, record, error=refusal, cause=exc)
         return received
 
-    def unreadable(self, record: ConsumedRecord, detail: str) -> Received:
-        """The verdict on a record its client could read only in part: park what was read.
-
-        For a record whose header names the client cannot decode (confluent-kafka raises
-        for any name that is not UTF-8): ``record`` holds what it could read (value, key,
-        position, no headers). Nothing of such a record is handed over, not even on a
-        report-only topic; the dead letter says why (``not_utf8`` at ``$.headers``).
-        """
-        if self.parts.registry.is_dead_letter_topic(record.topic):
-            return Received(Verdict.SKIP, record)
-        error = DecodeError(
-            ReasonCode.NOT_UTF8,
-            detail,
-            "$.headers",
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-        )
-        return Received(Verdict.PARK, record, error=error)
-
     def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
         """Report-only, for a client that hands its caller a hop: the refused record as one.
 
@@ -193,7 +173,8 @@ class Receiver:
     def _refused(
         self, record: ConsumedRecord, error: DecodeError, cause: BaseException | None
     ) -> Received:
-        if not self.reporting(record.topic):
+        if not self.reporting(record.topic) or record.unreadable is not None:
+            # A record its client read only in part is never handed on: it is not whole.
             return Received(Verdict.PARK, record, error=error, cause=cause)
         try:
             self.would_reject(record, error)
@@ -214,7 +195,8 @@ class Receiver:
         if record.unreadable is not None:
             raise DecodeError(
                 ReasonCode.NOT_UTF8,
-                record.unreadable,
+                f"a header name is not UTF-8 and its client read none of the headers "
+                f"({record.unreadable}); parked with its value and key, without its headers",
                 "$.headers",
                 topic=record.topic,
                 partition=record.partition,

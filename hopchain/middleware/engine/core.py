@@ -204,10 +204,6 @@ class Hopchain:
         """The receive decision: handle, park, report or skip (see :meth:`Receiver.receive`)."""
         return self.receiver.receive(record, group=group, scope=scope, body=body)
 
-    def unreadable(self, record: ConsumedRecord, detail: str) -> Received:
-        """A record the client read only in part: park it (see :meth:`Receiver.unreadable`)."""
-        return self.receiver.unreadable(record, detail)
-
     def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
         """Report-only: a refused record as a hop (see :meth:`Receiver.pass_on`)."""
         return self.receiver.pass_on(received, group=group, scope=scope)

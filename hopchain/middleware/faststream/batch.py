@@ -189,6 +189,8 @@ async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Bat
     scope = ExitStack()
     for raw in records:
         record = owner.family.read(raw)
+        if record.unreadable is not None and owner.rereading is not None:
+            record = await owner.rereading.whole(record, raw)
         item = _Item(record, raw)
         items.append(item)
         # Each valid record's hop is opened now: one that cannot be opened is parked too.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,6 +35,7 @@ from faststream.confluent import KafkaBroker
 from faststream.confluent.response import KafkaPublishCommand
 
 from hopchain.exceptions import ConfigurationError
+from hopchain.middleware.confluent.reread import Rereader
 from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
 from hopchain.schemas.record import ConsumedRecord, confluent_headers
 
@@ -201,6 +202,17 @@ class ConfluentFamily:
             )
 
     @staticmethod
+    def rereader(broker: Any) -> ConfluentRereading | None:
+        """Reads a record confluent-kafka read without its headers again, with aiokafka.
+
+        From the broker's own consumer settings (a router has none: its broker's are used
+        when that is checked).
+        """
+        if not isinstance(broker, KafkaBroker):
+            return None
+        return ConfluentRereading(broker.config.broker_config.connection_config.consumer_config)
+
+    @staticmethod
     def prepare(broker: Any, seen: Any, *, started: bool) -> None:
         """Refuse concurrent subscribers; store offsets only when settled; ``acks=all``.
 
@@ -238,6 +250,34 @@ class ConfluentFamily:
                 "client_id": producer.get("client.id"),
             }
         )
+
+
+class ConfluentRereading:
+    """A :class:`~hopchain.middleware.confluent.reread.Rereader` for FastStream's messages."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.rereader = Rereader(config)
+
+    async def whole(self, record: ConsumedRecord, raw: Any) -> ConsumedRecord:
+        """``record`` read whole; ``raw`` (a ``Message``) gets the headers it can carry."""
+        whole = await self.rereader.whole(record)
+        if whole is not record:
+            # A handler of a report-only topic sees what confluent-kafka can hold: every
+            # header but the ones whose names are not UTF-8.
+            raw.set_headers([(name, value) for name, value in whole.headers if _utf8(name)])
+        return whole
+
+    async def close(self) -> None:
+        """Stop the aiokafka consumer, if one was started."""
+        await self.rereader.close()
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _store_when_settled(config: Any, *, started: bool) -> None:

@@ -18,7 +18,7 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.engine import Hopchain, RecordWriter
 from hopchain.middleware.faststream.commits import BatchedCommits, CommitOnRevoke
-from hopchain.middleware.faststream.family import BrokerFamily
+from hopchain.middleware.faststream.family import BrokerFamily, Rereading
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.kafka import KAFKA
 from hopchain.middleware.faststream.message import RecordMiddleware
@@ -94,6 +94,8 @@ class HopchainMiddleware:
         self.client_id: str | None = None
         self.family: BrokerFamily = KAFKA
         """How the records of the checked broker's family are read (see :meth:`check`)."""
+        self.rereading: Rereading | None = None
+        """Reads again what the checked broker's client read only in part."""
 
     @property
     def owns_commits(self) -> bool:
@@ -213,6 +215,8 @@ class HopchainMiddleware:
             )
         self.family = family
         family.prepare(broker, self._connecting, started=bool(getattr(broker, "running", False)))
+        if self.rereading is None:
+            self.rereading = family.rereader(broker)
         declared = [
             ([topic.name for topic in getattr(subscriber, "topics", ())], subscriber)
             for subscriber in broker.subscribers
@@ -318,5 +322,9 @@ class HopchainMiddleware:
         try:
             await self.commits.close()
         finally:
-            if self._owned is not None:
-                await self._owned.close()
+            try:
+                if self._owned is not None:
+                    await self._owned.close()
+            finally:
+                if self.rereading is not None:
+                    await self.rereading.close()

@@ -28,6 +28,7 @@ __all__ = [
     "BrokerFamily",
     "KafkaCommand",
     "PartitionControl",
+    "Rereading",
     "decodable",
     "header_texts",
 ]
@@ -58,6 +59,18 @@ class PartitionControl(Protocol):
 
     def pause_all(self) -> None:
         """Stop fetching every assigned partition (the stage aborted)."""
+        ...
+
+
+class Rereading(Protocol):
+    """Reads again the records a family's client read only in part."""
+
+    async def whole(self, record: ConsumedRecord, raw: Any) -> ConsumedRecord:
+        """``record`` read whole, ``raw`` given the headers it lacked; as it was if it cannot be."""
+        ...
+
+    async def close(self) -> None:
+        """Release what reading again holds (a client)."""
         ...
 
 
@@ -105,6 +118,10 @@ class BrokerFamily(Protocol):
 
         ``message``: FastStream's message of it (it names the consumer that read it).
         """
+        ...
+
+    def rereader(self, broker: Any) -> Rereading | None:
+        """What reads again the records of ``broker`` its client reads only in part (None: none)."""
         ...
 
     def prepare(self, broker: Any, seen: Any, *, started: bool) -> None:

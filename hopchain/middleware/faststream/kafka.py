@@ -93,6 +93,11 @@ class KafkaFamily:
         """Nothing to do: FastStream's ack commits the consumer's position."""
 
     @staticmethod
+    def rereader(broker: Any) -> None:  # noqa: ARG004 - the protocol's
+        """None: aiokafka reads every record whole (with hopchain's header-name reader)."""
+        return
+
+    @staticmethod
     def prepare(broker: Any, seen: Any, *, started: bool) -> None:  # noqa: ARG004 - the protocol's
         """Have the broker's producer write with ``acks="all"`` and idempotence."""
         if isinstance(broker, KafkaBroker):

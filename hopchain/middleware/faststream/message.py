@@ -86,6 +86,8 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             )
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
             raise NackMessage from exc
+        if record.unreadable is not None and self.owner.rereading is not None:
+            record = await self.owner.rereading.whole(record, self.msg)
         self._record = record
         received = self.hopchain.receive(
             record, group=self.owner.group, scope=self._scope, body=True

@@ -11,7 +11,7 @@ from typing import Protocol
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.engine import Hopchain, RecordWriter
 from hopchain.middleware.faststream.commits import BatchedCommits
-from hopchain.middleware.faststream.family import BrokerFamily
+from hopchain.middleware.faststream.family import BrokerFamily, Rereading
 from hopchain.middleware.faststream.holds import PartitionHolds
 
 __all__ = ["MiddlewareOwner"]
@@ -29,6 +29,7 @@ class MiddlewareOwner(Protocol):
     server_address: str | None
     client_id: str | None
     family: BrokerFamily
+    rereading: Rereading | None
 
     @property
     def owns_commits(self) -> bool:
