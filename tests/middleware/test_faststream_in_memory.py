@@ -1,4 +1,4 @@
-"""The whole failure path under FastStream's TestKafkaBroker, as a user's unit tests run it.
+"""The whole failure path under FastStream's TestKafkaBroker, on both broker families.
 
 No Kafka here: ``BrokerWriter`` parks dead letters and reroutes through the in-memory broker,
 so a subscriber on the dead-letter topic receives them. The same scenarios run against the
@@ -7,12 +7,13 @@ real broker in test_faststream.py and test_stage.py.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from types import ModuleType
+from typing import Annotated, Any, cast
 
+import faststream.confluent
+import faststream.kafka
 import pytest
-from faststream import AckPolicy
-from faststream.kafka import KafkaBroker, KafkaRouter, TestKafkaBroker
-from faststream.kafka.annotations import KafkaMessage
+from faststream import AckPolicy, Context, StreamMessage
 from pydantic import BaseModel, field_validator
 
 from hopchain import (
@@ -55,6 +56,16 @@ CONTRACTS = ContractRegistry(
 )
 
 
+Message = Annotated[StreamMessage[Any], Context("message")]
+"""The message a subscriber received, on either broker family."""
+
+
+@pytest.fixture(params=["kafka", "confluent"])
+def family(request: pytest.FixtureRequest) -> ModuleType:
+    """FastStream's broker family: ``faststream.kafka`` (aiokafka) or ``faststream.confluent``."""
+    return {"kafka": faststream.kafka, "confluent": faststream.confluent}[request.param]
+
+
 class Seen:
     """What the in-memory subscribers received: bodies and headers, per topic."""
 
@@ -62,19 +73,21 @@ class Seen:
         self.records: dict[str, list[tuple[bytes, dict[str, str]]]] = {}
 
     def recorder(self, topic: str) -> Any:
-        async def record(message: KafkaMessage) -> None:
+        async def record(message: Message) -> None:
             self.records.setdefault(topic, []).append((message.body, dict(message.headers)))
 
         return record
 
 
-def app(seen: Seen, *, router: bool = False) -> tuple[KafkaBroker, HopchainMiddleware, Any]:
+def app(
+    seen: Seen, family: ModuleType, *, router: bool = False
+) -> tuple[Any, HopchainMiddleware, Any]:
     """An invoicing service: fails on order 'boom', rejects 'bad', degrades or reroutes."""
     hopchain = Hopchain(CONTRACTS, component="invoicer", config=HopchainConfig())
-    broker = KafkaBroker(ack_policy=AckPolicy.ACK)
+    broker = family.KafkaBroker(ack_policy=AckPolicy.ACK)
     middleware = HopchainMiddleware(hopchain, writer=BrokerWriter(broker), group="invoicer")
-    target: KafkaBroker | KafkaRouter = (
-        KafkaRouter(middlewares=[middleware], ack_policy=AckPolicy.ACK) if router else broker
+    target = (
+        family.KafkaRouter(middlewares=[middleware], ack_policy=AckPolicy.ACK) if router else broker
     )
     if not router:
         broker.add_middleware(middleware)
@@ -89,9 +102,6 @@ def app(seen: Seen, *, router: bool = False) -> tuple[KafkaBroker, HopchainMiddl
         on_error={ErrorType.CONFLICT: Reroute(topic="review")},
     )
 
-    @target.subscriber("orders", group_id="invoicer")
-    @target.publisher("invoices")
-    @price
     async def invoice(order: Order) -> Invoice:
         assert current_hop() is not None
         if order.order_id == "boom":
@@ -104,6 +114,8 @@ def app(seen: Seen, *, router: bool = False) -> tuple[KafkaBroker, HopchainMiddl
             raise Conflict("the price list moved on")
         return Invoice(order_id=order.order_id, total_cents=order.amount_cents)
 
+    # Declared by calls, not decorators: the broker's class depends on the family.
+    target.subscriber("orders", group_id="invoicer")(target.publisher("invoices")(price(invoice)))
     for topic in ("invoices", "orders.dlq", "review"):
         target.subscriber(topic, group_id=f"observer-{topic}")(seen.recorder(topic))
     # The checkout service's side: publishing through the middleware mints origin hops.
@@ -124,10 +136,12 @@ def chain_of(headers: dict[str, str], name: str = ENVELOPE_HEADER) -> Envelope:
 
 
 @pytest.mark.parametrize("router", [False, True], ids=["broker", "router"])
-async def test_valid_records_are_handled_and_forwarded_with_one_new_hop(router: bool) -> None:
+async def test_valid_records_are_handled_and_forwarded_with_one_new_hop(
+    router: bool, family: ModuleType
+) -> None:
     seen = Seen()
-    broker, _, checkout = app(seen, router=router)
-    async with TestKafkaBroker(broker):
+    broker, _, checkout = app(seen, family, router=router)
+    async with family.TestKafkaBroker(broker):
         await send(checkout, "o-1")
     [(body, headers)] = seen.records["invoices"]
     assert body == b'{"order_id":"o-1","total_cents":1250}'
@@ -139,10 +153,12 @@ async def test_valid_records_are_handled_and_forwarded_with_one_new_hop(router: 
 
 
 @pytest.mark.parametrize("router", [False, True], ids=["broker", "router"])
-async def test_a_bare_record_is_parked_byte_for_byte_and_never_handled(router: bool) -> None:
+async def test_a_bare_record_is_parked_byte_for_byte_and_never_handled(
+    router: bool, family: ModuleType
+) -> None:
     seen = Seen()
-    broker, middleware, _ = app(seen, router=router)
-    async with TestKafkaBroker(broker) as test_broker:
+    broker, middleware, _ = app(seen, family, router=router)
+    async with family.TestKafkaBroker(broker) as test_broker:
         bare = OutgoingRecord("orders", b'{"order_id": "o-2"}', b"k", [("source", b"legacy")])
         await BrokerWriter(test_broker).write(bare)
     [(body, headers)] = seen.records["orders.dlq"]
@@ -162,10 +178,10 @@ async def test_a_bare_record_is_parked_byte_for_byte_and_never_handled(router: b
     assert rejected == 1
 
 
-async def test_a_handler_failure_is_dead_lettered_with_its_hop() -> None:
+async def test_a_handler_failure_is_dead_lettered_with_its_hop(family: ModuleType) -> None:
     seen = Seen()
-    broker, _, checkout = app(seen)
-    async with TestKafkaBroker(broker):
+    broker, _, checkout = app(seen, family)
+    async with family.TestKafkaBroker(broker):
         await send(checkout, "boom")
     [(body, headers)] = seen.records["orders.dlq"]
     assert body == b'{"order_id":"boom","amount_cents":1250}'
@@ -176,10 +192,10 @@ async def test_a_handler_failure_is_dead_lettered_with_its_hop() -> None:
     assert "invoices" not in seen.records
 
 
-async def test_rejected_input_is_degraded_and_marked() -> None:
+async def test_rejected_input_is_degraded_and_marked(family: ModuleType) -> None:
     seen = Seen()
-    broker, _, checkout = app(seen)
-    async with TestKafkaBroker(broker):
+    broker, _, checkout = app(seen, family)
+    async with family.TestKafkaBroker(broker):
         await send(checkout, "bad")
     [(body, headers)] = seen.records["invoices"]
     assert body == b'{"order_id":"?","total_cents":0}'
@@ -188,10 +204,10 @@ async def test_rejected_input_is_degraded_and_marked() -> None:
     assert "orders.dlq" not in seen.records
 
 
-async def test_a_conflict_is_rerouted_with_a_rerouted_hop() -> None:
+async def test_a_conflict_is_rerouted_with_a_rerouted_hop(family: ModuleType) -> None:
     seen = Seen()
-    broker, _, checkout = app(seen)
-    async with TestKafkaBroker(broker):
+    broker, _, checkout = app(seen, family)
+    async with family.TestKafkaBroker(broker):
         await send(checkout, "stale")
     [(body, headers)] = seen.records["review"]
     assert body == b'{"order_id":"stale","amount_cents":1250}'
@@ -211,24 +227,27 @@ class Picky(BaseModel):
         return {"a": value, "b": value}[value[0]]
 
 
-async def test_a_contract_validator_that_raises_parks_the_record_not_loses_it() -> None:
+async def test_a_contract_validator_that_raises_parks_the_record_not_loses_it(
+    family: ModuleType,
+) -> None:
     contracts = ContractRegistry(
         [TopicContract(topic="codes", model=Picky, owner="codes-team", adopt_bare=True)]
     )
     hopchain = Hopchain(contracts, component="coder", config=HopchainConfig())
-    broker = KafkaBroker(ack_policy=AckPolicy.ACK)
+    broker = family.KafkaBroker(ack_policy=AckPolicy.ACK)
     middleware = HopchainMiddleware(hopchain, writer=BrokerWriter(broker), group="coder")
     broker.add_middleware(middleware)
     handled: list[str] = []
     seen = Seen()
 
-    @broker.subscriber("codes", group_id="coder")
     async def handle(picked: Picky) -> None:
         handled.append(picked.code)
 
+    broker.subscriber("codes", group_id="coder")(handle)
+
     broker.subscriber("codes.dlq", group_id="observer")(seen.recorder("codes.dlq"))
     middleware.check(broker)
-    async with TestKafkaBroker(broker) as test_broker:
+    async with family.TestKafkaBroker(broker) as test_broker:
         for code in ("a1", "zz", "b3"):
             record = OutgoingRecord("codes", f'{{"code": "{code}"}}'.encode(), None, [])
             await BrokerWriter(test_broker).write(record)
@@ -240,10 +259,10 @@ async def test_a_contract_validator_that_raises_parks_the_record_not_loses_it() 
     assert info.error_type == ErrorType.INTERNAL
 
 
-def test_check_refuses_a_broker_of_another_client() -> None:
+def test_check_refuses_a_broker_of_another_client(family: ModuleType) -> None:
     middleware = HopchainMiddleware(
         Hopchain(CONTRACTS, component="invoicer", config=HopchainConfig()),
-        writer=BrokerWriter(KafkaBroker()),
+        writer=BrokerWriter(family.KafkaBroker()),
     )
     with pytest.raises(ConfigurationError, match=r"faststream\.kafka \(aiokafka\)"):
         middleware.check(cast("Any", object()))
