@@ -14,7 +14,7 @@ which ``middleware.ack_policy`` gives): hopchain commits.
 Outputs and dead letters are sent without waiting (a ``broker.publish`` in a handler returns
 the send's future), and per
 partition the offset below which every record is settled is committed in batches, on
-revocation (``listener=middleware.listener()``), on :meth:`~HopchainMiddleware.close` and on
+revocation (``listener=middleware.listener()``; ``on_revoke=`` on ``faststream.confluent``), on :meth:`~HopchainMiddleware.close` and on
 abort (see :mod:`hopchain.middleware.faststream.ledger`). A failed send pauses and rewinds its
 partition only. A middleware that was never checked refuses its first record, in one line,
 and reads no further.

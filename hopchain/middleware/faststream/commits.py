@@ -2,8 +2,8 @@
 
 Which records are pending per consumer (:class:`BatchedCommits`, one
 :class:`~hopchain.middleware.faststream.ledger.OffsetLedger` per subscriber's consumer), the
-rebalance listener that commits before partitions move (:class:`CommitOnRevoke`), on the
-``faststream.kafka`` (aiokafka) broker.
+rebalance listener that commits before partitions move (:class:`CommitOnRevoke`), on both
+broker families.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("hopchain")
+
+REVOKE_WAIT_SECONDS = 30.0
+"""How long a confluent-kafka revocation waits for the commit of what is settled."""
 
 
 class Pending:
@@ -69,6 +72,8 @@ class BatchedCommits:
         self.retry_pause = retry_pause
         self.ledgers: dict[int, OffsetLedger] = {}
         self.halts: list[asyncio.Task[None]] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the records are handled on (known once one was tracked)."""
 
     def begin(self, consumer: Any, record: ConsumedRecord) -> Pending | None:
         """Track a record read by ``consumer``.
@@ -79,6 +84,7 @@ class BatchedCommits:
             return None
         ledger = self.ledgers.get(id(consumer))
         if ledger is None or ledger.consumer is not consumer:
+            self.loop = asyncio.get_running_loop()
             ledger = self.ledgers[id(consumer)] = OffsetLedger(
                 consumer,
                 interval=self.config.commit_interval_seconds,
@@ -130,6 +136,16 @@ class BatchedCommits:
                 await ledger.flush(mine)
                 ledger.forget(mine)
 
+    async def handed_over(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """Partitions about to move, for a client that commits them itself: what to commit.
+
+        See :meth:`OffsetLedger.revoked`; the partitions are forgotten.
+        """
+        offsets: dict[TopicPartition, int] = {}
+        for ledger in list(self.ledgers.values()):
+            offsets.update(await ledger.revoked(partitions))
+        return offsets
+
     async def close(self) -> None:
         """Commit everything settled, waiting for sends in flight; stop committing."""
         if self.halts:
@@ -148,7 +164,8 @@ class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
     """Commits the settled records of partitions before a rebalance takes them away.
 
     Pass it to each subscriber in batched mode:
-    ``broker.subscriber(topic, group_id=..., listener=middleware.listener())``.
+    ``broker.subscriber(topic, group_id=..., listener=middleware.listener())`` on
+    ``faststream.kafka``, ``on_revoke=middleware.listener()`` on ``faststream.confluent``.
     Without it, records settled since the last commit are read again by the partition's
     next owner (duplicates, never losses).
     """
@@ -169,6 +186,40 @@ class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
         """Nothing to do but pass it on."""
         if self.inner is not None:
             await _maybe_await(self.inner.on_partitions_assigned(assigned))
+
+    def __call__(self, consumer: Any, partitions: list[Any]) -> None:
+        """``faststream.confluent``'s ``on_revoke``: commit before the partitions move.
+
+        librdkafka calls it inside a poll, on FastStream's consumer thread, and holds every
+        commit until it returns: so the event loop the records are handled on says what is
+        settled (once their sends are done), and the commit is made here, synchronously, on
+        ``consumer``. At most ``REVOKE_WAIT_SECONDS`` in all; what is not committed by then
+        is read again by the next owner. ``inner`` is then called with the same arguments.
+        """
+        loop = self.commits.loop
+        if partitions and loop is not None and loop.is_running() and not _on(loop):
+            revoked = {TopicPartition(tp.topic, tp.partition) for tp in partitions}
+            asked = asyncio.run_coroutine_threadsafe(self.commits.handed_over(revoked), loop)
+            try:
+                offsets = asked.result(REVOKE_WAIT_SECONDS)
+                if offsets:
+                    # confluent-kafka's own TopicPartition, made as the callback's are.
+                    made = type(partitions[0])
+                    chosen = [made(tp.topic, tp.partition, at) for tp, at in offsets.items()]
+                    consumer.commit(offsets=chosen, asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - never lost: read again at worst
+                asked.cancel()
+                logger.warning("commit on revocation not done: %s: %s", type(exc).__name__, exc)
+        if self.inner is not None:
+            self.inner(consumer, partitions)
+
+
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether this thread runs ``loop`` (waiting for it there would never end)."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 async def _maybe_await(result: Awaitable[None] | None) -> None:

@@ -11,8 +11,9 @@ rewound. So :meth:`ConfluentFamily.prepare` turns the storing off
 (``enable.auto.offset.store=false``), and hopchain stores a record's offset once it is
 settled, handled or parked and acknowledged (:meth:`ConfluentFamily.settled`): the ack
 commits only those. Batched commits (``AckPolicy.MANUAL``) are the ledger's, as on the
-aiokafka broker, through :class:`_Offsets`; there is no rebalance listener yet, so records
-settled since the last commit are read again by a partition's next owner (duplicates, not
+aiokafka broker, through :class:`_Offsets`; with ``on_revoke=middleware.listener()`` on a
+subscriber, what is settled is committed before its partitions move (without it, records
+settled since the last commit are read again by a partition's next owner: duplicates, not
 losses). Dead letters are written by the middleware's own
 :class:`~hopchain.middleware.producer.KafkaWriter` (an aiokafka producer), as on the aiokafka
 broker.

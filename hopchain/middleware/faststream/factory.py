@@ -147,8 +147,10 @@ class HopchainMiddleware:
     def listener(self, inner: Any = None) -> CommitOnRevoke:
         """A rebalance listener committing settled records before their partitions move.
 
-        Pass it to each subscriber in batched mode
-        (``broker.subscriber(..., listener=middleware.listener())``); ``inner`` is called too.
+        Pass it to each subscriber in batched mode: ``broker.subscriber(...,
+        listener=middleware.listener())`` on ``faststream.kafka``, ``on_revoke=`` on
+        ``faststream.confluent``; ``inner`` (a listener, or a confluent ``on_revoke``
+        callable) is called too.
         """
         return CommitOnRevoke(self.commits, inner)
 

@@ -268,17 +268,9 @@ class OffsetLedger:
             self._sealed_since_commit = 0
             assigned = self.consumer.assignment()
             wanted = set(self.partitions if partitions is None else partitions)
-            offsets: dict[TopicPartition, int] = {}
-            for tp in wanted:
-                state = self.partitions.get(tp)
-                if state is None:
-                    continue
-                if tp not in assigned:
-                    self._forget(tp)
-                    continue
-                self._advance(state)
-                if state.settled_to is not None and state.settled_to != state.committed:
-                    offsets[tp] = state.settled_to
+            for tp in wanted - assigned:
+                self._forget(tp)
+            offsets = self._due(wanted & assigned)
             if not offsets:
                 return 0
             try:
@@ -291,6 +283,18 @@ class OffsetLedger:
             for tp, offset in offsets.items():
                 self.partitions[tp].committed = offset
             return len(offsets)
+
+    def _due(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The settled offsets of ``partitions`` not committed yet."""
+        offsets: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            state = self.partitions.get(tp)
+            if state is None:
+                continue
+            self._advance(state)
+            if state.settled_to is not None and state.settled_to != state.committed:
+                offsets[tp] = state.settled_to
+        return offsets
 
     def _forget(self, tp: TopicPartition) -> None:
         state = self.partitions.pop(tp, None)
@@ -305,9 +309,32 @@ class OffsetLedger:
     ) -> None:
         """Wait for the sends in flight (up to ``timeout``), then commit what is settled."""
         chosen = list(self.partitions if partitions is None else partitions)
+        await self._sends_done(chosen, timeout)
+        await self.commit(chosen)
+
+    async def revoked(
+        self,
+        partitions: Iterable[TopicPartition],
+        *,
+        timeout: float = _FLUSH_WAIT_SECONDS,  # noqa: ASYNC109 - a bound on in-flight sends
+    ) -> dict[TopicPartition, int]:
+        """Partitions about to move, for a client that commits them itself: what to commit.
+
+        Waits for their sends in flight (up to ``timeout``), then forgets them and returns
+        their settled offsets not committed yet (confluent-kafka commits them in its
+        revocation callback, where a commit from elsewhere would wait for the callback).
+        """
+        chosen = [tp for tp in partitions if tp in self.partitions]
+        await self._sends_done(chosen, timeout)
+        async with self._lock:
+            offsets = self._due(chosen)
+            self.forget(chosen)
+        return offsets
+
+    async def _sends_done(self, partitions: list[TopicPartition], timeout: float) -> None:  # noqa: ASYNC109
         waits = [
             wait
-            for tp in chosen
+            for tp in partitions
             if (state := self.partitions.get(tp)) is not None
             for entry in state.entries
             for wait in entry.waits
@@ -315,7 +342,6 @@ class OffsetLedger:
         ]
         if waits:
             await asyncio.wait(waits, timeout=timeout)
-        await self.commit(chosen)
 
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         """Stop tracking partitions this consumer no longer owns."""
