@@ -12,10 +12,10 @@ Put a :class:`HopchainMiddleware` on a ``KafkaBroker`` (or a ``KafkaRouter``) of
 Commits, by default (``HOPCHAIN_COMMITS=auto`` with subscribers on ``AckPolicy.MANUAL``,
 which ``middleware.ack_policy`` gives): hopchain commits.
 Outputs and dead letters are sent without waiting (a ``broker.publish`` in a handler returns
-the send's future), and per
-partition the offset below which every record is settled is committed in batches, on
-revocation (``listener=middleware.listener()``; ``on_revoke=`` on ``faststream.confluent``), on :meth:`~HopchainMiddleware.close` and on
-abort (see :mod:`hopchain.middleware.faststream.ledger`). A failed send pauses and rewinds its
+the send's future), and per partition the offset below which every record is settled is
+committed in batches, on revocation (``listener=middleware.listener()``, or ``on_revoke=``
+on ``faststream.confluent``), on :meth:`~HopchainMiddleware.close` and on abort (see
+:mod:`hopchain.middleware.faststream.ledger`). A failed send pauses and rewinds its
 partition only. A middleware that was never checked refuses its first record, in one line,
 and reads no further.
 
