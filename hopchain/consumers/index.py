@@ -119,8 +119,12 @@ class LetterIndex(Protocol):
         now: float | None = None,
         resolved: bool | None = False,
         after: Keyset | None = None,
+        before: Keyset | None = None,
     ) -> Iterator[Pair]:
-        """Dead letters ``chosen`` oldest first, from just after ``after``."""
+        """Dead letters ``chosen`` oldest first, from just after ``after``.
+
+        With ``before`` instead: newest first, from just before it.
+        """
 
     def count(
         self,
@@ -282,6 +286,7 @@ class DeadLetterIndex:
         now: float | None = None,
         resolved: bool | None = False,
         after: Keyset | None = None,
+        before: Keyset | None = None,
     ) -> Iterator[Pair]:
         """Dead letters ``chosen`` oldest first, from just after ``after``.
 
@@ -291,11 +296,21 @@ class DeadLetterIndex:
             resolved: False for unresolved ones only, True for resolved ones only, None
                 for both.
             after: ``(parked_at, id)`` of the last dead letter of the page before.
+            before: ``(parked_at, id)`` of the first dead letter of the page after: then
+                newest first, from just before it.
         """
         accept = (chosen or DeadLetterFilter()).predicate(now)
-        for pair in self.select(accept, include_resolved=resolved is not False):
-            if resolved and pair[1] is None:
-                continue
+        found = [
+            pair
+            for pair in self.select(accept, include_resolved=resolved is not False)
+            if not (resolved and pair[1] is None)
+        ]
+        if before is not None:
+            for pair in reversed(found):
+                if (pair[0].parked_at, pair[0].dead_letter_id) < before:
+                    yield pair
+            return
+        for pair in found:
             if after is None or (pair[0].parked_at, pair[0].dead_letter_id) > after:
                 yield pair
 

@@ -344,24 +344,31 @@ class LetterStore:
         now: float | None = None,
         resolved: bool | None = False,
         after: Keyset | None = None,
+        before: Keyset | None = None,
     ) -> Iterator[Pair]:
         """Dead letters ``chosen`` oldest first, from just after ``after``, a page at a time.
 
-        The filters are the query's; the lock is not held between pages, so a long listing
-        never stops the reader.
+        With ``before`` instead: newest first, from just before it (a previous page). The
+        filters are the query's; the lock is not held between pages, so a long listing never
+        stops the reader.
         """
         where, args = conditions(chosen, now=now, resolved=resolved)
+        backwards = before is not None
+        mark = before if backwards else after
+        step, order = ("<", "DESC") if backwards else (">", "ASC")
         while True:
-            keyset = [*where, "(l.parked_at, l.id) > (?, ?)"] if after else where
+            keyset = [*where, f"(l.parked_at, l.id) {step} (?, ?)"] if mark else where
             clause = f"WHERE {' AND '.join(keyset)}" if keyset else ""
-            sql = f"{SELECT_PAIRS} {clause} ORDER BY l.parked_at, l.id LIMIT {_PAGE}"
+            sql = (
+                f"{SELECT_PAIRS} {clause} ORDER BY l.parked_at {order}, l.id {order} LIMIT {_PAGE}"
+            )
             with self._lock:
-                rows = self._db.execute(sql, (*args, *(after or ()))).fetchall()
+                rows = self._db.execute(sql, (*args, *(mark or ()))).fetchall()
             for row in rows:
                 yield read_pair(row)
             if len(rows) < _PAGE:
                 return
-            after = (rows[-1][PARKED_AT], rows[-1][0])
+            mark = (rows[-1][PARKED_AT], rows[-1][0])
 
     def count(
         self,

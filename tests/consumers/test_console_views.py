@@ -109,13 +109,13 @@ def test_the_trace_url_setting_needs_http_and_a_trace_id_slot(
 
 
 @pytest.mark.parametrize("where", ["memory", "file"])
-def test_a_page_after_a_letter_is_the_page_its_number_names(
+def test_a_page_after_or_before_a_letter_is_the_page_its_number_names(
     where: str,
 ) -> None:
     index: LetterIndex = DeadLetterIndex()
     if where == "file":
         index = LetterStore(MEMORY)
-    for number in range(130):
+    for number in range(230):
         index.add(
             ParkedLetter(
                 dead_letter_id=f"id-{number:03d}",
@@ -130,12 +130,16 @@ def test_a_page_after_a_letter_is_the_page_its_number_names(
             )
         )
     query = ListQuery.parse(QueryParams("owner=a"))
-    first, second = query.page_of(index, 2000.0, 1), query.page_of(index, 2000.0, 2)
+    first, second, third = (query.page_of(index, 2000.0, page) for page in (1, 2, 3))
     after = replace(query, after=first[-1][0].dead_letter_id)
 
-    assert [len(first), len(second)] == [50, 15]
+    assert [len(first), len(second), len(third)] == [50, 50, 15]
     assert after.page_of(index, 2000.0, 2) == second
     assert replace(query, after="unknown").page_of(index, 2000.0, 2) == second
     assert after.query(page=2) == f"owner=a&status=unresolved&page=2&after={after.after}"
+    # The previous link: the page ending just before the first letter of the page after.
+    assert replace(query, before=third[0][0].dead_letter_id).page_of(index, 2000.0, 2) == second
+    assert replace(query, before=second[0][0].dead_letter_id).page_of(index, 2000.0, 1) == first
+    assert replace(query, before="unknown").page_of(index, 2000.0, 2) == second
     if isinstance(index, LetterStore):
         index.close()

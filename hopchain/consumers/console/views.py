@@ -100,6 +100,9 @@ class ListQuery:
     after: str = ""
     """The id of the last dead letter of the page before (the next link's keyset): the page
     starts just after it, as fast at any depth; unknown ids fall back to the page number."""
+    before: str = ""
+    """The id of the first dead letter of the page after (the previous link's keyset): the
+    page ends just before it; unknown ids fall back to the page number."""
 
     @classmethod
     def parse(cls, query: QueryParams) -> ListQuery:
@@ -117,6 +120,7 @@ class ListQuery:
             status=status if status in _STATUSES else "unresolved",
             page=number if number > 0 else 1,
             after=query.get("after", "").strip(),
+            before=query.get("before", "").strip(),
         )
 
     def chosen(self) -> DeadLetterFilter:
@@ -147,17 +151,31 @@ class ListQuery:
         return itertools.islice(matches, skip, None)
 
     def page_of(self, index: LetterIndex, now: float, page: int) -> list[Pair]:
-        """The dead letters of page ``page``: just after ``after`` when it is known.
+        """The dead letters of page ``page``, found by a keyset when one is known.
+
+        Just after ``after``, or just before ``before`` (as fast at any depth); else by the
+        page number.
 
         Raises:
             ValueError: the minimum age is not a duration.
         """
-        found = index.get(self.after) if self.after else None
-        if found is None:
-            return list(itertools.islice(self.scan(index, now, (page - 1) * PAGE_SIZE), PAGE_SIZE))
-        keyset = (found[0].parked_at, found[0].dead_letter_id)
-        matches = index.scan(self.chosen(), now=now, resolved=self.resolved, after=keyset)
-        return list(itertools.islice(matches, PAGE_SIZE))
+        chosen, resolved = self.chosen(), self.resolved
+        if self.after and (found := index.get(self.after)) is not None:
+            keyset = (found[0].parked_at, found[0].dead_letter_id)
+            return list(
+                itertools.islice(
+                    index.scan(chosen, now=now, resolved=resolved, after=keyset), PAGE_SIZE
+                )
+            )
+        if self.before and (found := index.get(self.before)) is not None:
+            keyset = (found[0].parked_at, found[0].dead_letter_id)
+            newest_first = index.scan(chosen, now=now, resolved=resolved, before=keyset)
+            shown = list(itertools.islice(newest_first, PAGE_SIZE))
+            if len(shown) == PAGE_SIZE or page == 1:
+                return shown[::-1]
+            # Fewer than a page before it, yet not the first page: the matches moved (some
+            # were resolved); the page by its number is what the pager says.
+        return list(itertools.islice(self.scan(index, now, (page - 1) * PAGE_SIZE), PAGE_SIZE))
 
     def count(self, index: LetterIndex, now: float) -> int:
         """How many match.
@@ -177,6 +195,7 @@ class ListQuery:
             "status": self.status,
             "page": self.page,
             "after": self.after,
+            "before": self.before,
         }
         values.update(changes)
         return urlencode({k: v for k, v in values.items() if v not in {"", None}})
