@@ -22,6 +22,7 @@ from hopchain.schemas.deadletter import (
     DLQ_PREFIX,
     DLQ_SOURCE_TOPIC_HEADER,
     DLQ_TRUNCATED_HEADER,
+    NAME_ESCAPE_PREFIX,
     REDRIVE_COUNT_HEADER,
     DeadLetterInfo,
     Reference,
@@ -74,8 +75,16 @@ def coordinate_id(topic: str, partition: int, offset: int) -> str:
 def original_headers(
     headers: tuple[tuple[str, bytes | None], ...],
 ) -> tuple[tuple[str, bytes | None], ...]:
-    """The headers the record had before it was parked (every ``hopchain-dlq-*`` removed)."""
-    return tuple((name, value) for name, value in headers if not name.startswith(DLQ_PREFIX))
+    """The headers the record had before it was parked (every ``hopchain-dlq-*`` removed).
+
+    A header whose name was not UTF-8 is kept under its escaped name
+    (``hopchain-dlq-header-name-hex-<hex>``): it was the record's, and a listing shows it.
+    """
+    return tuple(
+        (name, value)
+        for name, value in headers
+        if not name.startswith(DLQ_PREFIX) or name.startswith(NAME_ESCAPE_PREFIX)
+    )
 
 
 def _text(value: bytes | None) -> str | None:

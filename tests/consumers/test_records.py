@@ -9,10 +9,11 @@ from hopchain.consumers.records import (
     UNKNOWN,
     DeadLetterRecord,
     coordinate_id,
+    original_headers,
     parse_dead_letter,
 )
 from hopchain.schemas import ErrorType
-from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER
+from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, REDRIVE_COUNT_HEADER
 from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
 
 
@@ -186,3 +187,14 @@ def test_any_record_at_all_is_indexed_and_never_raises(
     assert letter.topic == "orders.dlq"
     assert letter.error_type in {member.value for member in ErrorType}
     assert letter.as_json()["parked_at"]  # what the HTTP API and the console show
+
+
+def test_the_original_headers_keep_a_name_that_was_not_utf8_escaped() -> None:
+    escaped = NAME_ESCAPE_PREFIX + b"\xff\xfe".hex()
+    parked = (
+        ("plain", b"3"),
+        (escaped, b"2"),
+        ("hopchain-dlq-id", b"orders.dlq:0:7"),
+        ("hopchain-dlq-reason", b"not_utf8"),
+    )
+    assert original_headers(parked) == (("plain", b"3"), (escaped, b"2"))
