@@ -4,7 +4,8 @@
     PYTHONPATH=. python -m bench.dlq_ingest --checkout before=../other-checkout --checkout after=.
 
 Parks ``--count`` small dead letters as :mod:`bench.dlq_incident` does (3 owners, 5 error
-types, three 3-partition topics), then, on those same topics, measures side by side:
+types, three 3-partition topics), then, on those same topics, measures side by side
+(``--rounds`` times, the checkouts taking turns):
 
 - the floor: a plain aiokafka consumer (no hopchain imported) reading every partition to its
   end with ``getmany``, doing nothing per record;
@@ -178,8 +179,15 @@ def child(code: str, checkout: str, *args: str) -> dict[str, Any]:
     return found
 
 
-def serve_rebuild(checkout: str, settings: dict[str, Any], count: int) -> float:
-    """Seconds from ``hopchain dlq serve``'s process start to ready, with no index file."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process used so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def serve_rebuild(checkout: str, settings: dict[str, Any], count: int) -> tuple[float, float]:
+    """Seconds from ``hopchain dlq serve``'s process start to ready, with no index file, and
+    the CPU seconds it used by then."""
     with tempfile.TemporaryDirectory(prefix="hopchain-ingest-") as folder:
         env = {
             **os.environ,
@@ -193,12 +201,13 @@ def serve_rebuild(checkout: str, settings: dict[str, Any], count: int) -> float:
         served = Served(env, free_port(), cwd=checkout)
         try:
             seconds = served.ready(1800)
+            cpu = cpu_seconds(served.process.pid)
             indexed = served.counts()["dead_letters"]
         finally:
             served.stop()
     if indexed != count:
         raise SystemExit(f"the service indexed {indexed:,} dead letters, expected {count:,}")
-    return seconds
+    return seconds, cpu
 
 
 def measure(arguments: argparse.Namespace, settings: dict[str, Any], count: int) -> None:
@@ -207,10 +216,16 @@ def measure(arguments: argparse.Namespace, settings: dict[str, Any], count: int)
     text = json.dumps(settings)
     here = str(Path(__file__).resolve().parent.parent)
     checkouts = dict(item.split("=", 1) for item in arguments.checkout) or {"this": here}
+    checkouts = {
+        f"{name} #{n + 1}" if arguments.rounds > 1 else name: path
+        for n in range(arguments.rounds)
+        for name, path in checkouts.items()
+    }
     floors = []
     if arguments.profile:
         Path(arguments.profile).mkdir(parents=True, exist_ok=True)
     for name, checkout in checkouts.items():
+        print(f"load average {os.getloadavg()[0]:.2f}")
         for wrapped, said in (("0", "plain aiokafka"), ("1", "with the header-name reader")):
             floor = child(FLOOR, checkout if wrapped == "1" else here, bootstrap, topics, wrapped)
             floors.append(floor["count"] / floor["seconds"])
@@ -227,16 +242,19 @@ def measure(arguments: argparse.Namespace, settings: dict[str, Any], count: int)
             f"({rate:,.0f}/s, {rate / floors[-2]:.0%} of the plain floor; "
             f"CPU {loaded['cpu']:.2f} s)"
         )
-        seconds = serve_rebuild(checkout, settings, count)
+        seconds, cpu = serve_rebuild(checkout, settings, count)
         print(
             f"[{name}] rebuild (dlq serve, process start to ready): {seconds:.2f} s "
-            f"({count / seconds:,.0f}/s)"
+            f"({count / seconds:,.0f}/s; CPU {cpu:.2f} s, {cpu / count * 1e6:.1f} µs per letter)"
         )
-        profile = str(Path(arguments.profile) / f"{name}.prof") if arguments.profile else ""
-        cpu = child(CPU, checkout, text, str(arguments.cpu_count), str(arguments.repeats), profile)
+        file = name.replace(" #", "-")
+        profile = str(Path(arguments.profile) / f"{file}.prof") if arguments.profile else ""
+        alone = child(
+            CPU, checkout, text, str(arguments.cpu_count), str(arguments.repeats), profile
+        )
         print(
-            f"[{name}] in-process indexing, no Kafka: {cpu['us_per_letter']:.1f} µs CPU per "
-            f"letter (best of {arguments.repeats}, {cpu['count']:,} letters)"
+            f"[{name}] in-process indexing, no Kafka: {alone['us_per_letter']:.1f} µs CPU per "
+            f"letter (best of {arguments.repeats}, {alone['count']:,} letters)"
             + (f"; profile {profile}" if profile else "")
         )
     print(f"load average: {os.getloadavg()[0]:.2f}, {os.getloadavg()[1]:.2f}")
@@ -250,6 +268,7 @@ def main() -> None:
     parser.add_argument("--checkout", action="append", default=[], help="NAME=PATH")
     parser.add_argument("--cpu-count", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1, help="measure each checkout N times")
     parser.add_argument("--profile", default=None, help="folder for cProfile output")
     parser.add_argument("--keep", default=None, help="keep the topics; their settings here")
     parser.add_argument("--reuse", default=None, help="measure the topics a --keep kept")

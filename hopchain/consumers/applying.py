@@ -3,8 +3,8 @@
 :class:`~hopchain.consumers.reader.IndexReader` reads batches from Kafka; an
 :class:`Applier` turns each into index writes and metrics. A partition's dead letters are
 read into plain values (:func:`~hopchain.consumers.records.read_letter_fields`) and added
-in one call (one SQLite statement for the index on disk); resolutions are applied one by
-one, in their place among the batch's partitions. Nothing here stops on a bad record.
+a thousand per call (one SQLite statement for the index on disk); resolutions are applied
+one by one, in their place among the batch's partitions. Nothing here stops on a bad record.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ logger = logging.getLogger("hopchain.dlq")
 
 _LOUD_UNREADABLE = 10
 """Unreadable records logged at WARNING before the rest go to DEBUG (the counter counts all)."""
+_LETTERS_PER_CALL = 1000
+"""Dead letters added in one call to the index, which holds its lock meanwhile: a scrape or
+a console page waits for one such call at most."""
 _TOPIC, _COORDINATES = 6, slice(6, 9)
 """Where the dead-letter topic, and its topic, partition and offset, are in a letter's values."""
 
@@ -64,7 +67,7 @@ class Applier:
     def apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
         """Index one batch of ``getmany`` and commit it with the offsets it reaches.
 
-        Each partition's dead letters are added in one call, the partitions in order;
+        A partition's dead letters are added a thousand at a time, the partitions in order;
         returns the batch's size.
         """
         count = 0
@@ -76,7 +79,8 @@ class Applier:
                 for record in records:
                     self._apply_resolution(record)
             else:
-                self._apply_dead_letters(records)
+                for start in range(0, len(records), _LETTERS_PER_CALL):
+                    self._apply_dead_letters(records[start : start + _LETTERS_PER_CALL])
             count += len(records)
             reached[tp.topic, tp.partition] = records[-1].offset + 1
         self._count_parked()
@@ -112,7 +116,7 @@ class Applier:
         self.metrics.count("unreadable", raw.topic)
 
     def _apply_dead_letters(self, records: list[Any]) -> None:
-        """Index the dead letters of one partition in one call to the index."""
+        """Index dead letters of one partition in one call to the index."""
         owner = self.owners.get(records[0].topic)
         letters: list[LetterFields] = []
         read: list[Any] = []
