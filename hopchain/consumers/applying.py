@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from hopchain.consumers.index import Labels, LetterIndex
+from hopchain.consumers.index import AddedMany, LetterIndex
 from hopchain.consumers.letter import LABELS, PROBLEM, LetterFields
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.records import read_letter_fields
@@ -61,7 +61,6 @@ class Applier:
         self.metrics = metrics
         self.records_read = 0
         self._resolution_key = resolution_key
-        self._parked: dict[Labels, int] = {}
         self._unreadable_logged = 0
 
     def apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
@@ -83,7 +82,6 @@ class Applier:
                     self._apply_dead_letters(records[start : start + _LETTERS_PER_CALL])
             count += len(records)
             reached[tp.topic, tp.partition] = records[-1].offset + 1
-        self._count_parked()
         self.index.commit(reached)
         self.records_read += count
         return count
@@ -100,13 +98,11 @@ class Applier:
             self._apply_resolution(raw)
         else:
             self._apply_dead_letters([raw])
-        self._count_parked()
 
-    def _count_parked(self) -> None:
-        """Count the letters indexed since last time: one addition per labels, not per letter."""
-        for labels, amount in self._parked.items():
+    def _count_parked(self, added: AddedMany) -> None:
+        """Count new letters while the index holds them back: a scrape sees both or neither."""
+        for labels, amount in added.parked.items():
             self.metrics.count("parked", *labels, amount=amount)
-        self._parked.clear()
 
     def _skip(self, raw: Any) -> None:
         """Log the exception being handled, and count ``raw`` as unreadable."""
@@ -128,13 +124,11 @@ class Applier:
             else:
                 read.append(raw)
         try:
-            added = self.index.add_many(letters)
+            added = self.index.add_many(letters, self._count_parked)
         except Exception:  # noqa: BLE001 - the index refused them all: none was added
             for raw in read:
                 self._skip(raw)
             return
-        for labels, amount in added.parked.items():
-            self._parked[labels] = self._parked.get(labels, 0) + amount
         for position, resolution in added.resolved.items():
             self.metrics.count("resolved", *LABELS(letters[position]), resolution.resolution.value)
         for position, values in enumerate(letters):

@@ -113,7 +113,11 @@ class LetterIndex(Protocol):
     def add(self, letter: ParkedLetter) -> Added:
         """Index a dead letter."""
 
-    def add_many(self, letters: Sequence[LetterFields]) -> AddedMany:
+    def add_many(
+        self,
+        letters: Sequence[LetterFields],
+        counted: Callable[[AddedMany], None] | None = None,
+    ) -> AddedMany:
         """Index dead letters given as their field values, in order."""
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
@@ -178,7 +182,7 @@ class DeadLetterIndex:
     """Dead letters by id, with their resolutions and per-label depth and age, in memory."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._letters: dict[str, ParkedLetter] = {}
         self._resolutions: dict[str, Resolution] = {}
         self._groups: dict[Labels, _Group] = {}
@@ -204,21 +208,33 @@ class DeadLetterIndex:
                 self._open(group, letter)
             return Added(new=True, resolution=resolution)
 
-    def add_many(self, letters: Sequence[LetterFields]) -> AddedMany:
-        """Index dead letters given as their field values, in order (see :meth:`add`)."""
+    def add_many(
+        self,
+        letters: Sequence[LetterFields],
+        counted: Callable[[AddedMany], None] | None = None,
+    ) -> AddedMany:
+        """Index dead letters given as their field values, in order (see :meth:`add`).
+
+        ``counted`` is called with what changed before the lock is released, so that a
+        reader sees the letters and whatever ``counted`` counts (the metrics) together.
+        """
         parked: dict[Labels, int] = {}
         ignored: set[int] = set()
         resolved: dict[int, Resolution] = {}
-        for position, values in enumerate(letters):
-            letter = ParkedLetter(*values)
-            added = self.add(letter)
-            if not added.new:
-                ignored.add(position)
-                continue
-            parked[letter.labels] = parked.get(letter.labels, 0) + 1
-            if added.resolution is not None:
-                resolved[position] = added.resolution
-        return AddedMany(parked, frozenset(ignored), resolved)
+        with self._lock:
+            for position, values in enumerate(letters):
+                letter = ParkedLetter(*values)
+                added = self.add(letter)
+                if not added.new:
+                    ignored.add(position)
+                    continue
+                parked[letter.labels] = parked.get(letter.labels, 0) + 1
+                if added.resolution is not None:
+                    resolved[position] = added.resolution
+            done = AddedMany(parked, frozenset(ignored), resolved)
+            if counted is not None:
+                counted(done)
+        return done
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution; returns the dead letter when it was unresolved until now."""

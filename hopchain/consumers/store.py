@@ -271,26 +271,26 @@ class LetterStore:
         added = self.add_many([fields_of(letter)])
         return Added(new=not added.ignored, resolution=added.resolved.get(0))
 
-    def add_many(self, letters: Sequence[LetterFields]) -> AddedMany:
-        """Index dead letters in one statement; a letter whose id is indexed is ignored."""
+    def add_many(
+        self, letters: Sequence[LetterFields], counted: Callable[[AddedMany], None] | None = None
+    ) -> AddedMany:
+        """Index dead letters in one statement; ``counted`` is told what changed, locked."""
         with self._lock:
-            if not letters:
-                return AddedMany()
             rows = [letter_row(letter) for letter in letters]
             ignored, resolved_at = insert_letters(self._write(), rows)
             new = [row for n, row in enumerate(rows) if n not in ignored] if ignored else rows
             parked = dict(Counter(map(LABELS, new)))
             self._counts["dead_letters"] += len(new)
-            resolved: dict[int, Resolution] = {}
-            for position in resolved_at:
-                resolution = self._resolution(rows[position][0])
-                if resolution is not None:
-                    resolved[position] = resolution
+            answers = {n: self._resolution(rows[n][0]) for n in resolved_at}
+            resolved = {n: found for n, found in answers.items() if found is not None}
             for labels, count in parked.items():
                 self._depth[labels] = self._depth.get(labels, 0) + count
             for position in resolved:
                 self._depth[LABELS(rows[position])] -= 1
-            return AddedMany(parked, ignored, resolved)
+            added = AddedMany(parked, ignored, resolved)
+            if counted is not None:
+                counted(added)
+            return added
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution; returns the dead letter when it was unresolved until now."""
