@@ -199,11 +199,12 @@ class IndexReader:
     # -- reading -----------------------------------------------------------------------------
 
     async def poll(self) -> int:
-        """Read one batch, to be indexed while the next is read; returns its size.
+        """Read one batch into the index; returns how many records it held.
 
-        Batches are indexed one at a time, in order, in a thread of their own: /metrics,
-        /readyz and the console answer meanwhile (each index call holds the index's lock
-        briefly), and SQLite writes one batch while aiokafka reads the next.
+        A batch is indexed in a thread of its own, so that /metrics, /readyz and the console
+        answer meanwhile (each index call holds the index's lock briefly). The next batch is
+        fetched once it is done: indexing it meanwhile measured slower, as both hold the GIL
+        for most of their work and SQLite releases it only row by row.
         """
         batch: Mapping[TopicPartition, list[Any]] = await self._consumer.getmany(
             timeout_ms=_POLL_MS, max_records=_MAX_RECORDS
@@ -213,7 +214,7 @@ class IndexReader:
             self._writing.append(
                 loop.run_in_executor(self._writer, self.applier.apply_batch, batch)
             )
-        await self._drain(keep=1 if batch else 0)
+        await self._drain()
         if not batch:
             self.index.commit({})  # a resolution triage recorded meanwhile
         if self._pending:
@@ -224,12 +225,12 @@ class IndexReader:
             await self._update_lag()
         return sum(len(records) for records in batch.values())
 
-    async def _drain(self, keep: int = 0) -> None:
-        """Wait until at most ``keep`` batches are being indexed.
+    async def _drain(self) -> None:
+        """Wait until no batch is being indexed.
 
         Shielded: a batch begun is finished and committed, even when reading stops.
         """
-        while len(self._writing) > keep:
+        while self._writing:
             writing = self._writing[0]
             try:
                 await asyncio.shield(writing)
@@ -262,7 +263,6 @@ class IndexReader:
     async def _check_ready(self) -> None:
         for tp in list(self._pending):
             if await self._consumer.position(tp) >= self.targets[tp]:
-                await self._drain()  # what was read is indexed too
                 self._pending.discard(tp)
         if not self._pending and not self.ready:
             self._ready.set()
