@@ -136,12 +136,13 @@ def memory_mib(pid: int) -> tuple[float, float]:
 class Served:
     """``hopchain dlq serve`` in a child process, on a port of its own."""
 
-    def __init__(self, env: dict[str, str], port: int) -> None:
+    def __init__(self, env: dict[str, str], port: int, cwd: str | None = None) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.started = time.perf_counter()
         self.process = subprocess.Popen(  # noqa: S603 - our own command
             [*HOPCHAIN, "dlq", "serve", "--port", str(port)],
             env=env,
+            cwd=cwd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

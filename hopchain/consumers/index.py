@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from hopchain.consumers.filters import DeadLetterFilter
-from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.letter import LetterFields, ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 
 __all__ = [
     "Added",
+    "AddedMany",
     "DeadLetterIndex",
     "GroupStats",
     "Keyset",
@@ -69,6 +70,23 @@ class Added:
 
 
 @dataclass(frozen=True, slots=True)
+class AddedMany:
+    """What adding many dead letters changed.
+
+    Attributes:
+        parked: how many new dead letters each label group got (resolved ones included).
+        ignored: positions of the letters whose id was indexed already, or came earlier in
+            the same call (the first is kept).
+        resolved: positions of the new letters whose resolution was read first (they arrive
+            resolved), with that resolution.
+    """
+
+    parked: dict[Labels, int] = field(default_factory=dict)
+    ignored: frozenset[int] = frozenset()
+    resolved: dict[int, Resolution] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupStats:
     """Depth and oldest unresolved dead letter of one label group."""
 
@@ -94,6 +112,13 @@ class LetterIndex(Protocol):
 
     def add(self, letter: ParkedLetter) -> Added:
         """Index a dead letter."""
+
+    def add_many(
+        self,
+        letters: Sequence[LetterFields],
+        counted: Callable[[AddedMany], None] | None = None,
+    ) -> AddedMany:
+        """Index dead letters given as their field values, in order."""
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution."""
@@ -161,7 +186,7 @@ class DeadLetterIndex:
     """Dead letters by id, with their resolutions and per-label depth and age, in memory."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._letters: dict[str, ParkedLetter] = {}
         self._resolutions: dict[str, Resolution] = {}
         self._groups: dict[Labels, _Group] = {}
@@ -186,6 +211,34 @@ class DeadLetterIndex:
             if resolution is None:
                 self._open(group, letter)
             return Added(new=True, resolution=resolution)
+
+    def add_many(
+        self,
+        letters: Sequence[LetterFields],
+        counted: Callable[[AddedMany], None] | None = None,
+    ) -> AddedMany:
+        """Index dead letters given as their field values, in order (see :meth:`add`).
+
+        ``counted`` is called with what changed before the lock is released, so that a
+        reader sees the letters and whatever ``counted`` counts (the metrics) together.
+        """
+        parked: dict[Labels, int] = {}
+        ignored: set[int] = set()
+        resolved: dict[int, Resolution] = {}
+        with self._lock:
+            for position, values in enumerate(letters):
+                letter = ParkedLetter(*values)
+                added = self.add(letter)
+                if not added.new:
+                    ignored.add(position)
+                    continue
+                parked[letter.labels] = parked.get(letter.labels, 0) + 1
+                if added.resolution is not None:
+                    resolved[position] = added.resolution
+            done = AddedMany(parked, frozenset(ignored), resolved)
+            if counted is not None:
+                counted(done)
+        return done
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution; returns the dead letter when it was unresolved until now."""

@@ -14,18 +14,19 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from hopchain.consumers.applying import Applier
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.index import DeadLetterIndex, LetterIndex
 from hopchain.consumers.metrics import DlqMetrics
-from hopchain.consumers.records import DeadLetterRecord, parse_dead_letter
-from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
 from hopchain.consumers.topics import TopicPlan, plan_topics
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.schemas.contracts import ContractRegistry
@@ -37,8 +38,6 @@ logger = logging.getLogger("hopchain.dlq")
 _MAX_RECORDS = 5000
 _POLL_MS = 200
 _LAG_EVERY_SECONDS = 1.0
-_LOUD_UNREADABLE = 10
-"""Unreadable records logged at WARNING before the rest go to DEBUG (the counter counts all)."""
 
 
 class IndexReader:
@@ -67,18 +66,16 @@ class IndexReader:
         self.admin = admin
         self.owners: dict[str, str | None] = {}
         self.targets: dict[TopicPartition, int] = {}
-        self.records_read = 0
+        self.applier = Applier(plan, self.owners, index, metrics, settings.resolution_key())
         self._consumer: Any = None
-        self._applying: asyncio.Future[int] | None = None
+        self._writing: deque[asyncio.Future[int]] = deque()
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="hopchain-dlq-index")
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
         self._pending: set[TopicPartition] = set()
         self._ready = asyncio.Event()
-        self._unreadable_logged = 0
-        self._parked: dict[tuple[str, str, str], int] = {}
         self._lag_at = 0.0
         self._refresh_at = 0.0
-        self._resolution_key = settings.resolution_key()
         self._applied = {
             TopicPartition(topic, partition): offset
             for (topic, partition), offset in index.applied_offsets().items()
@@ -88,6 +85,11 @@ class IndexReader:
     def ready(self) -> bool:
         """Whether every partition was read up to its end offset captured at start-up."""
         return self._ready.is_set()
+
+    @property
+    def records_read(self) -> int:
+        """Records indexed from all topics."""
+        return self.applier.records_read
 
     @property
     def dead_letter_topics(self) -> dict[str, str | None]:
@@ -133,10 +135,11 @@ class IndexReader:
         await self._ready.wait()
 
     async def stop(self) -> None:
-        """Finish the batch being indexed, if any, and close the consumer."""
-        if self._applying is not None:
+        """Finish the batches being indexed, if any, and close the consumer."""
+        while self._writing:
             with contextlib.suppress(Exception):
-                await self._applying
+                await self._drain()
+        self._writer.shutdown()
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
@@ -196,41 +199,44 @@ class IndexReader:
     # -- reading -----------------------------------------------------------------------------
 
     async def poll(self) -> int:
-        """Read one batch into the index; returns how many records it held."""
+        """Read one batch into the index; returns how many records it held.
+
+        A batch is indexed in a thread of its own, so that /metrics, /readyz and the console
+        answer meanwhile (each index call holds the index's lock briefly). The next batch is
+        fetched once it is done: indexing it meanwhile measured slower, as both hold the GIL
+        for most of their work and SQLite releases it only row by row.
+        """
         batch: Mapping[TopicPartition, list[Any]] = await self._consumer.getmany(
             timeout_ms=_POLL_MS, max_records=_MAX_RECORDS
         )
-        # Indexed in a worker thread, so that /metrics, /readyz and the console answer
-        # while a large batch is written (each index call holds the index's lock briefly).
-        count = 0
         if batch:
-            # Shielded: a batch begun is finished and committed, even when reading stops.
-            self._applying = asyncio.ensure_future(asyncio.to_thread(self._apply_batch, batch))
-            count = await asyncio.shield(self._applying)
+            loop = asyncio.get_running_loop()
+            self._writing.append(
+                loop.run_in_executor(self._writer, self.applier.apply_batch, batch)
+            )
+        await self._drain()
         if not batch:
             self.index.commit({})  # a resolution triage recorded meanwhile
-        self.records_read += count
         if self._pending:
             await self._check_ready()
         now = time.monotonic()
         if now >= self._lag_at:
             self._lag_at = now + _LAG_EVERY_SECONDS
             await self._update_lag()
-        return count
+        return sum(len(records) for records in batch.values())
 
-    def _apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
-        """Index one batch and commit it with the offsets it reaches; returns its size."""
-        count = 0
-        reached: dict[tuple[str, int], int] = {}
-        for tp, records in batch.items():
-            for record in records:
-                self._apply(record)
-            count += len(records)
-            if records:
-                reached[tp.topic, tp.partition] = records[-1].offset + 1
-        self._count_parked()
-        self.index.commit(reached)
-        return count
+    async def _drain(self) -> None:
+        """Wait until no batch is being indexed.
+
+        Shielded: a batch begun is finished and committed, even when reading stops.
+        """
+        while self._writing:
+            writing = self._writing[0]
+            try:
+                await asyncio.shield(writing)
+            finally:
+                if writing.done():
+                    self._writing.popleft()
 
     async def catch_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Read until every partition reached its start-up end offset.
@@ -286,91 +292,16 @@ class IndexReader:
     def apply(self, raw: Any) -> None:
         """Index one consumed record (an ``aiokafka.ConsumerRecord``), as the loop does.
 
-        Never raises: a dead letter whose headers cannot be read is indexed with what can be
-        salvaged, an unreadable record of the resolutions topic is skipped and counted. An
-        exception of hopchain's own is logged, counted as unreadable, and skipped, so that
-        no input stops the loop.
+        Never raises (see :meth:`~hopchain.consumers.applying.Applier.apply`).
         """
-        self._apply(raw)
-        self._count_parked()
+        self.applier.apply(raw)
 
-    def _count_parked(self) -> None:
-        """Count the letters indexed since last time: one addition per labels, not per letter."""
-        for labels, amount in self._parked.items():
-            self.metrics.count("parked", *labels, amount=amount)
-        self._parked.clear()
+    def apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
+        """Index one batch of ``getmany`` and commit it with the offsets it reaches.
 
-    def _apply(self, raw: Any) -> None:
-        try:
-            if raw.topic == self.plan.resolutions_topic:
-                self._apply_resolution(raw)
-            else:
-                self._apply_dead_letter(DeadLetterRecord.from_aiokafka(raw))
-        except Exception:  # no input may stop the consumer
-            logger.exception(
-                "could not index %s[%s]@%s; skipped", raw.topic, raw.partition, raw.offset
-            )
-            self.metrics.count("unreadable", raw.topic)
-
-    def _apply_dead_letter(self, record: DeadLetterRecord) -> None:
-        letter = parse_dead_letter(record, self.owners.get(record.topic))
-        added = self.index.add(letter)
-        if not added.new:
-            return
-        labels = letter.labels
-        self._parked[labels] = self._parked.get(labels, 0) + 1
-        if added.resolution is not None:
-            self.metrics.count("resolved", *letter.labels, added.resolution.resolution.value)
-        if letter.problem is not None:
-            self.metrics.count("unreadable", record.topic)
-            self._log_unreadable(
-                "indexed %s as %s (owner %s, error type malformed): %s",
-                record.describe(),
-                letter.dead_letter_id,
-                letter.owner,
-                letter.problem,
-            )
-
-    def _apply_resolution(self, raw: Any) -> None:
-        if is_clock_probe(raw.headers or ()):
-            return
-        try:
-            read = read_resolution_record(
-                raw.key, raw.value, raw.headers or (), self._resolution_key
-            )
-        except ValueError as exc:
-            self.metrics.count("unreadable", raw.topic)
-            self._log_unreadable(
-                "skipped %s[%s]@%s in the resolutions topic: %s",
-                raw.topic,
-                raw.partition,
-                raw.offset,
-                exc,
-            )
-            return
-        if read.ignored is not None:
-            self.metrics.count("resolutions_ignored", read.ignored.value)
-            self._log_unreadable(
-                "ignored %s[%s]@%s in the resolutions topic (%s, for %s): resolutions are "
-                "final and, with a resolution key, must be signed with it",
-                raw.topic,
-                raw.partition,
-                raw.offset,
-                read.ignored.value,
-                read.dead_letter_id,
-            )
-            return
-        resolution = read.resolution
-        if resolution is None:
-            return  # a claim: the resolution follows, or the claim expires
-        letter = self.index.resolve(resolution)
-        if letter is not None:
-            self.metrics.count("resolved", *letter.labels, resolution.resolution.value)
-
-    def _log_unreadable(self, message: str, *args: object) -> None:
-        self._unreadable_logged += 1
-        level = logging.WARNING if self._unreadable_logged <= _LOUD_UNREADABLE else logging.DEBUG
-        logger.log(level, message, *args)
+        Returns the batch's size (see :meth:`~hopchain.consumers.applying.Applier.apply_batch`).
+        """
+        return self.applier.apply_batch(batch)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hopchain.consumers.foreign import ForeignFailure, ParkTime, read_foreign
-from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.letter import LetterFields, ParkedLetter, fields_of
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.deadletter import (
     DLQ_ID_HEADER,
@@ -27,6 +27,7 @@ from hopchain.schemas.deadletter import (
     DeadLetterInfo,
     Reference,
     read_dead_letter_headers,
+    read_dead_letter_summary,
     read_reference,
 )
 from hopchain.schemas.envelope import Envelope
@@ -41,6 +42,7 @@ __all__ = [
     "coordinate_id",
     "original_headers",
     "parse_dead_letter",
+    "read_letter_fields",
     "redrive_count",
 ]
 
@@ -138,12 +140,12 @@ def redrive_count(
 
 
 def _lenient_identity(
-    record: DeadLetterRecord, beside: dict[str, str | None]
+    value: bytes | None, beside: dict[str, str | None]
 ) -> tuple[str | None, str | None, str | None]:
     """Envelope id, trace id and intent key from an envelope that may not validate."""
     text = beside.get(ENVELOPE_HEADER)
-    if text is None and record.value is not None and record.value[:1] == b"{":
-        text = _text(record.value)  # body mode: the value is the envelope
+    if text is None and value is not None and value[:1] == b"{":
+        text = _text(value)  # body mode: the value is the envelope
     fields: dict[str, Any] = {}
     if text is not None and '"intent_key"' in text:
         try:
@@ -180,7 +182,7 @@ def _from_info(
     elif info.envelope_json is not None:
         identity, redriven = _identity_from_text(info.envelope_json)
     else:
-        identity = _lenient_identity(record, beside)
+        identity = _lenient_identity(record.value, beside)
     return ParkedLetter(
         dead_letter_id=dead_letter_id,
         owner=info.owner or topic_owner or UNKNOWN,
@@ -259,7 +261,7 @@ def _salvage(record: DeadLetterRecord, topic_owner: str | None, problem: str) ->
                 header_time = parsed.timestamp()
     parked_at = _broker_time(record, header_time)
     beside = _beside(headers)
-    envelope_id, trace_id, intent_key = _lenient_identity(record, beside)
+    envelope_id, trace_id, intent_key = _lenient_identity(record.value, beside)
     return ParkedLetter(
         dead_letter_id=_identifier(_last_header(headers, DLQ_ID_HEADER))
         or coordinate_id(record.topic, record.partition, record.offset),
@@ -352,3 +354,57 @@ def parse_dead_letter(record: DeadLetterRecord, topic_owner: str | None = None) 
             offset=record.offset,
             problem=f"{problem}; salvage failed: {type(exc).__name__}"[:500],
         )
+
+
+def read_letter_fields(raw: Any, topic_owner: str | None = None) -> LetterFields:
+    """The fields of :func:`parse_dead_letter`'s letter for an ``aiokafka.ConsumerRecord``.
+
+    A dead letter hopchain parked, with a Kafka timestamp and no reference, is read straight
+    into the values, with no object made on the way; any other record (one of another
+    framework, damaged, a reference, untimed) is read by :func:`parse_dead_letter`. Both give
+    the same values for the same record. Never raises.
+    """
+    try:
+        return _plain_fields(raw, topic_owner)
+    except Exception:  # noqa: BLE001 - parse_dead_letter says what is wrong with it
+        return fields_of(parse_dead_letter(DeadLetterRecord.from_aiokafka(raw), topic_owner))
+
+
+def _plain_fields(raw: Any, topic_owner: str | None) -> LetterFields:
+    """:func:`_from_info`'s values for the usual letter; raises for any other."""
+    headers = raw.headers or ()
+    found, owner, source, error_type, reason, component, source_ms, _, envelope_json = (
+        read_dead_letter_summary(headers)
+    )
+    dead_letter_id = _identifier(found)
+    stamp = raw.timestamp
+    parked_at = _plausible(stamp / 1000) if stamp is not None and stamp >= 0 else None
+    beside = _beside(headers)
+    if dead_letter_id is None or parked_at is None or DLQ_TRUNCATED_HEADER in beside:
+        raise ValueError(found)  # unusual: parse_dead_letter reads it
+    redriven = 0
+    if envelope_json is not None:
+        identity, redriven = _identity_from_text(envelope_json)
+    else:
+        identity = _lenient_identity(raw.value, beside)
+    return (
+        dead_letter_id,
+        owner or topic_owner or UNKNOWN,
+        source or UNKNOWN,
+        error_type,
+        reason,
+        parked_at,
+        raw.topic,
+        raw.partition,
+        raw.offset,
+        *identity,
+        component,
+        max(_counted(beside.get(REDRIVE_COUNT_HEADER)), redriven),
+        None,
+        "hopchain",
+        None,
+        _plausible(source_ms / 1000) if source_ms >= 0 else None,
+        None,
+        None,
+        None,
+    )

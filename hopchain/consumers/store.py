@@ -25,19 +25,29 @@ import sqlite3
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 from hopchain.consumers.filters import DeadLetterFilter
-from hopchain.consumers.index import Added, GroupStats, Keyset, Labels, Offsets, Pair, Tally
-from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.index import (
+    Added,
+    AddedMany,
+    GroupStats,
+    Keyset,
+    Labels,
+    Offsets,
+    Pair,
+    Tally,
+)
+from hopchain.consumers.letter import LABELS, LetterFields, ParkedLetter, fields_of
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store_rows import (
-    INSERT_LETTER,
     PARKED_AT,
     SELECT_PAIRS,
     conditions,
+    insert_letters,
     letter_row,
     read_letter,
     read_pair,
@@ -258,20 +268,29 @@ class LetterStore:
 
     def add(self, letter: ParkedLetter) -> Added:
         """Index a dead letter; a second record with an indexed id is ignored."""
+        added = self.add_many([fields_of(letter)])
+        return Added(new=not added.ignored, resolution=added.resolved.get(0))
+
+    def add_many(
+        self, letters: Sequence[LetterFields], counted: Callable[[AddedMany], None] | None = None
+    ) -> AddedMany:
+        """Index dead letters in one statement; ``counted`` is told what changed, locked."""
         with self._lock:
-            db = self._write()
-            inserted = db.execute(
-                INSERT_LETTER, (*letter_row(letter), letter.dead_letter_id)
-            ).fetchone()
-            if inserted is None:
-                return Added(new=False)
-            self._counts["dead_letters"] += 1
-            labels = letter.labels
-            if inserted[0]:  # its resolution was read first: it arrives resolved
-                self._depth.setdefault(labels, 0)
-                return Added(new=True, resolution=self._resolution(letter.dead_letter_id))
-            self._depth[labels] = self._depth.get(labels, 0) + 1
-            return Added(new=True)
+            rows = [letter_row(letter) for letter in letters]
+            ignored, resolved_at = insert_letters(self._write(), rows)
+            new = [row for n, row in enumerate(rows) if n not in ignored] if ignored else rows
+            parked = dict(Counter(map(LABELS, new)))
+            self._counts["dead_letters"] += len(new)
+            answers = {n: self._resolution(rows[n][0]) for n in resolved_at}
+            resolved = {n: found for n, found in answers.items() if found is not None}
+            for labels, count in parked.items():
+                self._depth[labels] = self._depth.get(labels, 0) + count
+            for position in resolved:
+                self._depth[LABELS(rows[position])] -= 1
+            added = AddedMany(parked, ignored, resolved)
+            if counted is not None:
+                counted(added)
+            return added
 
     def resolve(self, resolution: Resolution) -> ParkedLetter | None:
         """Record a resolution; returns the dead letter when it was unresolved until now."""

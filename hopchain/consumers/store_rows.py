@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
+import sqlite3
 import time
 from collections.abc import Iterable
-from dataclasses import astuple, fields
+from dataclasses import astuple
 from typing import Any
 
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.foreign import ForeignFailure
 from hopchain.consumers.index import Pair
-from hopchain.consumers.letter import ParkedLetter
+from hopchain.consumers.letter import FIELD_NAMES, LetterFields, ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store_schema import LETTER_COLUMNS
 from hopchain.consumers.topics import TopicPlan
@@ -22,29 +22,76 @@ from hopchain.schemas.deadletter import Reference
 
 __all__ = [
     "INSERT_LETTER",
+    "INSERT_RESOLVABLE",
     "PARKED_AT",
     "SELECT_PAIRS",
     "conditions",
     "fingerprint",
+    "insert_letters",
     "letter_row",
     "read_letter",
     "read_pair",
 ]
 
 _COLUMNS = ", ".join(f'"{name}"' for name in LETTER_COLUMNS)
-INSERT_LETTER = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * len(LETTER_COLUMNS))}, EXISTS (SELECT 1 FROM resolutions WHERE id = ?)) RETURNING resolved"  # noqa: E501, S608
-"""Index a letter, resolved when its resolution came first; one row back when it is new."""
+_INSERT = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * len(LETTER_COLUMNS))}"  # noqa: E501, S608
+INSERT_LETTER = f"{_INSERT}, 0)"
+"""Index a letter (unresolved) unless its id is indexed; the values of :func:`letter_row`."""
+INSERT_RESOLVABLE = f"{_INSERT}, EXISTS (SELECT 1 FROM resolutions WHERE id = ?))"  # noqa: S608
+"""Index a letter, resolved when its resolution came first; its id once more at the end."""
 _QUALIFIED = ", ".join(f'l."{name}"' for name in LETTER_COLUMNS)
 SELECT_PAIRS = f"SELECT {_QUALIFIED}, r.body FROM letters l LEFT JOIN resolutions r ON r.id = l.id"  # noqa: S608
 
 
-def letter_row(letter: ParkedLetter) -> tuple[Any, ...]:
+def letter_row(letter: LetterFields) -> tuple[Any, ...]:
     """The values of a letter's columns, in :data:`LETTER_COLUMNS` order."""
-    values = list(_VALUES(letter))
-    reference, foreign = letter.reference, letter.foreign
+    reference, foreign = letter[_REFERENCE], letter[_FOREIGN]
+    if reference is None and foreign is None:
+        return letter  # the usual letter: its values are its columns
+    values = list(letter)
     values[_REFERENCE] = None if reference is None else json.dumps(astuple(reference))
     values[_FOREIGN] = None if foreign is None else json.dumps(astuple(foreign))
     return tuple(values)
+
+
+def insert_letters(db: sqlite3.Connection, rows: list[Any]) -> tuple[frozenset[int], list[int]]:
+    """Insert rows of :func:`letter_row` in one statement (in a transaction begun).
+
+    Returns the positions of the rows ignored (an id indexed, or repeated) and of the new
+    rows that arrived resolved (their resolution was read first). Rows get ever larger row
+    ids, so the rows past the largest before are this call's, in order.
+    """
+    last = db.execute("SELECT max(seq) FROM letters").fetchone()[0] or 0
+    resolvable = db.execute("SELECT 1 FROM resolutions LIMIT 1").fetchone() is not None
+    before = db.total_changes
+    db.execute("SAVEPOINT letters")  # all of them or, when the insert fails, none
+    try:
+        if resolvable:
+            db.executemany(INSERT_RESOLVABLE, [(*row, row[0]) for row in rows])
+        else:
+            db.executemany(INSERT_LETTER, rows)
+    except BaseException:
+        db.execute("ROLLBACK TO letters")
+        raise
+    finally:
+        db.execute("RELEASE letters")
+    ignored: set[int] = set()
+    if db.total_changes - before != len(rows):
+        inserted = db.execute("SELECT id FROM letters WHERE seq > ? ORDER BY seq", (last,))
+        following = next(inserted, None)
+        for position, row in enumerate(rows):
+            if following is not None and following[0] == row[0]:
+                following = next(inserted, None)
+            else:
+                ignored.add(position)
+    if not resolvable:
+        return frozenset(ignored), []
+    ids = {
+        found
+        for (found,) in db.execute("SELECT id FROM letters WHERE seq > ? AND resolved = 1", (last,))
+    }
+    resolved = [n for n, row in enumerate(rows) if row[0] in ids and n not in ignored]
+    return frozenset(ignored), resolved
 
 
 def read_letter(row: Iterable[Any]) -> ParkedLetter:
@@ -63,12 +110,10 @@ def read_pair(row: tuple[Any, ...]) -> Pair:
     return read_letter(row[:-1]), None if body is None else Resolution.model_validate_json(body)
 
 
-_NAMES = [field.name for field in fields(ParkedLetter)]
-PARKED_AT = _NAMES.index("parked_at")
+PARKED_AT = FIELD_NAMES.index("parked_at")
 """Where ``parked_at`` is in a row."""
-_REFERENCE = _NAMES.index("reference")
-_FOREIGN = _NAMES.index("foreign")
-_VALUES = operator.attrgetter(*_NAMES)
+_REFERENCE = FIELD_NAMES.index("reference")
+_FOREIGN = FIELD_NAMES.index("foreign")
 
 
 def fingerprint(settings: DlqSettings, plan: TopicPlan) -> str:

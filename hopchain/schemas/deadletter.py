@@ -44,6 +44,7 @@ __all__ = [
     "dead_letter_record",
     "original_value",
     "read_dead_letter_headers",
+    "read_dead_letter_summary",
     "read_reference",
     "record_size",
     "reference_record",
@@ -208,6 +209,53 @@ def read_dead_letter_headers(
         envelope=load_envelope(envelope, check=False) if envelope and parse_envelope else None,
         envelope_json=envelope or None,
         exception=found.get(DLQ_EXCEPTION_HEADER),
+    )
+
+
+DeadLetterSummary = tuple[str, str, str, str, str | None, str, int, float, str | None]
+"""Id, owner, source topic, error type, reason, component, source timestamp (ms), parked-at
+header (Unix seconds) and parking envelope's JSON of a dead letter."""
+
+_ERROR_TYPES = frozenset(member.value for member in ErrorType)
+_REASONS = frozenset(member.value for member in ReasonCode)
+
+
+def read_dead_letter_summary(headers: Sequence[tuple[str, bytes | None]]) -> DeadLetterSummary:
+    """What an index of dead letters needs of the ``hopchain-dlq-*`` headers, as plain values.
+
+    Checks what :func:`read_dead_letter_headers` checks (with ``parse_envelope=False``) and
+    raises where it raises, without building a :class:`DeadLetterInfo`: a summary is read
+    for every letter of a topic, at tens of thousands a second.
+
+    Raises:
+        KeyError: a required header is missing.
+        ValueError: a header holds a value of the wrong form.
+    """
+    found = {
+        name: (value or b"").decode() for name, value in headers if name.startswith(DLQ_PREFIX)
+    }
+    reason = found.get(_REASON) or None
+    error_type = found[_ERROR_TYPE]
+    if reason is not None and reason not in _REASONS:
+        raise ValueError(f"{reason!r} is not a valid ReasonCode")
+    if error_type not in _ERROR_TYPES:
+        raise ValueError(f"{error_type!r} is not a valid ErrorType")
+    component, source_topic = found[_COMPONENT], found[_TOPIC]
+    found[_GROUP]  # required, though an index does not keep it
+    int(found[_PARTITION])
+    int(found[_OFFSET])
+    parked_at = datetime.fromisoformat(found[_PARKED_AT]).timestamp()
+    _read_failure(found[_FAILURE])
+    return (
+        found[_ID],
+        found[_OWNER],
+        source_topic,
+        error_type,
+        reason,
+        component,
+        int(found[_TIMESTAMP]),
+        parked_at,
+        found.get(_ENVELOPE) or None,
     )
 
 

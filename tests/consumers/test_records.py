@@ -2,15 +2,18 @@ from __future__ import annotations
 
 import time
 
+from aiokafka.structs import ConsumerRecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hopchain.consumers.letter import fields_of
 from hopchain.consumers.records import (
     UNKNOWN,
     DeadLetterRecord,
     coordinate_id,
     original_headers,
     parse_dead_letter,
+    read_letter_fields,
 )
 from hopchain.schemas import ErrorType
 from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, REDRIVE_COUNT_HEADER
@@ -198,3 +201,61 @@ def test_the_original_headers_keep_a_name_that_was_not_utf8_escaped() -> None:
         ("hopchain-dlq-reason", b"not_utf8"),
     )
     assert original_headers(parked) == (("plain", b"3"), (escaped, b"2"))
+
+
+STAGE = synthetic_dead_letter(
+    owner="payments", source_topic="orders", parked_at=100.0, envelope=envelope_for("orders")
+)
+BOUNDARY = synthetic_dead_letter(owner="", source_topic="orders", parked_at=100.0)
+parked_names = st.sampled_from(sorted({name for name, _ in STAGE.headers + BOUNDARY.headers}))
+parked_values = st.one_of(
+    st.sampled_from(
+        [b"", b"nope", b"internal", b"payload_invalid", b"\xff", b" 12", b"2024-01-01T00:00:00"]
+    ),
+    header_values,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    base=st.sampled_from([STAGE.headers, BOUNDARY.headers, ()]),
+    dropped=st.sets(st.integers(0, 16), max_size=2),
+    added=st.lists(
+        st.tuples(
+            st.one_of(parked_names, header_names, st.just("hopchain-dlq-truncated")),
+            parked_values,
+        ),
+        max_size=2,
+    ),
+    value=st.one_of(st.none(), st.just(b"{}"), st.just(b'{"intent_key": "x", "id": "y"}')),
+    timestamp_ms=st.one_of(
+        st.just(1_700_000_000_000), st.just(-1), st.none(), st.integers(-(2**63), 2**63 - 1)
+    ),
+    owner=st.sampled_from([None, "topic-owner"]),
+)
+def test_reading_a_record_into_values_agrees_with_parse_dead_letter(  # noqa: PLR0917
+    base: tuple[tuple[str, bytes], ...],
+    dropped: set[int],
+    added: list[tuple[str, bytes | None]],
+    value: bytes | None,
+    timestamp_ms: int | None,
+    owner: str | None,
+) -> None:
+    headers = [pair for n, pair in enumerate(base) if n not in dropped] + added
+    raw = ConsumerRecord(
+        topic="orders.dlq",
+        partition=2,
+        offset=7,
+        timestamp=timestamp_ms,
+        timestamp_type=0,
+        key=None,
+        value=value,
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=len(value or b""),
+        headers=headers,
+    )
+
+    read = read_letter_fields(raw, owner)
+
+    assert read == fields_of(parse_dead_letter(DeadLetterRecord.from_aiokafka(raw), owner))

@@ -11,7 +11,8 @@ import pytest
 from test_index import letter, resolution
 
 from hopchain.consumers.foreign import ForeignFailure
-from hopchain.consumers.index import DeadLetterIndex, LetterIndex
+from hopchain.consumers.index import AddedMany, DeadLetterIndex, LetterIndex
+from hopchain.consumers.letter import fields_of
 from hopchain.consumers.records import ParkedLetter
 from hopchain.consumers.resolutions import ResolutionKind
 from hopchain.consumers.store import MEMORY, LetterStore
@@ -73,6 +74,42 @@ def test_the_store_answers_as_the_index_in_memory(tmp_path: Path, path: str) -> 
     assert [group.oldest_parked_at for group in store.groups()] == [102.0, 101.0]
     assert [pair[0].dead_letter_id for pair in store.select()] == ["id-1", "id-2", "id-4"]
     store.close()
+
+
+@pytest.mark.parametrize("path", ["file", MEMORY])
+def test_letters_added_many_at_once_count_as_one_by_one(tmp_path: Path, path: str) -> None:
+    memory = DeadLetterIndex()
+    store = opened(tmp_path / "index.sqlite" if path == "file" else MEMORY)
+    batches = [
+        [letter("id-0", 100.0), letter("id-1", 101.0, "team-b")],
+        # id-0 again (indexed already), id-3 resolved before it is read, id-5 twice
+        [
+            letter("id-0", 999.0),
+            letter("id-3", 103.0),
+            letter("id-5", 105.0),
+            letter("id-5", 998.0),
+            letter("id-6", 106.0, "team-b"),
+        ],
+    ]
+    said: list[AddedMany] = []
+    for index in (memory, store):
+        index.add_many([fields_of(one) for one in batches[0]])
+        index.resolve(EARLY)
+        said.append(index.add_many([fields_of(one) for one in batches[1]]))
+        index.resolve(LATE)
+
+    assert (
+        said[0]
+        == said[1]
+        == AddedMany(
+            parked={LABELS: 2, ("team-b", "orders", "internal"): 1},
+            ignored=frozenset({0, 3}),
+            resolved={1: EARLY},
+        )
+    )
+    assert answers(store) == answers(memory)
+    assert store.counts() == {"dead_letters": 5, "unresolved": 3, "resolutions": 2}
+    assert store.add_many([]) == AddedMany()
 
 
 def test_every_field_of_a_letter_comes_back(tmp_path: Path) -> None:
