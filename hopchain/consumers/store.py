@@ -44,13 +44,16 @@ from hopchain.consumers.index import (
 from hopchain.consumers.letter import LABELS, LetterFields, ParkedLetter, fields_of
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store_rows import (
+    PAGE_ROWS,
     PARKED_AT,
     SELECT_PAIRS,
     conditions,
     insert_letters,
     letter_row,
+    page_query,
     read_letter,
     read_pair,
+    save_totals,
 )
 from hopchain.consumers.store_schema import (
     close_all,
@@ -67,8 +70,6 @@ logger = logging.getLogger("hopchain.dlq")
 
 MEMORY = ":memory:"
 """The path that keeps the store in memory (rebuilt from Kafka on every start)."""
-
-_PAGE = 500
 
 
 class LetterStore:
@@ -243,24 +244,9 @@ class LetterStore:
             if not self._writing and not offsets:
                 return
             db = self._write()
-            db.executemany(
-                "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
-                [(topic, partition, nxt) for (topic, partition), nxt in offsets.items()],
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?)",
-                [(*labels, depth) for labels, depth in self._depth.items()],
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO tallies VALUES (?, ?, ?)",
-                [
-                    (name, json.dumps(labels), self._tallies[name, labels])
-                    for name, labels in self._dirty
-                ],
-            )
-            db.executemany(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [(k, str(v)) for k, v in self._counts.items()],
+            changed = {key: self._tallies[key] for key in self._dirty}
+            save_totals(
+                db, offsets=offsets, depth=self._depth, tallies=changed, counts=self._counts
             )
             db.execute("COMMIT")
             self._writing = False
@@ -372,20 +358,14 @@ class LetterStore:
         stops the reader.
         """
         where, args = conditions(chosen, now=now, resolved=resolved)
-        backwards = before is not None
-        mark = before if backwards else after
-        step, order = ("<", "DESC") if backwards else (">", "ASC")
+        mark = before or after
         while True:
-            keyset = [*where, f"(l.parked_at, l.id) {step} (?, ?)"] if mark else where
-            clause = f"WHERE {' AND '.join(keyset)}" if keyset else ""
-            sql = (
-                f"{SELECT_PAIRS} {clause} ORDER BY l.parked_at {order}, l.id {order} LIMIT {_PAGE}"
-            )
+            sql = page_query(where, keyset=mark is not None, backwards=before is not None)
             with self._lock:
                 rows = self._db.execute(sql, (*args, *(mark or ()))).fetchall()
             for row in rows:
                 yield read_pair(row)
-            if len(rows) < _PAGE:
+            if len(rows) < PAGE_ROWS:
                 return
             mark = (rows[-1][PARKED_AT], rows[-1][0])
 

@@ -1,4 +1,4 @@
-"""How a dead letter becomes a row of the index file and back, and filters become SQL."""
+"""A dead letter as a row of the index file and back; filters as SQL; totals saved."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import astuple
 from typing import Any
 
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.filters import DeadLetterFilter
 from hopchain.consumers.foreign import ForeignFailure
-from hopchain.consumers.index import Pair
+from hopchain.consumers.index import Labels, Pair
 from hopchain.consumers.letter import FIELD_NAMES, LetterFields, ParkedLetter
 from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store_schema import LETTER_COLUMNS
@@ -23,14 +23,17 @@ from hopchain.schemas.deadletter import Reference
 __all__ = [
     "INSERT_LETTER",
     "INSERT_RESOLVABLE",
+    "PAGE_ROWS",
     "PARKED_AT",
     "SELECT_PAIRS",
     "conditions",
     "fingerprint",
     "insert_letters",
     "letter_row",
+    "page_query",
     "read_letter",
     "read_pair",
+    "save_totals",
 ]
 
 _COLUMNS = ", ".join(f'"{name}"' for name in LETTER_COLUMNS)
@@ -133,6 +136,22 @@ def fingerprint(settings: DlqSettings, plan: TopicPlan) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
+PAGE_ROWS = 500
+"""Rows a long listing reads per query (the lock is let go between them)."""
+
+
+def page_query(where: list[str], *, keyset: bool, backwards: bool) -> str:
+    """One page of :data:`SELECT_PAIRS` under ``where``, oldest first.
+
+    ``backwards``: newest first. ``keyset``: past a ``(parked_at, id)`` given as the last
+    two arguments.
+    """
+    step, order = ("<", "DESC") if backwards else (">", "ASC")
+    chosen = [*where, f"(l.parked_at, l.id) {step} (?, ?)"] if keyset else where
+    clause = f"WHERE {' AND '.join(chosen)}" if chosen else ""
+    return f"{SELECT_PAIRS} {clause} ORDER BY l.parked_at {order}, l.id {order} LIMIT {PAGE_ROWS}"
+
+
 def conditions(
     chosen: DeadLetterFilter | None, *, now: float | None, resolved: bool | None
 ) -> tuple[list[str], list[Any]]:
@@ -155,3 +174,33 @@ def conditions(
         where.append("l.parked_at <= ?")
         args.append(moment - chosen.min_age_seconds)
     return where, args
+
+
+def save_totals(
+    db: sqlite3.Connection,
+    *,
+    offsets: Mapping[tuple[str, int], int],
+    depth: Mapping[Labels, int],
+    tallies: Mapping[tuple[str, tuple[str, ...]], int],
+    counts: Mapping[str, int],
+) -> None:
+    """Write, in the open transaction, what a restart resumes from besides the letters.
+
+    The offsets reached, the depth of every label group, the counters that changed and the
+    totals.
+    """
+    db.executemany(
+        "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
+        [(topic, partition, nxt) for (topic, partition), nxt in offsets.items()],
+    )
+    db.executemany(
+        "INSERT OR REPLACE INTO groups VALUES (?, ?, ?, ?)",
+        [(*labels, value) for labels, value in depth.items()],
+    )
+    db.executemany(
+        "INSERT OR REPLACE INTO tallies VALUES (?, ?, ?)",
+        [(name, json.dumps(labels), value) for (name, labels), value in tallies.items()],
+    )
+    db.executemany(
+        "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in counts.items()]
+    )
