@@ -173,6 +173,23 @@ async def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int],
     return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
 
 
+async def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether ``group`` committed every non-empty partition of ``topic`` to its end."""
+    ends = await end_offsets(bootstrap, topic)
+    done = await committed_offsets(bootstrap, group)
+    return all(done.get((topic, p)) == end for p, end in ends.items() if end)
+
+
+async def feed_docs(
+    bootstrap: str, contracts: ContractRegistry, topic: str, numbers: Iterable[int]
+) -> None:
+    """Send ``doc(n)`` for each number, keyed by it, as an origin written by ``feeder``."""
+    async with raw_producer(bootstrap) as producer:
+        sender = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
+        for number in numbers:
+            await sender.send(topic, doc(number), key=str(number).encode())
+
+
 async def read_topic(bootstrap: str, topic: str, *, within: float = 30.0) -> list[Any]:
     """Every record of ``topic`` up to its current end, in partition and offset order."""
     ends = await end_offsets(bootstrap, topic)

@@ -20,9 +20,10 @@ from faststream.kafka import KafkaBroker
 from middleware_helpers import (
     Doc,
     committed_offsets,
+    committed_to_end,
     contract,
     doc,
-    end_offsets,
+    feed_docs,
     raw_producer,
     read_topic,
     record_count,
@@ -60,19 +61,6 @@ def stage(
     return broker, middleware
 
 
-async def feed(bootstrap: str, contracts: ContractRegistry, topic: str, count: int) -> None:
-    async with raw_producer(bootstrap) as producer:
-        sender = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
-        for number in range(count):
-            await sender.send(topic, doc(number), key=str(number).encode())
-
-
-async def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
-    ends = await end_offsets(bootstrap, topic)
-    done = await committed_offsets(bootstrap, group)
-    return all(done.get((topic, p)) == end for p, end in ends.items() if end)
-
-
 @pytest.mark.kafka
 async def test_batched_commits_reach_the_end_with_every_output_sent_once(
     kafka_bootstrap: str, new_topic: TopicFactory
@@ -93,7 +81,7 @@ async def test_batched_commits_reach_the_end_with_every_output_sent_once(
     middleware.check(broker)
     await broker.start()
     try:
-        await feed(kafka_bootstrap, contracts, source, 300)
+        await feed_docs(kafka_bootstrap, contracts, source, range(300))
         await wait_until(lambda: committed_to_end(kafka_bootstrap, group, source), what="commits")
     finally:
         await middleware.close()
@@ -249,12 +237,12 @@ async def test_shutdown_and_revocation_commit_what_is_settled(
 
     await first.start()
     try:
-        await feed(kafka_bootstrap, contracts, source, 40)
+        await feed_docs(kafka_bootstrap, contracts, source, range(40))
         await wait_until(lambda: len(handled) == 40, what="40 handled by the first")
         assert await committed_offsets(kafka_bootstrap, group) == {}
         await second.start()  # the rebalance revokes the first one's partitions: it commits
         await wait_until(lambda: committed_to_end(kafka_bootstrap, group, source), what="revoke")
-        await feed(kafka_bootstrap, contracts, source, 40)
+        await feed_docs(kafka_bootstrap, contracts, source, range(40))
         await wait_until(lambda: len(handled) == 80, what="80 handled")
     finally:
         for broker, middleware in ((first, first_mw), (second, second_mw)):
@@ -286,7 +274,7 @@ async def test_an_abort_commits_up_to_the_failing_record(
     middleware.check(broker)
     await broker.start()
     try:
-        await feed(kafka_bootstrap, contracts, source, 10)
+        await feed_docs(kafka_bootstrap, contracts, source, range(10))
         await asyncio.wait_for(middleware.hopchain.aborted.wait(), 30)
         await middleware.close()
         assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 5}

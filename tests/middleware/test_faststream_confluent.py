@@ -30,9 +30,9 @@ from middleware_helpers import (
     MalformedFactory,
     check_dead_letters,
     committed_offsets,
+    committed_to_end,
     contract,
     doc,
-    end_offsets,
     mixed_plan,
     parent_of,
     raw_producer,
@@ -105,12 +105,6 @@ def confluent_stage(
     chain = orders.get(telemetry, [middleware])
     broker = KafkaBroker(bootstrap, middlewares=chain, ack_policy=ack_policy)
     return broker, middleware
-
-
-async def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
-    ends = await end_offsets(bootstrap, topic)
-    committed = await committed_offsets(bootstrap, group)
-    return all(committed.get((topic, p)) == end for p, end in ends.items() if end)
 
 
 def traceparents(record: Any) -> list[bytes]:

@@ -16,19 +16,17 @@ from faststream.confluent import KafkaBroker
 from middleware_helpers import (
     Doc,
     committed_offsets,
+    committed_to_end,
     contract,
-    doc,
-    end_offsets,
-    raw_producer,
+    feed_docs,
     registry,
     wait_until,
 )
 
-from hopchain import EnvelopeProducer, Hopchain, HopchainConfig, HopchainMiddleware
+from hopchain import Hopchain, HopchainConfig, HopchainMiddleware
 from hopchain.testing import create_topics, unique_topic_name
 
 if TYPE_CHECKING:
-    from hopchain.schemas import ContractRegistry
     from hopchain.testing import TopicFactory
 
 
@@ -37,19 +35,6 @@ def batched() -> HopchainConfig:
     return HopchainConfig(
         commits="batched", commit_interval_seconds=600, commit_max_records=100_000
     )
-
-
-async def feed(bootstrap: str, contracts: ContractRegistry, topic: str, first: int) -> None:
-    async with raw_producer(bootstrap) as producer:
-        sender = EnvelopeProducer(producer, Hopchain(contracts, component="feeder"))
-        for number in range(first, first + 40):
-            await sender.send(topic, doc(number), key=str(number).encode())
-
-
-async def committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
-    ends = await end_offsets(bootstrap, topic)
-    done = await committed_offsets(bootstrap, group)
-    return all(done.get((topic, p)) == end for p, end in ends.items() if end)
 
 
 @pytest.mark.kafka
@@ -78,7 +63,7 @@ async def test_a_rebalance_commits_what_is_settled_before_the_partitions_move(
 
     await first.start()
     try:
-        await feed(kafka_bootstrap, contracts, source, 0)
+        await feed_docs(kafka_bootstrap, contracts, source, range(40))
         await wait_until(lambda: len(handled[0]) == 40, within=60, what="40 handled by the first")
         assert await committed_offsets(kafka_bootstrap, group) == {}
         await second.start()  # the rebalance revokes the first one's partitions
@@ -88,7 +73,7 @@ async def test_a_rebalance_commits_what_is_settled_before_the_partitions_move(
                 within=60,
                 what="the commit on revocation",
             )
-        await feed(kafka_bootstrap, contracts, source, 40)
+        await feed_docs(kafka_bootstrap, contracts, source, range(40, 80))
         await wait_until(
             lambda: handled[1] and set(handled[0] + handled[1]) == set(range(80)),
             within=90,
@@ -100,14 +85,16 @@ async def test_a_rebalance_commits_what_is_settled_before_the_partitions_move(
             await middleware.close()
         for broker, _ in stages:
             await broker.stop()
-    assert await committed_to_end(kafka_bootstrap, group, source)
     every = handled[0] + handled[1]
     if listener:
+        assert await committed_to_end(kafka_bootstrap, group, source)
         assert sorted(every) == list(range(80))  # each record once
         assert min(handled[1]) >= 40  # the second read on from the commit
     else:
+        # The second read some of the first one's again (it may still be reading them when
+        # the test stops it: those are read again by the next owner, never skipped).
         assert sorted(set(every)) == list(range(80))  # none lost
-        assert len(every) > 80  # the second read some of the first one's again
+        assert len(every) > 80
 
 
 def recorder(into: list[int]) -> Any:
