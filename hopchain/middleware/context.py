@@ -16,6 +16,7 @@ from hopchain.schemas import (
     Attempt,
     ContractRegistry,
     Decision,
+    Decoded,
     Degradation,
     Effect,
     EffectKind,
@@ -63,6 +64,9 @@ class HopContext:
     reported: ValidationIssue | None = None
     """Report-only: why enforcing would have parked this record; its payload is then
     not validated (see :mod:`hopchain.middleware.engine.report`)."""
+    decoded: Decoded | None = None
+    """The record as the codec read it: its payload, sent on unchanged, is written from the
+    bytes that were validated and hashed (see :meth:`EnvelopeCodec.encode`)."""
 
     @property
     def intent_key(self) -> str:

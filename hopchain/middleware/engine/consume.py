@@ -302,6 +302,7 @@ class Receiver:
             registry=parts.registry,
             dedupe=parts.dedupe,
             metrics=parts.metrics,
+            decoded=decoded,
         )
 
     async def reject(

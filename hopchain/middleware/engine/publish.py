@@ -161,7 +161,13 @@ class Publisher:
             envelope = self._originate(topic, trace_id, span_id, observation)
             verified = 0
         try:
-            record = self.parts.codec.encode(topic, envelope, payload, verified_hops=verified)
+            record = self.parts.codec.encode(
+                topic,
+                envelope,
+                payload,
+                verified_hops=verified,
+                read=incoming.decoded if incoming is not None else None,
+            )
         except EnvelopeRejected as exc:
             self.parts.metrics.rejected.labels(topic, "produce", exc.code.value).inc()
             raise
