@@ -70,6 +70,11 @@ def _dump(model: BaseModel | None) -> Any:
     return None if model is None else model.model_dump(mode="json")
 
 
+def _position(where: Position) -> dict[str, Any]:
+    """A position's members as its JSON has them (checked again as the hop is built)."""
+    return {"offset": where.offset, "partition": where.partition, "topic": where.topic}
+
+
 def _build(kind: type[msgspec.Struct], document: dict[str, Any], path: str) -> Any:
     return convert_strict(document, kind, path)
 
@@ -239,7 +244,7 @@ def append_v2(
         "observation": observation,
         "payload_digest": payload,
         "received_at": timestamp_text(received_at) if received_at is not None else None,
-        "received_from": None if received_from is None else _dump(received_from),
+        "received_from": None if received_from is None else _position(received_from),
         "span_id": span_id,
         "tries": [_dump(item) for item in attempts] if attempts else [],
     }
