@@ -16,7 +16,6 @@ from hopchain.schemas import (
     Attempt,
     ContractRegistry,
     Decision,
-    Decoded,
     Degradation,
     Effect,
     EffectKind,
@@ -26,6 +25,7 @@ from hopchain.schemas import (
     ValidationIssue,
     stage_intent_key,
 )
+from hopchain.schemas.codec import PayloadRead
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["HopContext", "Origin", "RetryFeedback", "current_hop", "origin"]
@@ -64,9 +64,9 @@ class HopContext:
     reported: ValidationIssue | None = None
     """Report-only: why enforcing would have parked this record; its payload is then
     not validated (see :mod:`hopchain.middleware.engine.report`)."""
-    decoded: Decoded | None = None
-    """The record as the codec read it: its payload, sent on unchanged, is written from the
-    bytes that were validated and hashed (see :meth:`EnvelopeCodec.encode`)."""
+    payload_read: PayloadRead | None = None
+    """The payload's bytes as the codec read and validated them, with their digest: sent on
+    unchanged, it is not validated or hashed again (see :meth:`EnvelopeCodec.encode`)."""
 
     @property
     def intent_key(self) -> str:

@@ -314,14 +314,14 @@ class EnvelopeCodec:
         *,
         tracestate: str | None = None,
         verified_hops: int = 0,
-        read: Decoded | None = None,
+        read: PayloadRead | None = None,
     ) -> EncodedRecord:
         """Write one record for ``topic``.
 
         ``verified_hops`` is how many leading hops were already verified (a received chain);
-        only the hops after them are checked again. ``read``: the record the payload was
-        read from; a payload that serialises to the bytes read (and validated) there, or in
-        the last record decoded, is not validated or hashed again.
+        only the hops after them are checked again. ``read``: ``Decoded.payload_read`` of the
+        record the payload came from; a payload that serialises to the bytes read (and
+        validated) there, or in the last record decoded, is not validated or hashed again.
 
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
@@ -340,7 +340,7 @@ class EnvelopeCodec:
         tracestate: str | None,
         verified_hops: int,
         *,
-        read: Decoded | None = None,
+        read: PayloadRead | None = None,
     ) -> EncodedRecord:
         payload_json, digest = self._payload_json(contract, payload, read)
         if envelope.contract != contract.name or envelope.contract_version != contract.version:
@@ -415,7 +415,7 @@ class EnvelopeCodec:
         return EncodedRecord(value, tuple(headers), sealed)
 
     def _payload_json(
-        self, contract: TopicContract, payload: BaseModel, read: Decoded | None = None
+        self, contract: TopicContract, payload: BaseModel, read: PayloadRead | None = None
     ) -> tuple[bytes, str | None]:
         """The payload's JSON, checked as its readers will read it, and its digest if known."""
         if not isinstance(payload, contract.model):
@@ -427,7 +427,7 @@ class EnvelopeCodec:
             )
         # No serializer warnings: a wrong value is reported, typed, by the re-read below.
         payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
-        for known in (read.payload_read if read is not None else None, self._read_payload):
+        for known in (read, self._read_payload):
             if (
                 known is not None
                 and known[0] is contract.model

@@ -110,7 +110,9 @@ def test_payloads_read_in_a_batch_are_written_on_unchecked_only_while_unchanged(
             destination=topic,
         )
         hops = read.envelope.hop_count
-        return codec.encode(topic, envelope, read.payload, verified_hops=hops, read=read)
+        return codec.encode(
+            topic, envelope, read.payload, verified_hops=hops, read=read.payload_read
+        )
 
     written = [onward(read) for read in reads[1:]]
     with pytest.raises(EnvelopeRejected) as caught:

@@ -312,7 +312,7 @@ class Receiver:
             registry=parts.registry,
             dedupe=parts.dedupe,
             metrics=parts.metrics,
-            decoded=decoded,
+            payload_read=decoded.payload_read,
         )
 
     async def reject(

@@ -163,7 +163,7 @@ class Publisher:
                 envelope,
                 payload,
                 verified_hops=verified,
-                read=incoming.decoded if incoming is not None else None,
+                read=incoming.payload_read if incoming is not None else None,
             )
         except EnvelopeRejected as exc:
             self.parts.metrics.rejected.labels(topic, "produce", exc.code.value).inc()
