@@ -213,11 +213,21 @@ def _writes_only_w3c(propagator: TextMapPropagator) -> bool:
     return only
 
 
+def _another_traceparent(headers: Sequence[tuple[str, bytes]]) -> bool:
+    """Whether a header after the first is named ``traceparent`` in any case."""
+    return any(name.lower() == "traceparent" for name, _ in headers[1:])
+
+
 def _with_traceparent(
     headers: Sequence[tuple[str, bytes]], trace_id: str, span_id: str
 ) -> tuple[tuple[str, bytes], ...]:
-    """``headers`` as the default propagators write them: a sampled ``traceparent`` in place."""
+    """``headers`` as the default propagators write them: a sampled ``traceparent`` in place.
+
+    The same sequence when it holds just that already (the codec writes it first).
+    """
     value = f"00-{trace_id}-{span_id}-01".encode()
+    if headers and headers[0] == ("traceparent", value) and not _another_traceparent(headers):
+        return tuple(headers)
     if not any(name.lower() == "traceparent" for name, _ in headers):
         return (*headers, ("traceparent", value))
     return tuple(

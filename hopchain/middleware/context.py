@@ -25,6 +25,7 @@ from hopchain.schemas import (
     ValidationIssue,
     stage_intent_key,
 )
+from hopchain.schemas.codec import PayloadRead
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["HopContext", "Origin", "RetryFeedback", "current_hop", "origin"]
@@ -63,6 +64,9 @@ class HopContext:
     reported: ValidationIssue | None = None
     """Report-only: why enforcing would have parked this record; its payload is then
     not validated (see :mod:`hopchain.middleware.engine.report`)."""
+    payload_read: PayloadRead | None = None
+    """The payload's bytes as the codec read and validated them, with their digest: sent on
+    unchanged, it is not validated or hashed again (see :meth:`EnvelopeCodec.encode`)."""
 
     @property
     def intent_key(self) -> str:

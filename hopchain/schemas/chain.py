@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
-from hopchain.schemas.chain_v2 import append_v2, mint_v2, verify_wire
+from hopchain.schemas.chain_v2 import append_v2, mint_v2, recontracted, verify_wire
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, new_span_id, new_trace_id
 from hopchain.schemas.sealed import wire_of
@@ -90,8 +90,12 @@ def append_hop(
     failure: Failure | None = None,
     degradation: Degradation | None = None,
     keyring: Keyring | None = None,
+    contract: tuple[str, int] | None = None,
 ) -> Envelope:
     """Return a copy of the envelope with one sealed hop appended.
+
+    ``contract`` (name, version): the contract of the payload the hop writes, when it is
+    not the envelope's (a stage that writes another topic's contract).
 
     The hop links to the current head, its digest is computed over its canonical encoding,
     and it is signed when the keyring holds the component's key. A schema-2 envelope gets a
@@ -119,8 +123,11 @@ def append_hop(
             failure=failure,
             degradation=degradation,
             keyring=keyring,
+            contract=contract,
         )
     # Schema 1: a hop holding its own digest.
+    if contract is not None and contract != (envelope.contract, envelope.contract_version):
+        envelope = recontracted(envelope, *contract)
     return v1.append_hop(
         envelope,
         component=component,

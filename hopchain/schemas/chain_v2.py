@@ -70,6 +70,11 @@ def _dump(model: BaseModel | None) -> Any:
     return None if model is None else model.model_dump(mode="json")
 
 
+def _position(where: Position) -> dict[str, Any]:
+    """A position's members as its JSON has them (checked again as the hop is built)."""
+    return {"offset": where.offset, "partition": where.partition, "topic": where.topic}
+
+
 def _build(kind: type[msgspec.Struct], document: dict[str, Any], path: str) -> Any:
     return convert_strict(document, kind, path)
 
@@ -91,14 +96,20 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
     copy would); any other envelope is copied, and the writer's checks apply to the copy.
     """
     wire = wire_of(envelope)
-    if wire is not None and carried_chain(envelope) is None:
-        try:
-            verify_wire_fields(envelope, wire)
-        except EnvelopeError:  # changed after it was read: the copy is refused when written
-            pass
-        else:
-            return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
+    if wire is not None and _as_sealed(envelope, wire):
+        return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
     return envelope.model_copy(update={"contract": contract, "contract_version": version})
+
+
+def _as_sealed(envelope: Envelope, wire: Wire) -> bool:
+    """Whether the envelope's chain and identity are still the ones its wire sealed."""
+    if carried_chain(envelope) is not None:
+        return False
+    try:
+        verify_wire_fields(envelope, wire)
+    except EnvelopeError:  # changed after it was read: a copy is refused when written
+        return False
+    return True
 
 
 def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
@@ -197,8 +208,12 @@ def append_v2(
     degradation: Degradation | None = None,
     keyring: Keyring | None = None,
     payload: str | None = None,
+    contract: tuple[str, int] | None = None,
 ) -> Envelope:
     """Append one hop to a schema-2 envelope: its bytes are written once, here.
+
+    ``contract``: the contract the hop names, when not the envelope's (as appending to
+    :func:`recontracted` would, without building the envelope in between).
 
     Raises:
         EnvelopeError: a value breaks the schema (the reason code says how).
@@ -206,6 +221,10 @@ def append_v2(
     wire = wire_of(envelope)
     if wire is None:
         raise EnvelopeError(ReasonCode.INVALID_VALUE, "not a schema-2 envelope", "$")
+    if contract is None or contract == (envelope.contract, envelope.contract_version):
+        contract = (envelope.contract, envelope.contract_version)
+    elif not _as_sealed(envelope, wire):
+        envelope = recontracted(envelope, *contract)
     path = f"$.chain[{len(wire.hops)}]"
     decided = decided_at if decided_at is not None else datetime.now(UTC)
     for moment in (decided, received_at):
@@ -213,8 +232,8 @@ def append_v2(
             raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
     document = {
         "component": component,
-        "contract": envelope.contract,
-        "contract_version": envelope.contract_version,
+        "contract": contract[0],
+        "contract_version": contract[1],
         "decided_at": timestamp_text(decided),
         "decision": decision,
         "degradation": None if degradation is None else _dump(degradation),
@@ -225,7 +244,7 @@ def append_v2(
         "observation": observation,
         "payload_digest": payload,
         "received_at": timestamp_text(received_at) if received_at is not None else None,
-        "received_from": None if received_from is None else _dump(received_from),
+        "received_from": None if received_from is None else _position(received_from),
         "span_id": span_id,
         "tries": [_dump(item) for item in attempts] if attempts else [],
     }

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 RawHeaders = Sequence[tuple[str, bytes | None]]
+PayloadRead = tuple[type[BaseModel], bool, bytes, str]
+"""A payload read and validated: its model, whether lax, its bytes, their SHA-256."""
 
 _SINGLE_HEADERS = frozenset({ENVELOPE_HEADER, DEGRADED_HEADER})
 """Headers that must appear once. ``traceparent`` may repeat: OpenTelemetry's Kafka
@@ -83,6 +85,8 @@ class Decoded:
     contract: TopicContract
     traceparent: str
     tracestate: str | None
+    payload_read: PayloadRead | None = None
+    """Schema 2: the payload written on as read is neither validated nor hashed again."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,7 @@ class EnvelopeCodec:
 
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
+        self._read_payload = None  # set by a schema-2 payload read now
         envelope, payload = self._read_value(contract, value, first.get(ENVELOPE_HEADER))
         wire = wire_of(envelope)
         last_span = wire.last.span_id if wire and wire.last else None
@@ -194,9 +199,8 @@ class EnvelopeCodec:
                 f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
                 f"$.headers.{DEGRADED_HEADER}",
             )
-        return Decoded(
-            envelope, payload, contract, traceparent, _text(first.get(TRACESTATE_HEADER))
-        )
+        tracestate = _text(first.get(TRACESTATE_HEADER))
+        return Decoded(envelope, payload, contract, traceparent, tracestate, self._read_payload)
 
     def _read_value(
         self,
@@ -310,18 +314,21 @@ class EnvelopeCodec:
         *,
         tracestate: str | None = None,
         verified_hops: int = 0,
+        read: PayloadRead | None = None,
     ) -> EncodedRecord:
         """Write one record for ``topic``.
 
         ``verified_hops`` is how many leading hops were already verified (a received chain);
-        only the hops after them are checked again.
+        only the hops after them are checked again. ``read``: ``Decoded.payload_read`` of the
+        record the payload came from; a payload that serialises to the bytes read (and
+        validated) there, or in the last record decoded, is not validated or hashed again.
 
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
         """
         contract = self.registry.get(topic)
         try:
-            return self._encode(contract, envelope, payload, tracestate, verified_hops)
+            return self._encode(contract, envelope, payload, tracestate, verified_hops, read=read)
         except EnvelopeError as exc:
             raise EnvelopeRejected(exc.code, exc.detail, exc.path, topic=topic) from None
 
@@ -332,8 +339,10 @@ class EnvelopeCodec:
         payload: BaseModel,
         tracestate: str | None,
         verified_hops: int,
+        *,
+        read: PayloadRead | None = None,
     ) -> EncodedRecord:
-        payload_json, digest = self._payload_json(contract, payload)
+        payload_json, digest = self._payload_json(contract, payload, read)
         if envelope.contract != contract.name or envelope.contract_version != contract.version:
             raise EnvelopeError(
                 ReasonCode.CONTRACT_MISMATCH,
@@ -406,7 +415,7 @@ class EnvelopeCodec:
         return EncodedRecord(value, tuple(headers), sealed)
 
     def _payload_json(
-        self, contract: TopicContract, payload: BaseModel
+        self, contract: TopicContract, payload: BaseModel, read: PayloadRead | None = None
     ) -> tuple[bytes, str | None]:
         """The payload's JSON, checked as its readers will read it, and its digest if known."""
         if not isinstance(payload, contract.model):
@@ -418,14 +427,14 @@ class EnvelopeCodec:
             )
         # No serializer warnings: a wrong value is reported, typed, by the re-read below.
         payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
-        read = self._read_payload
-        if (
-            read is not None
-            and read[0] is contract.model
-            and read[1] == contract.lax_payloads
-            and read[2] == payload_json
-        ):
-            return payload_json, read[3]  # the bytes read and validated: written on unchanged
+        for known in (read, self._read_payload):
+            if (
+                known is not None
+                and known[0] is contract.model
+                and known[1] == contract.lax_payloads
+                and known[2] == payload_json
+            ):
+                return payload_json, known[3]  # the bytes read and validated: written on
         try:
             # Re-read what would be sent, as its readers will (strict unless lax_payloads): a
             # model built with model_construct() or changed after validation must not reach the

@@ -229,11 +229,14 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
     """The unconstrained twin of a wire struct, and the check of its constraints."""
     hints = typing.get_type_hints(kind, include_extras=True)
     fields = [(name, _twin_type(hints[name], timestamps=False)) for name in kind.__struct_fields__]
+    # Not tracked by the garbage collector: what is decoded or converted holds no cycle, and
+    # a batch keeps each record's last hop alive until it commits.
     twin = msgspec.defstruct(
         f"Fast{kind.__name__}",
         fields,
         forbid_unknown_fields=True,
         frozen=True,
+        gc=False,
         module=kind.__module__,
     )
     return twin, _Compiler().build(typing.cast("mi.StructType", mi.type_info(kind)))

@@ -14,6 +14,7 @@ __all__ = [
     "new_envelope_id",
     "new_intent_key",
     "new_span_id",
+    "new_span_ids",
     "new_trace_id",
     "stage_intent_key",
 ]
@@ -63,6 +64,15 @@ def new_span_id() -> str:
         span_id = os.urandom(8).hex()
         if span_id != "0" * 16:
             return span_id
+
+
+def new_span_ids(count: int) -> list[str]:
+    """``count`` random, non-zero span ids, drawn together (one read of the system's source)."""
+    text = os.urandom(8 * count).hex()
+    ids = [text[start : start + 16] for start in range(0, 16 * count, 16)]
+    if "0" * 16 in ids:
+        ids = [span_id if span_id != "0" * 16 else new_span_id() for span_id in ids]
+    return ids
 
 
 def new_intent_key() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from hopchain.schemas.ids import (
     new_envelope_id,
     new_intent_key,
     new_span_id,
+    new_span_ids,
     new_trace_id,
     stage_intent_key,
 )
@@ -49,6 +51,19 @@ def test_trace_and_span_ids_are_w3c_and_random() -> None:
     assert len(traces) == len(spans) == 100
     assert all(re.fullmatch(TRACE_ID_PATTERN, trace) for trace in traces)
     assert all(re.fullmatch(SPAN_ID_PATTERN, span) for span in spans)
+
+
+def test_span_ids_drawn_together_are_w3c_distinct_and_never_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spans = new_span_ids(500)
+
+    assert len(set(spans)) == 500
+    assert all(re.fullmatch(SPAN_ID_PATTERN, span) for span in spans)
+    # A draw that holds the invalid all-zero id has it replaced, and only it.
+    draws = iter([bytes(8) + b"\x01" * 8, b"\x02" * 8])
+    monkeypatch.setattr("hopchain.schemas.ids.os.urandom", lambda _: next(draws))
+    assert new_span_ids(2) == ["0202020202020202", "0101010101010101"]
 
 
 def test_intent_keys_are_unique() -> None:

@@ -90,6 +90,42 @@ def test_a_payload_read_then_changed_is_validated_again_when_written(topic: str)
 
 
 @pytest.mark.parametrize("topic", TOPICS)
+def test_payloads_read_in_a_batch_are_written_on_unchecked_only_while_unchanged(
+    topic: str,
+) -> None:
+    """Every record read before any is written on (a batch): each output is written with the
+    record it came from; a payload changed in between is validated again, and refused."""
+    codec = v2_codec()
+    records = [v2_record(topic, stages=1) for _ in range(3)]
+    reads = [codec.decode(topic, record.value, list(record.headers)) for record in records]
+    object.__setattr__(reads[0].payload, "count", "three")  # frozen, changed anyway
+
+    def onward(read: Any) -> Any:
+        envelope = append_hop(
+            read.envelope,
+            component="stage-9",
+            instance="stage-9-0",
+            decision=Decision.FORWARDED,
+            span_id="c000000000000001",
+            destination=topic,
+        )
+        hops = read.envelope.hop_count
+        return codec.encode(
+            topic, envelope, read.payload, verified_hops=hops, read=read.payload_read
+        )
+
+    written = [onward(read) for read in reads[1:]]
+    with pytest.raises(EnvelopeRejected) as caught:
+        onward(reads[0])
+
+    assert (caught.value.code, caught.value.path) == (ReasonCode.PAYLOAD_INVALID, "$.payload.count")
+    for record in written:
+        again = v2_codec().decode(topic, record.value, list(record.headers))
+        assert again.payload == sample_payload()
+        assert again.envelope.hop_count == 3
+
+
+@pytest.mark.parametrize("topic", TOPICS)
 def test_a_record_reads_back_with_every_hop_and_the_payload(topic: str) -> None:
     record = v2_record(topic, stages=2)
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.engine.batch import (
@@ -43,7 +44,7 @@ from hopchain.middleware.engine.consume import internal_error
 from hopchain.middleware.engine.one_by_one import log_rewound
 from hopchain.middleware.engine.verdict import Received, Verdict, refuse_dead_letter_topic
 from hopchain.schemas import TRACEPARENT_HEADER
-from hopchain.schemas.ids import new_span_id
+from hopchain.schemas.ids import new_span_ids
 from hopchain.tracing import batch_receive_span, mark_error, process_span, tracing_active
 
 if TYPE_CHECKING:
@@ -179,9 +180,11 @@ class Batches:
             ledger.ends[where] = last.offset + 1
         if self.transaction is not None:
             await self._begin()
-        count = 0
+        # Once per read: the moment the records were received, and the span ids of their hops.
+        count = sum(map(len, fetched))
+        received_at = datetime.now(UTC)
+        span_ids = None if traced else iter(new_span_ids(count))
         for records in fetched:
-            count += len(records)
             for record in records:
                 try:
                     received = self._verdict(record)
@@ -193,7 +196,7 @@ class Batches:
                     raise
                 hop = received.hop
                 if received.verdict is Verdict.HANDLE and hop is None:
-                    hop = self._open(received, traced=traced, links=links)
+                    hop = self._open(received, received_at, span_ids=span_ids, links=links)
                 if hop is not None:
                     hops.append(hop)
                 else:
@@ -234,14 +237,25 @@ class Batches:
         return received
 
     def _open(
-        self, received: Received, *, traced: bool, links: list[SpanContext]
+        self,
+        received: Received,
+        received_at: datetime,
+        *,
+        span_ids: Iterator[str] | None,
+        links: list[SpanContext],
     ) -> HopContext | None:
-        """The hop of a valid record; None (and a ``reader_error`` verdict) if that failed."""
+        """The hop of a valid record; None (and a ``reader_error`` verdict) if that failed.
+
+        ``span_ids``: the hops' span ids when no span records (else each hop's span's).
+        """
         record, decoded = received.record, received.decoded
         assert decoded is not None  # noqa: S101 - a HANDLE verdict carries it
+        group = self.group
         try:
-            if not traced:
-                return self.hopchain.open(record, decoded, group=self.group, span_id=new_span_id())
+            if span_ids is not None:
+                return self.hopchain.open(
+                    record, decoded, group=group, span_id=next(span_ids), received_at=received_at
+                )
             carrier: list[tuple[str, bytes | None]] = [
                 (TRACEPARENT_HEADER, decoded.traceparent.encode()),
                 *((name, raw) for name, raw in record.headers if name != TRACEPARENT_HEADER),
@@ -254,7 +268,9 @@ class Batches:
                 component=self.hopchain.component,
                 carrier=carrier,
             )
-            hop = self.hopchain.open(record, decoded, group=self.group, span_id=span.span_id)
+            hop = self.hopchain.open(
+                record, decoded, group=group, span_id=span.span_id, received_at=received_at
+            )
         except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
             received.verdict = Verdict.PARK
             received.error = internal_error(record, exc, step="open")
@@ -274,9 +290,8 @@ class Batches:
         pending, stops, starts, ends = ledger.pending, ledger.stops, ledger.starts, ledger.ends
         error: BaseException | None = None
         if pending:
-            outcomes = await asyncio.gather(*(p[2] for p in pending), return_exceptions=True)
-            for (where, offset, _), outcome in zip(pending, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
+            for (where, offset, _), outcome in zip(pending, await _outcomes(pending), strict=True):
+                if outcome is not None:
                     error = error or outcome
                     stops[where] = min(stops.get(where, offset), offset)
         try:
@@ -377,3 +392,26 @@ class Batches:
             current.abandon()
         if self._doomed:
             await self._abort()
+
+
+async def _outcomes(
+    pending: Sequence[tuple[Partition, int, Awaitable[Any]]],
+) -> list[BaseException | None]:
+    """Each write's exception, or None: once every one is done (as ``gather`` would say).
+
+    A future done already is read as it is; only the others are gathered (a callback each).
+    """
+    outcomes: list[BaseException | None] = []
+    waiting: list[tuple[int, Awaitable[Any]]] = []
+    for _, _, ack in pending:
+        if isinstance(ack, asyncio.Future) and ack.done():
+            outcomes.append(asyncio.CancelledError() if ack.cancelled() else ack.exception())
+        else:
+            waiting.append((len(outcomes), ack))
+            outcomes.append(None)
+    if waiting:
+        results = await asyncio.gather(*(ack for _, ack in waiting), return_exceptions=True)
+        for (index, _), result in zip(waiting, results, strict=True):
+            if isinstance(result, BaseException):
+                outcomes[index] = result
+    return outcomes

@@ -269,9 +269,19 @@ class Receiver:
                 reset_current_hop(token)
 
     def open(
-        self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
+        self,
+        record: ConsumedRecord,
+        decoded: Decoded,
+        *,
+        group: str,
+        span_id: str,
+        received_at: datetime | None = None,
     ) -> HopContext:
-        """The handling context of a valid record: what the handler can know and record."""
+        """The handling context of a valid record: what the handler can know and record.
+
+        ``received_at``: when it was read (now, by default; a batch's records share the
+        moment they were fetched).
+        """
         parts = self.parts
         return HopContext(
             envelope=decoded.envelope,
@@ -279,11 +289,12 @@ class Receiver:
             record=record,
             component=parts.component,
             span_id=span_id,
-            received_at=datetime.now(UTC),
+            received_at=received_at if received_at is not None else datetime.now(UTC),
             group=group,
             registry=parts.registry,
             dedupe=parts.dedupe,
             metrics=parts.metrics,
+            payload_read=decoded.payload_read,
         )
 
     async def reject(

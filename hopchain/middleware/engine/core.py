@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, ExitStack
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -227,10 +228,18 @@ class Hopchain:
         return self.receiver.handling(record, decoded, group=group)
 
     def open(
-        self, record: ConsumedRecord, decoded: Decoded, *, group: str, span_id: str
+        self,
+        record: ConsumedRecord,
+        decoded: Decoded,
+        *,
+        group: str,
+        span_id: str,
+        received_at: datetime | None = None,
     ) -> HopContext:
-        """The handling context of a valid record."""
-        return self.receiver.open(record, decoded, group=group, span_id=span_id)
+        """The handling context of a valid record (``received_at``: now, by default)."""
+        return self.receiver.open(
+            record, decoded, group=group, span_id=span_id, received_at=received_at
+        )
 
     async def reject(
         self,

@@ -28,7 +28,6 @@ from hopchain.schemas import (
     new_envelope,
     new_envelope_id,
 )
-from hopchain.schemas.chain_v2 import recontracted
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
 from hopchain.send_spans import forward_span, publish_span
@@ -39,7 +38,7 @@ __all__ = ["Publisher"]
 def _propagated(record: EncodedRecord, trace_id: str, span_id: str) -> EncodedRecord:
     """The record with its trace context as the configured propagator writes it."""
     headers = propagation.inject_trace_context(record.headers, trace_id=trace_id, span_id=span_id)
-    return replace(record, headers=headers)
+    return record if headers is record.headers else replace(record, headers=headers)
 
 
 class Publisher:
@@ -96,11 +95,8 @@ class Publisher:
         metrics = parts.metrics
         metrics.child(metrics.stage_decisions, stage_label(hop), decided.value).inc()
         hop.hops_appended += 1
-        base = hop.envelope
-        if contract is not None and contract != (base.contract, base.contract_version):
-            base = recontracted(base, *contract)
         return append_hop(
-            base,
+            hop.envelope,
             component=parts.component,
             instance=parts.instance,
             decision=decided,
@@ -114,6 +110,7 @@ class Publisher:
             failure=failure or hop.failure,
             degradation=hop.degradation,
             keyring=parts.keyring,
+            contract=contract,
         )
 
     def outgoing(
@@ -161,7 +158,13 @@ class Publisher:
             envelope = self._originate(topic, trace_id, span_id, observation)
             verified = 0
         try:
-            record = self.parts.codec.encode(topic, envelope, payload, verified_hops=verified)
+            record = self.parts.codec.encode(
+                topic,
+                envelope,
+                payload,
+                verified_hops=verified,
+                read=incoming.payload_read if incoming is not None else None,
+            )
         except EnvelopeRejected as exc:
             self.parts.metrics.rejected.labels(topic, "produce", exc.code.value).inc()
             raise
