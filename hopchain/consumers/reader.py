@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -68,7 +67,7 @@ class IndexReader:
         self.targets: dict[TopicPartition, int] = {}
         self.applier = Applier(plan, self.owners, index, metrics, settings.resolution_key())
         self._consumer: Any = None
-        self._writing: deque[asyncio.Future[int]] = deque()
+        self._applying: asyncio.Future[int] | None = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hopchain-dlq-index")
         self._assigned: set[TopicPartition] = set()
         self._missing: set[str] = set()
@@ -136,9 +135,9 @@ class IndexReader:
 
     async def stop(self) -> None:
         """Finish the batches being indexed, if any, and close the consumer."""
-        while self._writing:
+        if self._applying is not None:
             with contextlib.suppress(Exception):
-                await self._drain()
+                await self._applying
         self._writer.shutdown()
         if self._consumer is not None:
             await self._consumer.stop()
@@ -211,11 +210,10 @@ class IndexReader:
         )
         if batch:
             loop = asyncio.get_running_loop()
-            self._writing.append(
-                loop.run_in_executor(self._writer, self.applier.apply_batch, batch)
-            )
-        await self._drain()
-        if not batch:
+            # Shielded: a batch begun is finished and committed, even when reading stops.
+            self._applying = loop.run_in_executor(self._writer, self.applier.apply_batch, batch)
+            await asyncio.shield(self._applying)
+        else:
             self.index.commit({})  # a resolution triage recorded meanwhile
         if self._pending:
             await self._check_ready()
@@ -224,19 +222,6 @@ class IndexReader:
             self._lag_at = now + _LAG_EVERY_SECONDS
             await self._update_lag()
         return sum(len(records) for records in batch.values())
-
-    async def _drain(self) -> None:
-        """Wait until no batch is being indexed.
-
-        Shielded: a batch begun is finished and committed, even when reading stops.
-        """
-        while self._writing:
-            writing = self._writing[0]
-            try:
-                await asyncio.shield(writing)
-            finally:
-                if writing.done():
-                    self._writing.popleft()
 
     async def catch_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Read until every partition reached its start-up end offset.

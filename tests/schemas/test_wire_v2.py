@@ -62,6 +62,18 @@ def refusal(
     return caught.value
 
 
+def forwarded(envelope: Any, topic: str) -> Any:
+    """``envelope`` with the hop of a stage forwarding it to ``topic``."""
+    return append_hop(
+        envelope,
+        component="stage-9",
+        instance="stage-9-0",
+        decision=Decision.FORWARDED,
+        span_id="c000000000000001",
+        destination=topic,
+    )
+
+
 # -- reading and writing -------------------------------------------------------------------------
 
 
@@ -71,14 +83,7 @@ def test_a_payload_read_then_changed_is_validated_again_when_written(topic: str)
     record = v2_record(topic, stages=1)
     codec = v2_codec()
     read = codec.decode(topic, record.value, list(record.headers))
-    onward = append_hop(
-        read.envelope,
-        component="stage-9",
-        instance="stage-9-0",
-        decision=Decision.FORWARDED,
-        span_id="c000000000000001",
-        destination=topic,
-    )
+    onward = forwarded(read.envelope, topic)
     hops = read.envelope.hop_count
     assert codec.encode(topic, onward, read.payload, verified_hops=hops).value
     changed = read.payload.model_copy(update={"count": "three"})
@@ -101,14 +106,7 @@ def test_payloads_read_in_a_batch_are_written_on_unchecked_only_while_unchanged(
     object.__setattr__(reads[0].payload, "count", "three")  # frozen, changed anyway
 
     def onward(read: Any) -> Any:
-        envelope = append_hop(
-            read.envelope,
-            component="stage-9",
-            instance="stage-9-0",
-            decision=Decision.FORWARDED,
-            span_id="c000000000000001",
-            destination=topic,
-        )
+        envelope = forwarded(read.envelope, topic)
         hops = read.envelope.hop_count
         return codec.encode(
             topic, envelope, read.payload, verified_hops=hops, read=read.payload_read
