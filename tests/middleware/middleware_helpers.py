@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -159,6 +159,11 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     finally:
         await consumer.stop()
     return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def at_least(count: Awaitable[int], expected: int) -> bool:
+    """Whether the awaited count reached ``expected`` (for :func:`wait_until`)."""
+    return await count >= expected
 
 
 async def record_count(bootstrap: str, topic: str) -> int:

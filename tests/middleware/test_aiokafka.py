@@ -20,6 +20,7 @@ from middleware_helpers import (
     Doc,
     MalformedFactory,
     Summary,
+    at_least,
     check_dead_letters,
     committed_offsets,
     contract,
@@ -176,7 +177,7 @@ async def test_consumer_hands_over_valid_records_and_parks_the_rest(
         try:
             await wait_until(lambda: sum(handled.values()) >= valid, what="every valid record")
             await wait_until(
-                lambda: _at_least(record_count(kafka_bootstrap, dlq), malformed),
+                lambda: at_least(record_count(kafka_bootstrap, dlq), malformed),
                 what="every dead letter",
             )
             await sender.send(topic, doc(MIXED_TOTAL), key=b"late")
@@ -210,10 +211,6 @@ async def test_consumer_hands_over_valid_records_and_parks_the_rest(
     assert {p: committed.get((topic, p)) for p in ends} == ends
     assert "hopchain" in {r.name for r in caplog.records if r.levelno >= logging.ERROR}
     assert payload_leaks(caplog.records) == []
-
-
-async def _at_least(count: Any, expected: int) -> bool:
-    return bool(await count >= expected)
 
 
 # -- producing ---------------------------------------------------------------------------------

@@ -19,9 +19,11 @@ from middleware_helpers import (
     Doc,
     MalformedFactory,
     Summary,
+    at_least,
     capture_faststream_logs,
     check_dead_letters,
     committed_offsets,
+    committed_to_end,
     contract,
     doc,
     header,
@@ -240,7 +242,7 @@ async def test_mixed_records_are_handled_once_or_parked_byte_for_byte(
                 lambda: record_count(kafka_bootstrap, dlq), within=30, what="dead letters"
             )
             await wait_until(
-                lambda: _at_least(record_count(kafka_bootstrap, dlq), malformed),
+                lambda: at_least(record_count(kafka_bootstrap, dlq), malformed),
                 within=30,
                 what="every dead letter",
             )
@@ -248,7 +250,7 @@ async def test_mixed_records_are_handled_once_or_parked_byte_for_byte(
             await EnvelopeProducer(producer, feeder).send(topic, doc(MIXED_TOTAL), key=b"late")
             await wait_until(lambda: handled[MIXED_TOTAL] == 1, what="the late record")
             await wait_until(
-                lambda: _committed_to_end(kafka_bootstrap, group, topic), what="final commits"
+                lambda: committed_to_end(kafka_bootstrap, group, topic), what="final commits"
             )
         finally:
             await broker.stop()
@@ -269,18 +271,6 @@ async def test_mixed_records_are_handled_once_or_parked_byte_for_byte(
     ) == len(valid_numbers)
     assert logged_by(caplog) >= {"hopchain", "faststream.access.kafka"}
     assert payload_leaks(caplog.records) == []
-
-
-async def _at_least(count: Any, expected: int) -> bool:
-    return bool(await count >= expected)
-
-
-async def _committed_to_end(bootstrap: str, group: str, topic: str) -> bool:
-    from middleware_helpers import end_offsets  # noqa: PLC0415
-
-    ends = await end_offsets(bootstrap, topic)
-    committed = await committed_offsets(bootstrap, group)
-    return all(committed.get((topic, p)) == end for p, end in ends.items() if end)
 
 
 # -- 3. publishing refuses, and sends nothing --------------------------------------------------
@@ -387,7 +377,7 @@ async def test_unwritable_dead_letter_is_retried_and_nothing_passes_it(
         assert broker.subscribers[0].running  # still consuming: not stopped by the failure
         fault.released = True
         await wait_until(lambda: handled == [0, 2], what="the record after the parked one")
-        await wait_until(lambda: _committed_to_end(kafka_bootstrap, group, topic), what="commits")
+        await wait_until(lambda: committed_to_end(kafka_bootstrap, group, topic), what="commits")
     finally:
         await broker.stop()
         await fault.writer.close()  # type: ignore[attr-defined]
@@ -454,9 +444,7 @@ async def test_handler_exceptions_are_parked_as_typed_failures_without_their_mes
                 with origin(run_id="run-7", work_item_id=f"item-{number}"):
                     await broker.publish(doc(number), topic)
             await wait_until(lambda: handled == [0, 3], what="the records that succeed")
-            await wait_until(
-                lambda: _committed_to_end(kafka_bootstrap, group, topic), what="commit"
-            )
+            await wait_until(lambda: committed_to_end(kafka_bootstrap, group, topic), what="commit")
         finally:
             await broker.stop()
 

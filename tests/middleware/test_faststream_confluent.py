@@ -28,6 +28,7 @@ from middleware_helpers import (
     DeadLetterWatch,
     Doc,
     MalformedFactory,
+    at_least,
     check_dead_letters,
     committed_offsets,
     committed_to_end,
@@ -164,7 +165,7 @@ async def test_hostile_records_are_parked_byte_for_byte_and_valid_ones_forwarded
     async with TestApp(middleware.app(broker)):
         await wait_until(lambda: set(forwarded) >= valid, within=60, what="every valid record")
         await wait_until(
-            lambda: _at_least(record_count(kafka_bootstrap, dlq), malformed + 2),
+            lambda: at_least(record_count(kafka_bootstrap, dlq), malformed + 2),
             what="every dead letter",
         )
         # The consumer is alive after all of that: a late record is forwarded too.
@@ -230,10 +231,6 @@ def check_outputs(outputs: list[Any], exported: dict[str, Any]) -> None:
         [parent] = traceparents(record)  # beside FastStream's telemetry middleware
         assert parent.decode().split("-")[1:3] == [envelope.trace_id, hop]
         assert trace_of(exported[hop]) == envelope.trace_id
-
-
-async def _at_least(count: Any, expected: int) -> bool:
-    return bool(await count >= expected)
 
 
 # -- a pipeline mixing the families -------------------------------------------------------------

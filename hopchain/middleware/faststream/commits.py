@@ -139,11 +139,11 @@ class BatchedCommits:
     async def handed_over(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
         """Partitions about to move, for a client that commits them itself: what to commit.
 
-        See :meth:`OffsetLedger.revoked`; the partitions are forgotten.
+        See :meth:`OffsetLedger.hand_over`; the partitions are forgotten.
         """
         offsets: dict[TopicPartition, int] = {}
         for ledger in list(self.ledgers.values()):
-            offsets.update(await ledger.revoked(partitions))
+            offsets.update(await ledger.hand_over(partitions))
         return offsets
 
     async def close(self) -> None:

@@ -36,6 +36,7 @@ from faststream.confluent import KafkaBroker
 from faststream.confluent.response import KafkaPublishCommand
 
 from hopchain.exceptions import ConfigurationError
+from hopchain.middleware.confluent.client import read_message
 from hopchain.middleware.confluent.reread import Rereader
 from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
 from hopchain.schemas.record import ConsumedRecord, confluent_headers
@@ -126,15 +127,8 @@ class ConfluentFamily:
 
     @staticmethod
     def read(raw: Any) -> ConsumedRecord:
-        """A ``confluent_kafka.Message`` as hopchain sees it.
-
-        Headers confluent-kafka cannot read are replaced by none at once: it keeps the
-        half-read list, and hands it out (crashing the interpreter) on the next ``headers()``.
-        """
-        record = ConsumedRecord.from_confluent(raw)
-        if record.unreadable is not None:
-            raw.set_headers([])
-        return record
+        """A ``confluent_kafka.Message`` as hopchain sees it (as the plain wrappers read it)."""
+        return read_message(raw)
 
     @staticmethod
     def parseable(raw: Any) -> None:

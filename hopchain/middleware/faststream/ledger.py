@@ -312,7 +312,7 @@ class OffsetLedger:
         await self._sends_done(chosen, timeout)
         await self.commit(chosen)
 
-    async def revoked(
+    async def hand_over(
         self,
         partitions: Iterable[TopicPartition],
         *,
