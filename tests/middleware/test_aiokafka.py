@@ -182,6 +182,14 @@ async def test_consumer_hands_over_valid_records_and_parks_the_rest(
             )
             await sender.send(topic, doc(MIXED_TOTAL), key=b"late")
             await wait_until(lambda: handled[MIXED_TOTAL] == 1, what="the late record")
+            # Handled is not yet committed and counted: stop the loop only once it is.
+            await wait_until(
+                lambda: (
+                    sample(runtime, "hopchain_consumed_total", topic=topic, component="wrapped")
+                    == valid + 1
+                ),
+                what="the late record's commit",
+            )
         finally:
             loop.cancel()
             await asyncio.gather(loop, return_exceptions=True)
