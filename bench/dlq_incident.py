@@ -31,21 +31,15 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import replace
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.dlq_feed import Feed, records_of, send_letters
 from hopchain.schemas import ErrorType
-from hopchain.schemas.deadletter import DLQ_ID_HEADER, DLQ_PARKED_AT_HEADER, DLQ_PREFIX
-from hopchain.schemas.ids import new_envelope_id
+from hopchain.schemas.deadletter import DLQ_PREFIX
 from hopchain.testing import LocalKafka, delete_topics, unique_topic_name
-from hopchain.testing.deadletters import (
-    SyntheticDeadLetter,
-    produce_dead_letters,
-    synthetic_dead_letter,
-)
+from hopchain.testing.deadletters import synthetic_dead_letter
 
 HOPCHAIN = (sys.executable, "-c", "from hopchain.cli import main; main()")
 """The ``hopchain`` command of this interpreter (and of this checkout, with PYTHONPATH)."""
@@ -67,17 +61,18 @@ ERROR_TYPES = (
 )
 
 
-def letters(count: int, source: str, owner: str, seed: int) -> Iterator[SyntheticDeadLetter]:
+def letters(count: int, source: str, owner: str, seed: int) -> Feed:
     """Small dead letters, made as they are sent (a million never sit in memory).
 
     One letter is made per error type; the others are copies of it with their own id,
-    source offset and times, so that the producer, not the making, sets the pace.
+    source offset and times (:func:`bench.dlq_feed.records_of`), so that the producer, not
+    the making, sets the pace.
     """
     rng = random.Random(seed)
     start = time.time() - 3600.0 if SPREAD is None else time.time() - SPREAD
     step = (3600.0 if SPREAD is None else SPREAD) / max(count, 1)
-    made = {
-        error_type: synthetic_dead_letter(
+    templates = [
+        synthetic_dead_letter(
             owner=owner,
             source_topic=source,
             error_type=error_type,
@@ -85,27 +80,23 @@ def letters(count: int, source: str, owner: str, seed: int) -> Iterator[Syntheti
             value=b'{"n": 1234567890}',
         )
         for error_type in ERROR_TYPES
-    }
-    for number in range(count):
-        # Parked as an incident parks them, one after another (over the last hour); with
-        # HOPCHAIN_BENCH_DLQ_SPREAD=SECONDS, at random times over that many seconds instead.
-        parked_at = start + number * step if SPREAD is None else start + rng.uniform(0, SPREAD)
-        template = made[rng.choice(ERROR_TYPES)]
-        millis = int(parked_at * 1000)
-        dead_letter_id = new_envelope_id(millis)
-        own = {
-            DLQ_ID_HEADER: dead_letter_id.encode(),
-            SOURCE_OFFSET: str(number).encode(),
-            SOURCE_TIMESTAMP: str(millis).encode(),
-            DLQ_PARKED_AT_HEADER: datetime.fromtimestamp(parked_at, UTC).isoformat().encode(),
-        }
-        yield replace(
-            template,
-            dead_letter_id=dead_letter_id,
-            parked_at=parked_at,
-            key=f"{owner}-{number}".encode(),
-            headers=tuple((name, own.get(name, raw)) for name, raw in template.headers),
-        )
+    ]
+    # Parked as an incident parks them, one after another (over the last hour); with
+    # HOPCHAIN_BENCH_DLQ_SPREAD=SECONDS, at random times over that many seconds instead.
+    times = (
+        (start + number * step for number in range(count))
+        if SPREAD is None
+        else (start + rng.uniform(0, SPREAD) for _ in range(count))
+    )
+    return records_of(
+        templates,
+        range(count),
+        times,
+        owner,
+        rng,
+        offset_header=SOURCE_OFFSET,
+        timestamp_header=SOURCE_TIMESTAMP,
+    )
 
 
 def get(url: str) -> tuple[int, bytes, float]:
@@ -181,7 +172,7 @@ async def park_all(bootstrap: str, count: int, sources: dict[str, str]) -> None:
     share = count // len(OWNERS)
     await asyncio.gather(
         *(
-            produce_dead_letters(
+            send_letters(
                 bootstrap,
                 f"{source}.dlq",
                 letters(share + (n < count % len(OWNERS)), source, owner, seed=n),
