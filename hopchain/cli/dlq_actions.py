@@ -27,7 +27,14 @@ import typer
 from aiokafka.errors import KafkaError
 from rich.console import Console
 
-from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
+from hopchain.cli.common import (
+    ExitCode,
+    collect_for_ingest,
+    fail,
+    kafka_failure,
+    load_config,
+    quiet_kafka_client,
+)
 from hopchain.cli.output import console
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
@@ -174,6 +181,7 @@ async def opened_index(
                 await asyncio.to_thread(store.open_read_only)
                 yield Snapshot(store, DlqMetrics(store), {}, 0, 0.0)
             else:
+                collect_for_ingest()
                 store.open()
                 yield await load_index(settings, timeout=timeout, index=store)
         finally:
@@ -212,6 +220,7 @@ def serve(settings: DlqSettings) -> int:
     """Run the dead-letter service until it is stopped; its exit status."""
     from hopchain.consumers.service import serve as serve_forever  # noqa: PLC0415 - dlq extra
 
+    collect_for_ingest()
     return run(settings, serve_forever(settings))
 
 
@@ -239,6 +248,7 @@ def list_letters(
                 run(settings, asyncio.to_thread(store.open_read_only))
                 read = f"read from the index file {index_path}"
             else:
+                collect_for_ingest()
                 store.open()
                 snapshot = run(settings, load_index(settings, timeout=timeout, index=store))
                 read = (
