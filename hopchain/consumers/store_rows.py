@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import astuple
+from operator import itemgetter
 from typing import Any
 
 from hopchain.consumers.config import DlqSettings
@@ -38,10 +39,24 @@ __all__ = [
 
 _COLUMNS = ", ".join(f'"{name}"' for name in LETTER_COLUMNS)
 _INSERT = f"INSERT OR IGNORE INTO letters ({_COLUMNS}, resolved) VALUES ({', '.join('?' * len(LETTER_COLUMNS))}"  # noqa: E501, S608
-INSERT_LETTER = f"{_INSERT}, 0)"
+_UNRESOLVED = ", 0)"
+_RESOLVED = ", EXISTS (SELECT 1 FROM resolutions WHERE id = ?))"
+INSERT_LETTER = f"{_INSERT}{_UNRESOLVED}"
 """Index a letter (unresolved) unless its id is indexed; the values of :func:`letter_row`."""
-INSERT_RESOLVABLE = f"{_INSERT}, EXISTS (SELECT 1 FROM resolutions WHERE id = ?))"  # noqa: S608
+INSERT_RESOLVABLE = f"{_INSERT}{_RESOLVED}"
 """Index a letter, resolved when its resolution came first; its id once more at the end."""
+_RARE = tuple(
+    LETTER_COLUMNS.index(name)
+    for name in ("problem", "description", "reference", "foreign", "parked_at_basis")
+)
+"""Columns that are NULL for a dead letter hopchain parked (the usual letter)."""
+_NONE_OF_THE_RARE = (None,) * len(_RARE)
+_rare_values = itemgetter(*_RARE)
+_USUAL = [n for n in range(len(LETTER_COLUMNS)) if n not in _RARE]
+_usual_values = itemgetter(*_USUAL)
+_USUAL_COLUMNS = ", ".join(f'"{LETTER_COLUMNS[n]}"' for n in _USUAL)
+_INSERT_USUAL = f"INSERT OR IGNORE INTO letters ({_USUAL_COLUMNS}, resolved) VALUES ({', '.join('?' * len(_USUAL))}"  # noqa: E501, S608
+"""The usual letters leave the rare columns out: SQLite binds each None passed at a cost."""
 _QUALIFIED = ", ".join(f'l."{name}"' for name in LETTER_COLUMNS)
 SELECT_PAIRS = f"SELECT {_QUALIFIED}, r.body FROM letters l LEFT JOIN resolutions r ON r.id = l.id"  # noqa: S608
 
@@ -69,7 +84,13 @@ def insert_letters(db: sqlite3.Connection, rows: list[Any]) -> tuple[frozenset[i
     before = db.total_changes
     db.execute("SAVEPOINT letters")  # all of them or, when the insert fails, none
     try:
-        if resolvable:
+        if all(_rare_values(row) == _NONE_OF_THE_RARE for row in rows):
+            usual = map(_usual_values, rows)
+            if resolvable:
+                db.executemany(_INSERT_USUAL + _RESOLVED, [(*row, row[0]) for row in usual])
+            else:
+                db.executemany(_INSERT_USUAL + _UNRESOLVED, usual)
+        elif resolvable:
             db.executemany(INSERT_RESOLVABLE, [(*row, row[0]) for row in rows])
         else:
             db.executemany(INSERT_LETTER, rows)
