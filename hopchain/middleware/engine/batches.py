@@ -399,19 +399,28 @@ async def _outcomes(
 ) -> list[BaseException | None]:
     """Each write's exception, or None: once every one is done (as ``gather`` would say).
 
-    A future done already is read as it is; only the others are gathered (a callback each).
+    Awaited one after the other, in the order sent: acknowledgements come a produce request
+    at a time, so the task wakes about once per request and finds the rest done. (``gather``
+    adds a callback to every future, and the loop runs one per record.)
     """
     outcomes: list[BaseException | None] = []
-    waiting: list[tuple[int, Awaitable[Any]]] = []
     for _, _, ack in pending:
         if isinstance(ack, asyncio.Future) and ack.done():
             outcomes.append(asyncio.CancelledError() if ack.cancelled() else ack.exception())
+            continue
+        try:
+            await ack
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # This task is cancelled, not the write: the others go too, as with gather.
+                for _, _, other in pending:
+                    if isinstance(other, asyncio.Future):
+                        other.cancel()
+                raise
+            outcomes.append(exc)
+        except Exception as exc:  # noqa: BLE001 - each write's error is the caller's to settle
+            outcomes.append(exc)
         else:
-            waiting.append((len(outcomes), ack))
             outcomes.append(None)
-    if waiting:
-        results = await asyncio.gather(*(ack for _, ack in waiting), return_exceptions=True)
-        for (index, _), result in zip(waiting, results, strict=True):
-            if isinstance(result, BaseException):
-                outcomes[index] = result
     return outcomes
