@@ -401,26 +401,16 @@ async def _outcomes(
 
     Awaited one after the other, in the order sent: acknowledgements come a produce request
     at a time, so the task wakes about once per request and finds the rest done. (``gather``
-    adds a callback to every future, and the loop runs one per record.)
+    adds a callback to every future, and the loop runs one per record.) An acknowledgement
+    that is not a future (a coroutine) is started first, so all of them run together.
     """
-    outcomes: list[BaseException | None] = []
-    for _, _, ack in pending:
-        if isinstance(ack, asyncio.Future) and ack.done():
-            outcomes.append(asyncio.CancelledError() if ack.cancelled() else ack.exception())
-            continue
-        try:
-            await ack
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # This task is cancelled, not the write: the others go too, as with gather.
-                for _, _, other in pending:
-                    if isinstance(other, asyncio.Future):
-                        other.cancel()
-                raise
-            outcomes.append(exc)
-        except Exception as exc:  # noqa: BLE001 - each write's error is the caller's to settle
-            outcomes.append(exc)
-        else:
-            outcomes.append(None)
-    return outcomes
+    acks = [ack if asyncio.isfuture(ack) else asyncio.ensure_future(ack) for _, _, ack in pending]
+    try:
+        for ack in acks:
+            if not ack.done():
+                await asyncio.wait((ack,))  # raises only if this task is cancelled
+    except asyncio.CancelledError:
+        for ack in acks:  # the writes go too, as with gather
+            ack.cancel()
+        raise
+    return [asyncio.CancelledError() if ack.cancelled() else ack.exception() for ack in acks]
