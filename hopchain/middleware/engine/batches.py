@@ -399,19 +399,18 @@ async def _outcomes(
 ) -> list[BaseException | None]:
     """Each write's exception, or None: once every one is done (as ``gather`` would say).
 
-    A future done already is read as it is; only the others are gathered (a callback each).
+    Awaited one after the other, in the order sent: acknowledgements come a produce request
+    at a time, so the task wakes about once per request and finds the rest done. (``gather``
+    adds a callback to every future, and the loop runs one per record.) An acknowledgement
+    that is not a future (a coroutine) is started first, so all of them run together.
     """
-    outcomes: list[BaseException | None] = []
-    waiting: list[tuple[int, Awaitable[Any]]] = []
-    for _, _, ack in pending:
-        if isinstance(ack, asyncio.Future) and ack.done():
-            outcomes.append(asyncio.CancelledError() if ack.cancelled() else ack.exception())
-        else:
-            waiting.append((len(outcomes), ack))
-            outcomes.append(None)
-    if waiting:
-        results = await asyncio.gather(*(ack for _, ack in waiting), return_exceptions=True)
-        for (index, _), result in zip(waiting, results, strict=True):
-            if isinstance(result, BaseException):
-                outcomes[index] = result
-    return outcomes
+    acks = [ack if asyncio.isfuture(ack) else asyncio.ensure_future(ack) for _, _, ack in pending]
+    try:
+        for ack in acks:
+            if not ack.done():
+                await asyncio.wait((ack,))  # raises only if this task is cancelled
+    except asyncio.CancelledError:
+        for ack in acks:  # the writes go too, as with gather
+            ack.cancel()
+        raise
+    return [asyncio.CancelledError() if ack.cancelled() else ack.exception() for ack in acks]

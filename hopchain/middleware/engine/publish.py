@@ -7,10 +7,11 @@ published with nothing being handled, an origin hop on a new envelope.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any
 
+from prometheus_client import Counter
 from pydantic import BaseModel, ValidationError
 
 from hopchain import propagation
@@ -31,6 +32,7 @@ from hopchain.schemas import (
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
 from hopchain.send_spans import forward_span, publish_span
+from hopchain.tracing import tracing_active
 
 __all__ = ["Publisher"]
 
@@ -39,6 +41,30 @@ def _propagated(record: EncodedRecord, trace_id: str, span_id: str) -> EncodedRe
     """The record with its trace context as the configured propagator writes it."""
     headers = propagation.inject_trace_context(record.headers, trace_id=trace_id, span_id=span_id)
     return record if headers is record.headers else replace(record, headers=headers)
+
+
+class _Send:
+    """The block of :meth:`Publisher.sending` when no span records.
+
+    The send is guarded (no second ``traceparent`` joins it) and, once the block completes,
+    counted as published.
+    """
+
+    __slots__ = ("_guard", "_published", "_record")
+
+    def __init__(self, record: EncodedRecord, published: Counter) -> None:
+        self._record = record
+        self._published = published
+        self._guard = propagation.sending()
+
+    def __enter__(self) -> EncodedRecord:
+        self._guard.__enter__()
+        return self._record
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self._guard.__exit__(None, None, None)
+        if kind is None:
+            self._published.inc()
 
 
 class Publisher:
@@ -170,7 +196,6 @@ class Publisher:
             raise
         return record, envelope
 
-    @contextmanager
     def sending(
         self,
         topic: str,
@@ -180,7 +205,7 @@ class Publisher:
         headers: Mapping[str, str] | None = None,
         key: bytes | None = None,
         server_address: str | None = None,
-    ) -> Iterator[EncodedRecord]:
+    ) -> AbstractContextManager[EncodedRecord]:
         """The record to send for ``body``; the block sends it and returns once it was sent.
 
         With a record being handled, the new hop extends its chain and the send gets a
@@ -193,6 +218,36 @@ class Publisher:
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
         """
+        if incoming is not None and not tracing_active():
+            # No span can record (every record when no SDK is installed): no generator to run.
+            record, _ = self.outgoing(
+                topic,
+                body,
+                incoming=incoming,
+                trace_id=incoming.trace_id,
+                span_id=incoming.span_id,
+                headers=headers,
+            )
+            metrics = self.parts.metrics
+            return _Send(
+                _propagated(record, incoming.trace_id, incoming.span_id),
+                metrics.child(metrics.published, topic, self.parts.component),
+            )
+        return self._sending(
+            topic, body, incoming=incoming, headers=headers, key=key, server_address=server_address
+        )
+
+    @contextmanager
+    def _sending(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        headers: Mapping[str, str] | None,
+        key: bytes | None,
+        server_address: str | None,
+    ) -> Iterator[EncodedRecord]:
         component = self.parts.component
         if incoming is not None:
             record, _ = self.outgoing(
