@@ -28,7 +28,7 @@ from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
 __all__ = ["read_undecodable_header_names"]
 
-_log = logging.getLogger("hopchain.consumer")
+_log = logging.getLogger("hopchain.consumer.header_names")
 
 _BATCH = struct.Struct(">qiibIhiqqqhii")
 """A v2 record batch's header: base offset, length, leader epoch, magic, CRC, attributes,

@@ -171,11 +171,16 @@ def kafka_failure(exc: BaseException, bootstrap: str) -> str:
 
 
 def quiet_kafka_client() -> None:
-    """Keep aiokafka's own warnings off stderr: the command reports the failure, once."""
+    """Keep the Kafka client's own warnings off stderr: the command reports the failure, once.
+
+    That includes hopchain's note that a fetch held a header name that is not UTF-8 (the
+    record is read all the same; a command that only reads says nothing of it).
+    """
     import logging  # noqa: PLC0415 - only commands that talk to Kafka need it
 
-    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
-    logging.getLogger("aiokafka").propagate = False
+    for name in ("aiokafka", "hopchain.consumer.header_names"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
+        logging.getLogger(name).propagate = False
 
 
 INGEST_COLLECTION_THRESHOLDS = (100_000, 20, 20)

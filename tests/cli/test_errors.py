@@ -28,6 +28,7 @@ from hopchain.testing import (
     synthetic_dead_letter,
     unique_topic_name,
 )
+from hopchain.testing.kcat import KcatSend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -314,7 +315,14 @@ def test_startup_is_quick_enough_to_notice_a_regression() -> None:
 
 
 @pytest.mark.kafka
-def test_trace_of_an_unknown_id_says_not_found_with_exit_4(kafka_bootstrap: str) -> None:
+async def test_trace_of_an_unknown_id_says_not_found_with_exit_4(
+    kafka_bootstrap: str, kcat: KcatSend
+) -> None:
+    # A dead-letter topic (trace reads them all) holds a record whose header name is not
+    # UTF-8: it is read on the way, without a word of it on stderr.
+    odd = unique_topic_name("odd-name") + ".dlq"
+    await create_topics(kafka_bootstrap, odd)
+    await kcat(odd, [b"odd"], headers=[b"\xff\xfe=x"])
     needle = f"nope-{uuid.uuid4().hex}"
     run = hopchain("trace", needle, env={"HOPCHAIN_KAFKA_BOOTSTRAP": kafka_bootstrap})
 
