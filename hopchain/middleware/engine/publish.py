@@ -220,22 +220,28 @@ class Publisher:
         """
         if incoming is not None and not tracing_active():
             # No span can record (every record when no SDK is installed): no generator to run.
-            record, _ = self.outgoing(
-                topic,
-                body,
-                incoming=incoming,
-                trace_id=incoming.trace_id,
-                span_id=incoming.span_id,
-                headers=headers,
-            )
             metrics = self.parts.metrics
             return _Send(
-                _propagated(record, incoming.trace_id, incoming.span_id),
+                self._forwarded(topic, body, incoming, headers),
                 metrics.child(metrics.published, topic, self.parts.component),
             )
         return self._sending(
             topic, body, incoming=incoming, headers=headers, key=key, server_address=server_address
         )
+
+    def _forwarded(
+        self, topic: str, body: Any, incoming: HopContext, headers: Mapping[str, str] | None
+    ) -> EncodedRecord:
+        """The record that carries ``incoming``'s chain on, its trace context written."""
+        record, _ = self.outgoing(
+            topic,
+            body,
+            incoming=incoming,
+            trace_id=incoming.trace_id,
+            span_id=incoming.span_id,
+            headers=headers,
+        )
+        return _propagated(record, incoming.trace_id, incoming.span_id)
 
     @contextmanager
     def _sending(
@@ -250,15 +256,7 @@ class Publisher:
     ) -> Iterator[EncodedRecord]:
         component = self.parts.component
         if incoming is not None:
-            record, _ = self.outgoing(
-                topic,
-                body,
-                incoming=incoming,
-                trace_id=incoming.trace_id,
-                span_id=incoming.span_id,
-                headers=headers,
-            )
-            record = _propagated(record, incoming.trace_id, incoming.span_id)
+            record = self._forwarded(topic, body, incoming, headers)
             with (
                 forward_span(
                     topic,
