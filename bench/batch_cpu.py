@@ -12,7 +12,7 @@ CPU microseconds per record: the minimum over repeats (the least disturbed figur
 shared machine), each repeat one batch of :data:`BATCH` records, garbage collection paused
 while timing (as ``timeit`` does).
 
-    python -m bench.batch_cpu [--hops 1,3,10] [--repeats 7] [--txn] [--profile FILE]
+    python -m bench.batch_cpu [--hops 1,3,10] [--repeats 15] [--txn]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from hopchain.middleware.aiokafka_producer import EnvelopeProducer
 from hopchain.schemas import WireMode
 
 BATCH = 500
-BATCHES_PER_REPEAT = 1
+
 TOPICS = [f"bench.t{index}" for index in range(12)]
 
 
@@ -146,9 +146,9 @@ async def per_record(hops: int, *, txn: bool, repeats: int) -> float:
     try:
         for _ in range(repeats):
             started = time.process_time()
-            await _forward(batches, output, BATCHES_PER_REPEAT)
+            await _forward(batches, output, 1)
             spent = time.process_time() - started
-            best = min(best, spent / (BATCHES_PER_REPEAT * BATCH) * 1e6)
+            best = min(best, spent / BATCH * 1e6)
     finally:
         gc.enable()
     return best

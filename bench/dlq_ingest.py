@@ -132,16 +132,17 @@ async def fetch():
 
 batches, count = asyncio.run(fetch())
 plan = plan_topics(settings, None)
-apply_batch = getattr(IndexReader, "apply_batch", None) or getattr(IndexReader, "_apply_batch")
 
 def run(folder):
     store = LetterStore(str(Path(folder) / "index.sqlite"))
     store.open()
     reader = IndexReader(settings, plan, store, DlqMetrics(store), None)
     reader.owners.update(plan.named)
+    applier = getattr(reader, "applier", None)  # older checkouts index in the reader
+    apply_batch = applier.apply_batch if applier is not None else reader._apply_batch
     started = time.process_time()
     for batch in batches:
-        apply_batch(reader, batch)
+        apply_batch(batch)
     spent = time.process_time() - started
     assert len(store) == count, (len(store), count)
     store.close()

@@ -26,9 +26,11 @@ from typing import Any
 import aiokafka.consumer.fetcher as fetcher_module
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
-__all__ = ["read_undecodable_header_names"]
+__all__ = ["LOGGER_NAME", "read_undecodable_header_names"]
 
-_log = logging.getLogger("hopchain.consumer.header_names")
+LOGGER_NAME = "hopchain.consumer.header_names"
+"""Where the note about a batch read again goes."""
+_log = logging.getLogger(LOGGER_NAME)
 
 _BATCH = struct.Struct(">qiibIhiqqqhii")
 """A v2 record batch's header: base offset, length, leader epoch, magic, CRC, attributes,

@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -164,6 +164,15 @@ def run(settings: DlqSettings, coroutine: Awaitable[T]) -> T:
         fail(kafka_failure(exc, settings.kafka_bootstrap), ExitCode.FAILURE)
 
 
+def rebuild_into(
+    store: LetterStore, settings: DlqSettings, timeout: float
+) -> Coroutine[Any, Any, Snapshot]:
+    """Open ``store`` and read the topics into it (the collector set for indexing)."""
+    collect_for_ingest()
+    store.open()
+    return load_index(settings, timeout=timeout, index=store)
+
+
 @contextlib.asynccontextmanager
 async def opened_index(
     settings: DlqSettings,
@@ -181,9 +190,7 @@ async def opened_index(
                 await asyncio.to_thread(store.open_read_only)
                 yield Snapshot(store, DlqMetrics(store), {}, 0, 0.0)
             else:
-                collect_for_ingest()
-                store.open()
-                yield await load_index(settings, timeout=timeout, index=store)
+                yield await rebuild_into(store, settings, timeout)
         finally:
             store.close()
 
@@ -248,9 +255,7 @@ def list_letters(
                 run(settings, asyncio.to_thread(store.open_read_only))
                 read = f"read from the index file {index_path}"
             else:
-                collect_for_ingest()
-                store.open()
-                snapshot = run(settings, load_index(settings, timeout=timeout, index=store))
+                snapshot = run(settings, rebuild_into(store, settings, timeout))
                 read = (
                     f"{snapshot.records_read} records read from {len(snapshot.topics)} "
                     f"dead-letter topic(s) in {snapshot.seconds:.1f} s"

@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from hopchain.consumers.index import AddedMany, LetterIndex
-from hopchain.consumers.letter import LABELS, PROBLEM, LetterFields
+from hopchain.consumers.letter import FIELD_NAMES, LABELS, PROBLEM, LetterFields
 from hopchain.consumers.metrics import DlqMetrics
 from hopchain.consumers.records import read_letter_fields
 from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
@@ -31,7 +31,8 @@ _LOUD_UNREADABLE = 10
 _LETTERS_PER_CALL = 1000
 """Dead letters added in one call to the index, which holds its lock meanwhile: a scrape or
 a console page waits for one such call at most."""
-_TOPIC, _COORDINATES = 6, slice(6, 9)
+_TOPIC = FIELD_NAMES.index("topic")
+_COORDINATES = slice(_TOPIC, FIELD_NAMES.index("offset") + 1)
 """Where the dead-letter topic, and its topic, partition and offset, are in a letter's values."""
 
 

@@ -140,7 +140,7 @@ FIELD_NAMES = tuple(field.name for field in fields(ParkedLetter))
 PROBLEM = FIELD_NAMES.index("problem")
 """Where ``problem`` is in :data:`LetterFields`."""
 
-LABELS = operator.itemgetter(1, 2, 3)
+LABELS = operator.itemgetter(*map(FIELD_NAMES.index, ("owner", "source_topic", "error_type")))
 """A letter's ``(owner, source_topic, error_type)`` from its values."""
 
 _VALUES = operator.attrgetter(*FIELD_NAMES)

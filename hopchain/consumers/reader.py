@@ -212,8 +212,9 @@ class IndexReader:
             loop = asyncio.get_running_loop()
             # Shielded: a batch begun is finished and committed, even when reading stops.
             self._applying = loop.run_in_executor(self._writer, self.applier.apply_batch, batch)
-            await asyncio.shield(self._applying)
+            count = await asyncio.shield(self._applying)
         else:
+            count = 0
             self.index.commit({})  # a resolution triage recorded meanwhile
         if self._pending:
             await self._check_ready()
@@ -221,7 +222,7 @@ class IndexReader:
         if now >= self._lag_at:
             self._lag_at = now + _LAG_EVERY_SECONDS
             await self._update_lag()
-        return sum(len(records) for records in batch.values())
+        return count
 
     async def catch_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Read until every partition reached its start-up end offset.
@@ -280,13 +281,6 @@ class IndexReader:
         Never raises (see :meth:`~hopchain.consumers.applying.Applier.apply`).
         """
         self.applier.apply(raw)
-
-    def apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
-        """Index one batch of ``getmany`` and commit it with the offsets it reaches.
-
-        Returns the batch's size (see :meth:`~hopchain.consumers.applying.Applier.apply_batch`).
-        """
-        return self.applier.apply_batch(batch)
 
 
 @dataclass(frozen=True)

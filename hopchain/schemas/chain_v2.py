@@ -96,20 +96,14 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
     copy would); any other envelope is copied, and the writer's checks apply to the copy.
     """
     wire = wire_of(envelope)
-    if wire is not None and _as_sealed(envelope, wire):
-        return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
+    if wire is not None and carried_chain(envelope) is None:
+        try:
+            verify_wire_fields(envelope, wire)
+        except EnvelopeError:  # changed after it was read: the copy is refused when written
+            pass
+        else:
+            return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
     return envelope.model_copy(update={"contract": contract, "contract_version": version})
-
-
-def _as_sealed(envelope: Envelope, wire: Wire) -> bool:
-    """Whether the envelope's chain and identity are still the ones its wire sealed."""
-    if carried_chain(envelope) is not None:
-        return False
-    try:
-        verify_wire_fields(envelope, wire)
-    except EnvelopeError:  # changed after it was read: a copy is refused when written
-        return False
-    return True
 
 
 def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
@@ -221,10 +215,8 @@ def append_v2(
     wire = wire_of(envelope)
     if wire is None:
         raise EnvelopeError(ReasonCode.INVALID_VALUE, "not a schema-2 envelope", "$")
-    if contract is None or contract == (envelope.contract, envelope.contract_version):
+    if contract is None:
         contract = (envelope.contract, envelope.contract_version)
-    elif not _as_sealed(envelope, wire):
-        envelope = recontracted(envelope, *contract)
     path = f"$.chain[{len(wire.hops)}]"
     decided = decided_at if decided_at is not None else datetime.now(UTC)
     for moment in (decided, received_at):

@@ -173,6 +173,15 @@ def _read_failure(text: str) -> Failure:
     return Failure.model_validate_json(text)
 
 
+def _dlq_fields(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str]:
+    """The ``hopchain-dlq-*`` headers as text, the last value of each name.
+
+    Raises:
+        UnicodeDecodeError: one of them is not UTF-8.
+    """
+    return {name: (value or b"").decode() for name, value in headers if name.startswith(DLQ_PREFIX)}
+
+
 def read_dead_letter_headers(
     headers: Sequence[tuple[str, bytes | None]], *, parse_envelope: bool = True
 ) -> DeadLetterInfo:
@@ -186,9 +195,7 @@ def read_dead_letter_headers(
         ValueError: a header holds a value of the wrong form.
         EnvelopeError: a schema-2 envelope that does not verify.
     """
-    found = {
-        name: (value or b"").decode() for name, value in headers if name.startswith(DLQ_PREFIX)
-    }
+    found = _dlq_fields(headers)
     reason = found.get(_REASON)
     envelope = found.get(_ENVELOPE)
     return DeadLetterInfo(
@@ -231,9 +238,7 @@ def read_dead_letter_summary(headers: Sequence[tuple[str, bytes | None]]) -> Dea
         KeyError: a required header is missing.
         ValueError: a header holds a value of the wrong form.
     """
-    found = {
-        name: (value or b"").decode() for name, value in headers if name.startswith(DLQ_PREFIX)
-    }
+    found = _dlq_fields(headers)
     reason = found.get(_REASON) or None
     error_type = found[_ERROR_TYPE]
     if reason is not None and reason not in _REASONS:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from hopchain.middleware.confluent.client import read_message
 from hopchain.middleware.engine.batch import Batch, Fetched, Partition
 from hopchain.middleware.engine.batches import (
     DEFAULT_BATCH_RECORDS,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from confluent_kafka import Message
 
     from hopchain.middleware.confluent.producer import ConfluentEnvelopeProducer
+    from hopchain.middleware.confluent.reread import Rereader
     from hopchain.middleware.confluent.writer import ConfluentWriter
     from hopchain.middleware.engine import Hopchain
     from hopchain.schemas.record import ConsumedRecord
@@ -57,6 +59,7 @@ class Reader(Protocol):
     group: str
     writer: ConfluentWriter
     sender: ConfluentEnvelopeProducer
+    rereader: Rereader
 
     @property
     def closed(self) -> bool:
@@ -70,10 +73,6 @@ class Reader(Protocol):
 
     async def take(self, count: int, timeout: float) -> list[Message]:  # noqa: ASYNC109
         """Up to ``count`` records."""
-        ...
-
-    async def read(self, message: Message) -> ConsumedRecord:
-        """The record a message holds, read again if confluent-kafka read none of its headers."""
         ...
 
     async def commit_offsets(self, offsets: Mapping[Partition, int]) -> None:
@@ -94,14 +93,17 @@ class ConfluentBatchClient:
     async def fetch(self, count: int, timeout: float) -> Fetched:  # noqa: ASYNC109
         """Up to ``count`` records, partition by partition (StopAsyncIteration once closed).
 
-        A record whose header names are not UTF-8 is read again (see :meth:`Reader.read`).
+        A record whose header names are not UTF-8 is read again (see
+        :class:`~hopchain.middleware.confluent.reread.Rereader`).
         """
         reader = self.reader
         if reader.aborted or reader.closed:
             raise StopAsyncIteration
         partitions: dict[Partition, list[ConsumedRecord]] = {}
         for message in await reader.take(count, timeout):
-            record = await reader.read(message)
+            record = read_message(message)
+            if record.unreadable is not None:
+                record = await reader.rereader.whole(record)
             where = (record.topic, record.partition)
             records = partitions.get(where)
             if records is None:

@@ -24,11 +24,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from hopchain.exceptions import ConfigurationError
 from hopchain.schemas.record import ConsumedRecord
 
-__all__ = ["BlockingCalls", "consumer_settings", "read_message"]
+__all__ = ["FALSE_WORDS", "BlockingCalls", "consumer_settings", "read_message"]
 
 logger = logging.getLogger("hopchain")
 
-_FALSE = frozenset({"false", "0", "no", "off"})
+FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+"""How librdkafka settings spell a boolean false."""
 
 
 def consumer_settings(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -45,7 +46,7 @@ def consumer_settings(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
             "committed for that group after handling"
         )
     auto = settings.setdefault("enable.auto.commit", False)
-    if str(auto).lower() not in _FALSE:
+    if str(auto).lower() not in FALSE_WORDS:
         raise ConfigurationError(
             f"ConfluentEnvelopeConsumer refuses enable.auto.commit={auto!r}: librdkafka would "
             "commit records before they are handled or parked, and a crash would lose them; "

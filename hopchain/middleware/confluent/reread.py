@@ -29,6 +29,7 @@ from aiokafka.helpers import create_ssl_context
 
 from hopchain.exceptions import ConfigurationError
 from hopchain.header_names import read_undecodable_header_names
+from hopchain.middleware.confluent.client import FALSE_WORDS
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["DEFAULT_REREAD_SECONDS", "Rereader", "aiokafka_connection"]
@@ -50,7 +51,6 @@ _SSL_FILES = {
 _SSL_CHECKS = frozenset(
     {"ssl.endpoint.identification.algorithm", "enable.ssl.certificate.verification"}
 )
-_FALSE = frozenset({"false", "0", "no", "off"})
 
 
 def aiokafka_connection(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +108,7 @@ def _tls(config: Mapping[str, Any]) -> ssl.SSLContext:
     context: ssl.SSLContext = create_ssl_context(**files)
     if str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
         context.check_hostname = False
-    if str(config.get("enable.ssl.certificate.verification", True)).lower() in _FALSE:
+    if str(config.get("enable.ssl.certificate.verification", True)).lower() in FALSE_WORDS:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context

@@ -182,15 +182,25 @@ def item_owned(exc_val: BaseException | None) -> bool:
     return isinstance(exc_val, HandlerException)
 
 
+async def read_record(owner: MiddlewareOwner, raw: Any) -> ConsumedRecord:
+    """The record of a client's message, read again whole where its client read it in part.
+
+    Raises:
+        Exception: ``raw`` is not a message of the broker's client family.
+    """
+    record = owner.family.read(raw)
+    if record.unreadable is not None and owner.rereading is not None:
+        record = await owner.rereading.whole(record, raw)
+    return record
+
+
 async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Batch:
     """Decide on each record of a batch; park the refused ones (waited for per record mode)."""
     hopchain = owner.hopchain
     items: list[_Item] = []
     scope = ExitStack()
     for raw in records:
-        record = owner.family.read(raw)
-        if record.unreadable is not None and owner.rereading is not None:
-            record = await owner.rereading.whole(record, raw)
+        record = await read_record(owner, raw)
         item = _Item(record, raw)
         items.append(item)
         # Each valid record's hop is opened now: one that cannot be opened is parked too.

@@ -39,6 +39,7 @@ from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.confluent.client import read_message
 from hopchain.middleware.confluent.reread import Rereader
 from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
+from hopchain.schemas.deadletter import undecodable_name_bytes
 from hopchain.schemas.record import ConsumedRecord, confluent_headers
 
 __all__ = ["CONFLUENT", "ConfluentFamily"]
@@ -259,20 +260,13 @@ class ConfluentRereading:
         if whole is not record:
             # A handler of a report-only topic sees what confluent-kafka can hold: every
             # header but the ones whose names are not UTF-8.
-            raw.set_headers([(name, value) for name, value in whole.headers if _utf8(name)])
+            held = [pair for pair in whole.headers if undecodable_name_bytes(pair[0]) is None]
+            raw.set_headers(held)
         return whole
 
     async def close(self) -> None:
         """Stop the aiokafka consumer, if one was started."""
         await self.rereader.close()
-
-
-def _utf8(name: str) -> bool:
-    try:
-        name.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _store_when_settled(config: Any, *, started: bool) -> None:

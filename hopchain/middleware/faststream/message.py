@@ -21,7 +21,7 @@ from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Received, Verdict
 from hopchain.middleware.engine.consume import close_quietly
-from hopchain.middleware.faststream.batch import Batch, receive_batch
+from hopchain.middleware.faststream.batch import Batch, read_record, receive_batch
 from hopchain.middleware.faststream.commits import Pending, pending, read_again
 from hopchain.middleware.faststream.family import KafkaCommand
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
@@ -72,7 +72,7 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             self._batch = await receive_batch(self.owner, self.msg)
             return
         try:
-            record = self.owner.family.read(self.msg)
+            record = await read_record(self.owner, self.msg)
         except Exception as exc:
             # Not a record of the client this adapter knows: nothing to park it with. It
             # is read again rather than acknowledged unread, loudly.
@@ -86,8 +86,6 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             )
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
             raise NackMessage from exc
-        if record.unreadable is not None and self.owner.rereading is not None:
-            record = await self.owner.rereading.whole(record, self.msg)
         self._record = record
         received = self.hopchain.receive(
             record, group=self.owner.group, scope=self._scope, body=True
