@@ -152,11 +152,23 @@ def parking_span(
         yield span
 
 
-@contextmanager
-def publish_span(topic: str, *, component: str, links: Sequence[Link] = ()) -> Iterator[HopSpan]:
+def publish_span(
+    topic: str, *, component: str, links: Sequence[Link] = ()
+) -> AbstractContextManager[HopSpan]:
     """A PRODUCER span for an origin hop, child of whatever span is current (if any)."""
-    current = trace.get_current_span().get_span_context()
-    fallback = trace.format_trace_id(current.trace_id) if current.is_valid else None
+    current = trace.get_current_span()
+    context = current.get_span_context()
+    fallback = trace.format_trace_id(context.trace_id) if context.is_valid else None
+    if not tracing_active() and isinstance(current, trace.NonRecordingSpan):
+        # What the no-op tracer would make current is this span already: nothing to attach.
+        return nullcontext(HopSpan(fallback or new_trace_id(), new_span_id(), current))
+    return _publish_span(topic, component, links, fallback)
+
+
+@contextmanager
+def _publish_span(
+    topic: str, component: str, links: Sequence[Link], fallback: str | None
+) -> Iterator[HopSpan]:
     if not tracing_active():
         with noop_current_span(None) as span:
             yield HopSpan(fallback or new_trace_id(), new_span_id(), span)

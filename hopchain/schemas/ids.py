@@ -21,6 +21,9 @@ __all__ = [
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _CROCKFORD_INDEX = {char: value for value, char in enumerate(_CROCKFORD)}
+_RANDOM_CHAR = bytes(_CROCKFORD.encode()[byte & 31] for byte in range(256))
+"""A random byte to a Crockford character: its low 5 bits, uniform as 256 is a multiple of 32."""
+_last_prefix: tuple[int, str] = (-1, "")
 
 ENVELOPE_ID_PATTERN = r"^[0-9A-HJKMNP-TV-Z]{26}$"
 TRACE_ID_PATTERN = r"^[0-9a-f]{32}$"
@@ -33,13 +36,14 @@ def new_envelope_id(now_ms: int | None = None) -> str:
     Ids sort by creation time as plain strings, which keeps dead-letter listings and
     Kafka keys ordered without a separate timestamp.
     """
+    global _last_prefix  # noqa: PLW0603 - one entry: ids minted in the same millisecond
     millis = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    value = (millis << 80) | int.from_bytes(os.urandom(10), "big")
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    known, prefix = _last_prefix
+    if known != millis:
+        prefix = "".join(_CROCKFORD[(millis >> shift) & 31] for shift in range(45, -5, -5))
+        _last_prefix = millis, prefix
+    # 16 random characters of 5 bits each: the 80 random bits of the layout.
+    return prefix + os.urandom(16).translate(_RANDOM_CHAR).decode()
 
 
 def envelope_id_time_ms(envelope_id: str) -> int:

@@ -89,3 +89,15 @@ def test_stage_keys_do_not_collide_by_moving_text_between_intent_and_stage(
 ) -> None:
     if (intent_a, stage_a) != (intent_b, stage_b) and "\x1f" not in intent_a + intent_b:
         assert stage_intent_key(intent_a, stage_a) != stage_intent_key(intent_b, stage_b)
+
+
+def test_the_random_part_of_envelope_ids_uses_the_whole_alphabet() -> None:
+    # 16 characters of 5 random bits each: every Crockford character turns up, at about
+    # the same rate, and none outside the alphabet.
+    counts: dict[str, int] = {}
+    for _ in range(2000):
+        for char in new_envelope_id(1_700_000_000_000)[10:]:
+            counts[char] = counts.get(char, 0) + 1
+
+    assert sorted(counts) == sorted("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+    assert min(counts.values()) > 2000 * 16 / 32 * 0.8
