@@ -9,6 +9,7 @@ reads the first one's records again (duplicates, never losses).
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -102,3 +103,55 @@ def recorder(into: list[int]) -> Any:
         into.append(item.id)
 
     return handle
+
+
+@pytest.mark.kafka
+async def test_a_revocation_commits_only_the_revoked_groups_offsets(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    # One middleware, two groups reading the same partition: group B is done with every
+    # record while group A is still part way. A rebalance in group A commits what A settled,
+    # on A's consumer, and leaves B's ledger alone. Were B's ledger asked too, A would commit
+    # B's position and no member of group A would ever read the records in between.
+    count = 60
+    source = await new_topic(partitions=1)
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    contracts = registry(contract(source))
+    group_a, group_b = unique_topic_name("revoke-a"), unique_topic_name("revoke-b")
+    middleware = HopchainMiddleware(Hopchain(contracts, component="stage", config=batched()))
+    broker = KafkaBroker(
+        kafka_bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy
+    )
+    handled_a: list[int] = []
+    handled_b: list[int] = []
+    joined: list[int] = []
+
+    async def slow(item: Doc) -> None:
+        await asyncio.sleep(0.2)
+        handled_a.append(item.id)
+
+    for group, handler in ((group_a, slow), (group_b, recorder(handled_b))):
+        broker.subscriber(
+            source, group_id=group, auto_offset_reset="earliest", on_revoke=middleware.listener()
+        )(handler)
+    middleware.check(broker)
+    joining = KafkaBroker(kafka_bootstrap)
+    joining.subscriber(source, group_id=group_a, auto_offset_reset="earliest")(recorder(joined))
+    await feed_docs(kafka_bootstrap, contracts, source, range(count))
+    await broker.start()
+    try:
+        await wait_until(
+            lambda: len(handled_b) == count and handled_a, within=60, what="B done, A started"
+        )
+        assert len(handled_a) < count / 2  # A is part way when its group rebalances
+        await joining.start()
+        await wait_until(
+            lambda: set(handled_a + joined) == set(range(count)),
+            within=60,
+            what="every record handled in group A",
+        )
+    finally:
+        await joining.stop()
+        await middleware.close()
+        await broker.stop()
+    assert await committed_offsets(kafka_bootstrap, group_b) == {(source, 0): count}

@@ -136,14 +136,20 @@ class BatchedCommits:
                 await ledger.flush(mine)
                 ledger.forget(mine)
 
-    async def handed_over(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
-        """Partitions about to move, for a client that commits them itself: what to commit.
+    async def handed_over(
+        self, client: Any, partitions: set[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """What to commit of the partitions ``client`` is about to lose (it commits them).
 
-        See :meth:`OffsetLedger.hand_over`; the partitions are forgotten.
+        Only the ledger of ``client`` (the client's own consumer object, which the ledger's
+        consumer wraps) is asked: another group's consumer may read the same partitions,
+        and its offsets are not this group's. See :meth:`OffsetLedger.hand_over`; the
+        partitions are forgotten.
         """
         offsets: dict[TopicPartition, int] = {}
         for ledger in list(self.ledgers.values()):
-            offsets.update(await ledger.hand_over(partitions))
+            if getattr(ledger.consumer, "consumer", None) is client:
+                offsets.update(await ledger.hand_over(partitions))
         return offsets
 
     async def close(self) -> None:
@@ -199,7 +205,9 @@ class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
         loop = self.commits.loop
         if partitions and loop is not None and loop.is_running() and not _on(loop):
             revoked = {TopicPartition(tp.topic, tp.partition) for tp in partitions}
-            asked = asyncio.run_coroutine_threadsafe(self.commits.handed_over(revoked), loop)
+            asked = asyncio.run_coroutine_threadsafe(
+                self.commits.handed_over(consumer, revoked), loop
+            )
             try:
                 offsets = asked.result(REVOKE_WAIT_SECONDS)
                 if offsets:
