@@ -271,13 +271,15 @@ async def aiokafka_producer(args: argparse.Namespace, progress: Progress) -> Non
         await producer.stop()
 
 
-async def _consume_batches(
+async def consume_batches(
     args: argparse.Namespace,
     progress: Progress,
     handle: Callable[[list[Any]], Awaitable[None]],
     *,
     until_done: bool,
 ) -> None:
+    """Read ``args.input`` with ``getmany`` (up to :data:`BATCH_RECORDS`), ``handle`` each
+    batch, commit once it returns: the floor's loop, and the ``lean`` variant's."""
     consumer = AIOKafkaConsumer(
         args.input,
         bootstrap_servers=args.bootstrap,
@@ -323,7 +325,7 @@ async def aiokafka_stage(args: argparse.Namespace, progress: Progress) -> None:
         await asyncio.gather(*pending)
 
     try:
-        await _consume_batches(args, progress, forward, until_done=False)
+        await consume_batches(args, progress, forward, until_done=False)
     finally:
         await producer.stop()
 
@@ -333,7 +335,7 @@ async def aiokafka_sink(args: argparse.Namespace, progress: Progress) -> None:
         for record in records:
             progress.arrive(Item.model_validate_json(record.value))
 
-    await _consume_batches(args, progress, arrive, until_done=True)
+    await consume_batches(args, progress, arrive, until_done=True)
 
 
 Role = Callable[[argparse.Namespace, Progress], Coroutine[Any, Any, None]]
@@ -357,6 +359,10 @@ def _role(role: str, variant: Variant) -> Role:
         from bench.batch_roles import BATCH_ROLES  # noqa: PLC0415
 
         return BATCH_ROLES[role]
+    if variant is Variant.LEAN:
+        from bench.lean_roles import LEAN_ROLES  # noqa: PLC0415
+
+        return LEAN_ROLES[role]
     if variant is Variant.C_FLOOR:
         from bench.confluent_roles import FLOOR_ROLES  # noqa: PLC0415
 

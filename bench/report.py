@@ -39,6 +39,7 @@ LABELS = {
     Variant.BATCHES: "f. hopchain aiokafka batches, headers mode",
     Variant.TXN_BATCHES: "g. hopchain transactional batches (aiokafka), headers mode",
     Variant.AIOKAFKA: "ceiling: aiokafka, batched",
+    Variant.LEAN: "lean: aiokafka, batched, envelope by the lean reader",
     Variant.C_ACK_FIRST: "h. FastStream's confluent broker, JSON, no middleware, ACK_FIRST",
     Variant.C_HEADERS: "i. FastStream's confluent broker + hopchain, headers mode, batched commits",
     Variant.C_BATCHES: "j. hopchain confluent-kafka batches, headers mode",

@@ -22,10 +22,13 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
                            bench/dlq_incident.py
     BENCH_VARIANTS         pipeline variants, by commas (default: plain,ackfirst,headers,batched,
                            txn,batches,txnbatches,aiokafka,cackfirst,cheaders,cbatches,cfloor;
-                           body too on request; batched only when hopchain has batched
-                           commits, HOPCHAIN_COMMITS; the confluent-kafka family's c* only
-                           with confluent-kafka installed, cheaders only when hopchain's
-                           middleware takes faststream.confluent's broker)
+                           body and lean too on request (lean: the aiokafka floor with
+                           hopchain's headers on every record, read and extended by
+                           bench/lean_reader.py: the ceiling of batches); batched only
+                           when hopchain has batched commits, HOPCHAIN_COMMITS; the
+                           confluent-kafka family's c* only with confluent-kafka
+                           installed, cheaders only when hopchain's middleware takes
+                           faststream.confluent's broker)
     BENCH_CRASH_RECORDS    records per kill -9 crash run (3000)
     BENCH_CRASH_RATE       records/s the producer sends during a crash run (150)
     BENCH_CRASH_KILLS      kill -9 of a stage per crash run, at least (8)

@@ -36,6 +36,10 @@ class Variant(StrEnum):
     """hopchain's transactional stages on aiokafka (``TransactionalConsumer``), headers mode."""
     AIOKAFKA = "aiokafka"
     """Plain aiokafka, batched: the ceiling."""
+    LEAN = "lean"
+    """``aiokafka`` with an envelope on every record, headers mode, the way hopchain writes it,
+    read and extended by the lean reference reader (``bench/lean_reader.py``): the ceiling of
+    ``batches``, the same wire work done the plainest fast way."""
     BATCHES = "batches"
     """hopchain's batch path on aiokafka (``EnvelopeConsumer.batches``), headers mode."""
     TXN_BATCHES = "txnbatches"
