@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
+from hopchain.exceptions import EnvelopeError
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
-from hopchain.schemas.chain_v2 import append_v2, mint_v2, recontracted, verify_wire
+from hopchain.schemas.chain_v2 import append_v2, mint_identity, recontracted, verify_wire
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.ids import new_envelope_id, new_intent_key, new_span_id, new_trace_id
 from hopchain.schemas.sealed import wire_of
@@ -58,19 +61,28 @@ def new_envelope(
     envelope_id = new_envelope_id()
     intent = intent_key if intent_key is not None else new_intent_key()
     trace = trace_id if trace_id is not None else new_trace_id()
-    envelope = Envelope(
-        id=envelope_id,
-        intent_key=intent,
-        trace_id=trace,
-        origin_span_id=origin_span_id if origin_span_id is not None else new_span_id(),
-        run_id=run_id,
-        work_item_id=work_item_id,
-        contract=contract,
-        contract_version=contract_version,
-        # Schema 1's genesis; mint_v2 gives a schema-2 envelope its own.
-        head=v1.genesis_digest(envelope_id, intent, trace, run_id, work_item_id),
-    )
-    return mint_v2(envelope) if schema == 2 else envelope  # noqa: PLR2004
+    fields = {
+        "id": envelope_id,
+        "intent_key": intent,
+        "trace_id": trace,
+        "origin_span_id": origin_span_id if origin_span_id is not None else new_span_id(),
+        "run_id": run_id,
+        "work_item_id": work_item_id,
+        "contract": contract,
+        "contract_version": contract_version,
+    }
+    if schema == 2:  # noqa: PLR2004
+        try:
+            return mint_identity(fields)  # the identity's checks are the model's
+        except EnvelopeError:
+            try:  # the model's own error first, as when the model was built first
+                Envelope.model_validate({**fields, "head": "0" * 64})
+            except ValidationError as invalid:
+                raise invalid from None
+            raise
+    # Schema 1's genesis.
+    head = v1.genesis_digest(envelope_id, intent, trace, run_id, work_item_id)
+    return Envelope.model_validate({**fields, "head": head})
 
 
 def append_hop(

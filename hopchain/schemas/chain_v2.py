@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "append_v2",
     "check_signature",
+    "mint_identity",
     "mint_v2",
     "payload_digest",
     "recontracted",
@@ -135,14 +136,30 @@ def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, Identity
     return msgspec.json.encode(ident), ident
 
 
+def mint_identity(fields: dict[str, Any]) -> Envelope:
+    """A new schema-2 envelope (no hops) from its identity's ``fields``, checked as on the wire.
+
+    ``fields`` are the identity's members but the schema version and the legacy chain.
+
+    Raises:
+        EnvelopeError: a field breaks the identity's constraints.
+    """
+    document = {**fields, "schema_version": WIRE_VERSION, "legacy": msgspec.Raw(b"null")}
+    ident = _build(IdentityWire, document, "$")
+    return _minted(msgspec.json.encode(ident), ident)
+
+
 def mint_v2(envelope: Envelope) -> Envelope:
     """Give a new envelope (no hops) its schema-2 identity and genesis."""
-    identity, ident = _identity(envelope, None)
+    return _minted(*_identity(envelope, None))
+
+
+def _minted(identity: bytes, ident: IdentityWire) -> Envelope:
     genesis = genesis_of(identity)
     wire = Wire(identity, ident, genesis, (), (), (), built=())
-    return _new_envelope(
-        envelope, wire, contract=ident.contract, version=ident.contract_version, head=genesis
-    )
+    state = _state(ident, ident.contract, ident.contract_version)
+    state["head"] = genesis
+    return sealed_envelope(state, wire)
 
 
 def upgrade(envelope: Envelope, keep: int) -> Envelope:

@@ -57,6 +57,27 @@ def test_an_intent_key_owned_by_the_caller_is_kept() -> None:
     assert envelope.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("run_id", ""), ("work_item_id", "w" * 201), ("trace_id", "0" * 31), ("contract", "")],
+)
+def test_a_new_envelope_with_a_field_out_of_bounds_is_refused_naming_it(
+    field: str, value: str
+) -> None:
+    fields = {"contract": CONTRACT, "run_id": "r", "work_item_id": "w", field: value}
+
+    with pytest.raises(ValidationError) as refused:
+        new_envelope(
+            contract=fields["contract"],
+            contract_version=1,
+            run_id=fields["run_id"],
+            work_item_id=fields["work_item_id"],
+            trace_id=fields.get("trace_id"),
+        )
+
+    assert refused.value.errors()[0]["loc"] == (field,)
+
+
 def test_appending_returns_a_new_envelope_and_leaves_earlier_hops_untouched() -> None:
     before = example_envelope(hops=2)
     snapshot = before.model_dump()
