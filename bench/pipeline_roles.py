@@ -30,7 +30,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
 from bench.workload import Item, Variant, cpu_seconds, make_item, registry_for
-from hopchain import Hopchain, HopchainConfig, HopchainMiddleware, origin
+from hopchain import Hopchain, HopchainConfig, HopchainMiddleware, origin, tune_collector
 
 PRODUCER_WINDOW = 1000
 """Unacknowledged sends a producer keeps in flight before it waits for them."""
@@ -407,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     progress = Progress(expected=args.count)
     role = _role(args.role, Variant(args.variant))
+    if os.environ.get("BENCH_TUNE_COLLECTOR") == "1":
+        tune_collector()  # every role alike, the floor's too, as a batch service would
     if args.profile is not None:
         _profiled(role(args, progress), args.profile)
     elif os.environ.get("BENCH_CPROFILE"):

@@ -36,6 +36,8 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
     BENCH_TXN_SECONDS      seconds a transaction stays open at most in the txn variant (0.1;
                            its producer lingers 5 ms)
     BENCH_OUTPUT           the report to write (BENCHMARKS.md)
+    BENCH_TUNE_COLLECTOR   1: every pipeline process (the floor's too) calls
+                           hopchain.tune_collector() at start
 
 Raw figures go to .cache/bench/latest.json.
 """

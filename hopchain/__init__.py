@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from hopchain.__about__ import __version__
 
 if TYPE_CHECKING:
+    from hopchain.collector import tune_collector
     from hopchain.config import HopchainConfig
     from hopchain.exceptions import (
         ConfigurationError,
@@ -143,6 +144,7 @@ _EXPORTS: dict[str, str] = {
     "TransportRetry": "hopchain.middleware.policy",
     "Unauthorized": "hopchain.middleware.failures",
     "classify_exception": "hopchain.middleware.failures",
+    "tune_collector": "hopchain.collector",
     "UnknownTopicError": "hopchain.exceptions",
     "WireMode": "hopchain.schemas",
     "current_hop": "hopchain.middleware.context",
@@ -172,6 +174,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     "HopchainConfig",
     "faststream_security",
     "login_errors",
+    "tune_collector",
     # contracts
     "ContractRegistry",
     "Keyring",

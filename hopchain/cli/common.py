@@ -13,12 +13,10 @@ if TYPE_CHECKING:
     from hopchain.config import HopchainConfig
 
 __all__ = [
-    "INGEST_COLLECTION_THRESHOLDS",
     "BootstrapOption",
     "ContractsOption",
     "ExitCode",
     "HelpCommand",
-    "collect_for_ingest",
     "fail",
     "group",
     "kafka_failure",
@@ -183,25 +181,3 @@ def quiet_kafka_client() -> None:
     for name in ("aiokafka", LOGGER_NAME):
         logging.getLogger(name).addHandler(logging.NullHandler())
         logging.getLogger(name).propagate = False
-
-
-INGEST_COLLECTION_THRESHOLDS = (100_000, 20, 20)
-"""Allocations between young collections, and the collections between older ones, for a
-process that indexes dead letters (CPython's defaults are 700, 10, 10)."""
-
-
-def collect_for_ingest() -> None:
-    """Set the garbage collector for a process that indexes dead letters by the thousand.
-
-    A fetch of 5,000 records holds some 100,000 small containers (records, header lists,
-    header tuples) until the batch is indexed; with the default thresholds each fetch
-    starts hundreds of young collections and several full ones that walk every object the
-    process holds, about an eighth of its CPU. The modules and settings loaded at start-up
-    are moved out of the collector's sight (``gc.freeze``) and collections come about once a
-    fetch. Nothing on the indexing path makes reference cycles; the few that other code
-    makes are still collected, later.
-    """
-    import gc  # noqa: PLC0415 - only the indexing commands change it
-
-    gc.freeze()  # no collection first: it would add some 45 ms to a command's start
-    gc.set_threshold(*INGEST_COLLECTION_THRESHOLDS)

@@ -29,13 +29,13 @@ from rich.console import Console
 
 from hopchain.cli.common import (
     ExitCode,
-    collect_for_ingest,
     fail,
     kafka_failure,
     load_config,
     quiet_kafka_client,
 )
 from hopchain.cli.output import console
+from hopchain.collector import tune_collector
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
@@ -168,7 +168,7 @@ def rebuild_into(
     store: LetterStore, settings: DlqSettings, timeout: float
 ) -> Coroutine[Any, Any, Snapshot]:
     """Open ``store`` and read the topics into it (the collector set for indexing)."""
-    collect_for_ingest()
+    tune_collector()
     store.open()
     return load_index(settings, timeout=timeout, index=store)
 
@@ -227,7 +227,7 @@ def serve(settings: DlqSettings) -> int:
     """Run the dead-letter service until it is stopped; its exit status."""
     from hopchain.consumers.service import serve as serve_forever  # noqa: PLC0415 - dlq extra
 
-    collect_for_ingest()
+    tune_collector()
     return run(settings, serve_forever(settings))
 
 
