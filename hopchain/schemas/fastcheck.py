@@ -24,13 +24,16 @@ import msgspec.inspect as mi
 from hopchain.schemas.wire import (
     COMPONENT_PATTERN,
     DIGEST_PATTERN,
+    ENVELOPE_ID_PATTERN,
     NAME_PATTERN,
+    SCHEMA_VERSION_PATTERN,
     SPAN_ID_PATTERN,
     TIMESTAMP_PATTERN,
     TOPIC_PATTERN,
+    TRACE_ID_PATTERN,
 )
 
-__all__ = ["chain_twin", "fast_twin", "plain_check"]
+__all__ = ["Check", "chain_twin", "fast_twin", "plain_check"]
 
 Check = Callable[[Any], bool]
 Batched = tuple[Callable[[Any], Any], bool, str | None]
@@ -55,7 +58,7 @@ def _twin_type(hint: Any, *, timestamps: bool) -> Any:
         metas = [m for m in extras if isinstance(m, msgspec.Meta)]
         if timestamps and any(m.pattern == TIMESTAMP_PATTERN for m in metas):
             return _AWARE
-        fixed = [_BATCHED[m.pattern][0] for m in metas if m.pattern in _BATCHED]
+        fixed = [_ALPHABETS[m.pattern][0] for m in metas if m.pattern in _BATCHED]
         metas = [_without_pattern(m) for m in metas]
         if timestamps and fixed:  # the chain's twin: bounds for the batched check
             metas.append(msgspec.Meta(min_length=fixed[0], max_length=fixed[0]))
@@ -80,12 +83,22 @@ spelling, so the canonical comparison and an offset check stand for the pattern.
 _RECURRING = frozenset({NAME_PATTERN, COMPONENT_PATTERN, TOPIC_PATTERN})
 """Patterns of names, which recur; ids, digests and timestamps do not."""
 
-_BATCHED = {SPAN_ID_PATTERN: (16, True), DIGEST_PATTERN: (64, False)}
-"""Patterns of a hop's own members checked for a whole plain chain at once, as what they say:
-lowercase hex of a fixed length (the twin's bounds, checked while decoding), and for span ids
-not all zeros. Each value's length is checked by the decoder, so the values' characters are
-checked together: their text joined, with every hex digit deleted, must be empty."""
 _HEX = b"0123456789abcdef"
+_ALPHABETS = {
+    SPAN_ID_PATTERN: (16, _HEX, True),
+    TRACE_ID_PATTERN: (32, _HEX, True),
+    DIGEST_PATTERN: (64, _HEX, False),
+    ENVELOPE_ID_PATTERN: (26, b"0123456789ABCDEFGHJKMNPQRSTVWXYZ", False),
+}
+"""Patterns of ids and digests, as what they say: a fixed length, one alphabet, and for span
+and trace ids not all zeros. For plain text (read only) they are checked so, without a
+regular expression: a value whose characters are all in the alphabet leaves nothing when they
+are deleted from its bytes (non-ASCII becomes ``?``, which no alphabet has)."""
+_BATCHED = frozenset({SPAN_ID_PATTERN, DIGEST_PATTERN})
+"""Of those, a hop's own members checked for a whole plain chain at once: each value's length
+by the decoder (the chain's twin has it as bounds), their characters joined."""
+_PLAIN_RECURRING = frozenset({SCHEMA_VERSION_PATTERN})
+"""Patterns of values that recur from record to record, remembered when reading plain text."""
 
 
 class _Passed(set[str]):
@@ -158,7 +171,14 @@ class _Compiler:
             return []  # plain text: no control character anywhere (see chain_twin)
         if self.timestamps and info.pattern == TIMESTAMP_PATTERN:
             return [f"{var}.tzinfo is not {self.constant(UTC)}"]
-        if info.pattern in _RECURRING:
+        if self.plain and info.pattern in _ALPHABETS:
+            length, alphabet, nonzero = _ALPHABETS[info.pattern]
+            tests = [f"len({var}) != {length}"]
+            if nonzero:
+                tests.append(f"{var} == {self.constant('0' * length)}")
+            ascii_bytes = f"{var}.encode('ascii', 'replace')"
+            return [*tests, f"{ascii_bytes}.translate(None, {self.constant(alphabet)})"]
+        if info.pattern in _RECURRING or (self.plain and info.pattern in _PLAIN_RECURRING):
             # Names (components, topics, contracts) recur from record to record: a string
             # that passed once is remembered, and found again by a set lookup.
             passed = _Passed(info.pattern, info.min_length, info.max_length)
@@ -190,7 +210,7 @@ class _Compiler:
             return False
         if info.pattern not in _BATCHED:
             return False
-        length, nonzero = _BATCHED[info.pattern]
+        length, _, nonzero = _ALPHABETS[info.pattern]
         zeros = "0" * length if nonzero else None
         self.batched.append((attrgetter(field.name), nullable, zeros))
         return True

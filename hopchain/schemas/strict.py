@@ -21,7 +21,7 @@ import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.fastcheck import chain_twin, fast_twin, plain_check
+from hopchain.schemas.fastcheck import Check, chain_twin, fast_twin, plain_check
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
 __all__ = [
@@ -190,16 +190,23 @@ def read_canonical(raw: bytes, kind: type[StructT]) -> StructT | None:
 
     :func:`decode_strict` reads any other and says why.
     """
-    _, check = fast_twin(kind)
+    decoder, check, plain = _reader(kind)
     if b"\\" not in raw and b"\x7f" not in raw:
-        check = plain_check(kind)  # no control character in any string: names need no pattern
+        check = plain  # no control character in any string: names need no pattern
     try:
-        fast = _decoder(kind).decode(raw)
+        fast = decoder.decode(raw)
         canonical = _ENCODE(fast) == raw
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
         return None  # UnicodeEncodeError (a lone surrogate) is a ValueError
     # The twin has the same members: callers read it as the wire struct.
-    return typing.cast("StructT", fast) if canonical and check(fast) else None
+    read: StructT | None = fast if canonical and check(fast) else None
+    return read
+
+
+@cache
+def _reader(kind: type[msgspec.Struct]) -> tuple[msgspec.json.Decoder[Any], Check, Check]:
+    """A decoder of the unconstrained twin of ``kind``, its check, and its check for plain text."""
+    return _decoder(kind), fast_twin(kind)[1], plain_check(kind)
 
 
 @cache
