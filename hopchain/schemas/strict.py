@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
 from itertools import repeat
@@ -324,7 +324,7 @@ def read_usual_chain(
     search. None when anything is off: the caller reads the chain hop by hop
     (:func:`decode_hops`) to say why.
     """
-    decoder, check, plain = chain_twin(HopWire)
+    decoder, check, plain, read_last = _usual_readers()
     if raw.find(b"\\", first, end) < 0 and raw.find(b"\x7f", first, end) < 0:
         check = plain
     try:
@@ -338,8 +338,16 @@ def read_usual_chain(
         return None
     if not check(parsed):
         return None
-    last = typing.cast("HopWire", _decoder(HopWire).decode(hops[-1]))
+    last: HopWire = read_last(hops[-1])
     return hops, _chain_read(parsed, last)
+
+
+@cache
+def _usual_readers() -> tuple[
+    msgspec.json.Decoder[list[Any]], Check, Check, Callable[[bytes], Any]
+]:
+    """:func:`chain_twin` of the hop, and the decode of one hop with timestamps as text."""
+    return (*chain_twin(HopWire), _decoder(HopWire).decode)
 
 
 def _chain_read(parsed: Sequence[Any], last: HopWire) -> ChainRead:
