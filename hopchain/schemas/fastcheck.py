@@ -24,17 +24,21 @@ import msgspec.inspect as mi
 from hopchain.schemas.wire import (
     COMPONENT_PATTERN,
     DIGEST_PATTERN,
+    ENVELOPE_ID_PATTERN,
     NAME_PATTERN,
+    SCHEMA_VERSION_PATTERN,
     SPAN_ID_PATTERN,
     TIMESTAMP_PATTERN,
     TOPIC_PATTERN,
+    TRACE_ID_PATTERN,
 )
 
-__all__ = ["chain_twin", "fast_twin", "plain_check"]
+__all__ = ["Check", "chain_twin", "fast_twin", "plain_check"]
 
 Check = Callable[[Any], bool]
-Batched = tuple[Callable[[Any], Any], Callable[[str], object], bool]
-"""A member checked for a whole list: how to read it, the match of the lines, nullable."""
+Batched = tuple[Callable[[Any], Any], bool, str | None]
+"""A member checked for a whole list: how to read it, whether nullable, the value of all
+zeros when it is refused."""
 
 
 def _without_pattern(meta: msgspec.Meta) -> msgspec.Meta:
@@ -54,7 +58,10 @@ def _twin_type(hint: Any, *, timestamps: bool) -> Any:
         metas = [m for m in extras if isinstance(m, msgspec.Meta)]
         if timestamps and any(m.pattern == TIMESTAMP_PATTERN for m in metas):
             return _AWARE
+        fixed = [_ALPHABETS[m.pattern][0] for m in metas if m.pattern in _BATCHED]
         metas = [_without_pattern(m) for m in metas]
+        if timestamps and fixed:  # the chain's twin: bounds for the batched check
+            metas.append(msgspec.Meta(min_length=fixed[0], max_length=fixed[0]))
         twin = _twin_type(base, timestamps=timestamps)
         return typing.Annotated[(twin, *metas)] if metas else twin
     if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
@@ -76,13 +83,22 @@ spelling, so the canonical comparison and an offset check stand for the pattern.
 _RECURRING = frozenset({NAME_PATTERN, COMPONENT_PATTERN, TOPIC_PATTERN})
 """Patterns of names, which recur; ids, digests and timestamps do not."""
 
+_HEX = b"0123456789abcdef"
+_ALPHABETS = {
+    SPAN_ID_PATTERN: (16, _HEX, True),
+    TRACE_ID_PATTERN: (32, _HEX, True),
+    DIGEST_PATTERN: (64, _HEX, False),
+    ENVELOPE_ID_PATTERN: (26, b"0123456789ABCDEFGHJKMNPQRSTVWXYZ", False),
+}
+"""Patterns of ids and digests, as what they say: a fixed length, one alphabet, and for span
+and trace ids not all zeros. For plain text (read only) they are checked so, without a
+regular expression: a value whose characters are all in the alphabet leaves nothing when they
+are deleted from its bytes (non-ASCII becomes ``?``, which no alphabet has)."""
 _BATCHED = frozenset({SPAN_ID_PATTERN, DIGEST_PATTERN})
-"""Patterns of a hop's own members checked for a whole plain chain at once: the values, one a
-line, against the pattern repeated line by line. Sound for plain text only, where no string
-holds a line feed or a quote (the mark of a null), and for these patterns only: lowercase hex
-of a fixed length, which match no line feed and look no further than their own value."""
-_ANCHORS = ("^", r"(?!\n)$")
-_NULLS = {None: '"'}
+"""Of those, a hop's own members checked for a whole plain chain at once: each value's length
+by the decoder (the chain's twin has it as bounds), their characters joined."""
+_PLAIN_RECURRING = frozenset({SCHEMA_VERSION_PATTERN})
+"""Patterns of values that recur from record to record, remembered when reading plain text."""
 
 
 class _Passed(set[str]):
@@ -155,7 +171,14 @@ class _Compiler:
             return []  # plain text: no control character anywhere (see chain_twin)
         if self.timestamps and info.pattern == TIMESTAMP_PATTERN:
             return [f"{var}.tzinfo is not {self.constant(UTC)}"]
-        if info.pattern in _RECURRING:
+        if self.plain and info.pattern in _ALPHABETS:
+            length, alphabet, nonzero = _ALPHABETS[info.pattern]
+            tests = [f"len({var}) != {length}"]
+            if nonzero:
+                tests.append(f"{var} == {self.constant('0' * length)}")
+            ascii_bytes = f"{var}.encode('ascii', 'replace')"
+            return [*tests, f"{ascii_bytes}.translate(None, {self.constant(alphabet)})"]
+        if info.pattern in _RECURRING or (self.plain and info.pattern in _PLAIN_RECURRING):
             # Names (components, topics, contracts) recur from record to record: a string
             # that passed once is remembered, and found again by a set lookup.
             passed = _Passed(info.pattern, info.min_length, info.max_length)
@@ -187,10 +210,9 @@ class _Compiler:
             return False
         if info.pattern not in _BATCHED:
             return False
-        core = info.pattern.removeprefix(_ANCHORS[0]).removesuffix(_ANCHORS[1])
-        line = f'(?:{core}|")' if nullable else f"(?:{core})"
-        lines = re.compile(f"{line}(?:\n{line})*").fullmatch
-        self.batched.append((attrgetter(field.name), lines, nullable))
+        length, _, nonzero = _ALPHABETS[info.pattern]
+        zeros = "0" * length if nonzero else None
+        self.batched.append((attrgetter(field.name), nullable, zeros))
         return True
 
     def build(self, info: mi.StructType) -> Check:
@@ -209,14 +231,17 @@ class _Compiler:
         body = self.fields(info, "value", 0)
         lines = [f"def {name}(values):", "    for value in values:"]
         lines += [f"        {line}" for line in body] or ["        pass"]
-        for getter, match, nullable in self.batched or ():
+        for getter, nullable, zeros in self.batched or ():
             got = f"map({self.constant(getter)}, values)"
-            if nullable:
+            if zeros is not None:
                 lines.append(f"    _b = list({got})")
-                got = f"map({self.constant(_NULLS.get)}, _b, _b)"
-            joined = f"{self.constant(chr(10))}.join({got})"
-            test = f"{self.constant(match)}({joined}) is None"
-            lines.append(f"    if values and {test}: return False")
+                lines.append(f"    if {self.constant(zeros)} in _b: return False")
+                got = "_b"
+            if nullable:
+                got = f"filter(None, {got})"  # None; an empty string is below the bounds
+            # Non-ASCII becomes "?", which is no hex digit (nor is a lone surrogate).
+            joined = f"''.join({got}).encode('ascii', 'replace')"
+            lines.append(f"    if {joined}.translate(None, {self.constant(_HEX)}): return False")
         lines.append("    return True")
         namespace = dict(self.names)
         exec("\n".join(lines), namespace)  # noqa: S102 - code written above, no input

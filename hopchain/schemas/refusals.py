@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import NoReturn
 
+import msgspec
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
@@ -78,12 +79,29 @@ def _no_constants(name: str) -> NoReturn:
     raise _NonFiniteError(name)
 
 
+class _AnyObject(msgspec.Struct, gc=False):
+    """A JSON object whose members are skipped (parsed, and not kept)."""
+
+
+_SKIP = msgspec.json.Decoder(_AnyObject).decode
+"""Parses an object as strict JSON, which has no ``NaN`` or ``Infinity``, building nothing."""
+
+
 def refuse_non_finite(raw: bytes, path: str) -> None:
     """Refuse ``NaN`` and ``Infinity``, which the parser accepts but JSON does not have.
 
-    Costs a few substring searches; the text is parsed again only when the words occur.
+    Costs two one-byte searches, or one strict parse that builds nothing; the text is
+    searched for the words, and parsed again, only when that parse fails.
     """
     # A search for one byte is much faster than for several: most texts have no N or no I.
+    if b"N" not in raw and b"I" not in raw:
+        return
+    try:
+        _SKIP(raw)  # an object read as strict JSON holds neither word outside its strings
+    except (msgspec.DecodeError, RecursionError, ValueError):  # ValidationError: a non-object
+        pass
+    else:
+        return
     if (b"N" not in raw or b"NaN" not in raw) and (b"I" not in raw or b"Infinity" not in raw):
         return
     try:

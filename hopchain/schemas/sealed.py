@@ -69,6 +69,7 @@ _EXTRA: Any = BaseModel.__dict__["__pydantic_extra__"]
 _PRIVATE: Any = BaseModel.__dict__["__pydantic_private__"]
 _FIELD_ORDER = tuple(Hop.model_fields)
 _ENVELOPE_ORDER = tuple(Envelope.model_fields)
+_ENVELOPE_FIELDS = frozenset(_ENVELOPE_ORDER)
 _HOP_FIELDS = frozenset(_FIELD_ORDER)
 
 
@@ -306,7 +307,7 @@ def sealed_envelope(state: dict[str, Any], wire: Wire) -> SealedEnvelope:
         state = {**state, "chain": wire.built}
         state = {name: state[name] for name in _ENVELOPE_ORDER}
     _REAL_DICT.__set__(envelope, state)
-    _FIELDS_SET.__set__(envelope, set(_ENVELOPE_ORDER))
+    _FIELDS_SET.__set__(envelope, set(_ENVELOPE_FIELDS))
     _EXTRA.__set__(envelope, None)
     _PRIVATE.__set__(envelope, {"_wire": wire})
     return envelope

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
 from itertools import repeat
@@ -21,7 +21,7 @@ import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.fastcheck import chain_twin, fast_twin, plain_check
+from hopchain.schemas.fastcheck import Check, chain_twin, fast_twin, plain_check
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
 __all__ = [
@@ -190,16 +190,23 @@ def read_canonical(raw: bytes, kind: type[StructT]) -> StructT | None:
 
     :func:`decode_strict` reads any other and says why.
     """
-    _, check = fast_twin(kind)
+    decoder, check, plain = _reader(kind)
     if b"\\" not in raw and b"\x7f" not in raw:
-        check = plain_check(kind)  # no control character in any string: names need no pattern
+        check = plain  # no control character in any string: names need no pattern
     try:
-        fast = _decoder(kind).decode(raw)
+        fast = decoder.decode(raw)
         canonical = _ENCODE(fast) == raw
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
         return None  # UnicodeEncodeError (a lone surrogate) is a ValueError
     # The twin has the same members: callers read it as the wire struct.
-    return typing.cast("StructT", fast) if canonical and check(fast) else None
+    read: StructT | None = fast if canonical and check(fast) else None
+    return read
+
+
+@cache
+def _reader(kind: type[msgspec.Struct]) -> tuple[msgspec.json.Decoder[Any], Check, Check]:
+    """A decoder of the unconstrained twin of ``kind``, its check, and its check for plain text."""
+    return _decoder(kind), fast_twin(kind)[1], plain_check(kind)
 
 
 @cache
@@ -317,7 +324,7 @@ def read_usual_chain(
     search. None when anything is off: the caller reads the chain hop by hop
     (:func:`decode_hops`) to say why.
     """
-    decoder, check, plain = chain_twin(HopWire)
+    decoder, check, plain, read_last = _usual_readers()
     if raw.find(b"\\", first, end) < 0 and raw.find(b"\x7f", first, end) < 0:
         check = plain
     try:
@@ -331,8 +338,16 @@ def read_usual_chain(
         return None
     if not check(parsed):
         return None
-    last = typing.cast("HopWire", _decoder(HopWire).decode(hops[-1]))
+    last: HopWire = read_last(hops[-1])
     return hops, _chain_read(parsed, last)
+
+
+@cache
+def _usual_readers() -> tuple[
+    msgspec.json.Decoder[list[Any]], Check, Check, Callable[[bytes], Any]
+]:
+    """:func:`chain_twin` of the hop, and the decode of one hop with timestamps as text."""
+    return (*chain_twin(HopWire), _decoder(HopWire).decode)
 
 
 def _chain_read(parsed: Sequence[Any], last: HopWire) -> ChainRead:
