@@ -60,6 +60,8 @@ _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", 
 _SIGNATURE_PREFIX = "hmac-sha256:"
 _SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_SPELLED = frozenset({"decided_at", "received_at"})
+"""A new hop's members :func:`timestamp_text` wrote."""
 
 
 def payload_digest(payload: bytes) -> str:
@@ -236,9 +238,8 @@ def append_v2(
         contract = (envelope.contract, envelope.contract_version)
     path = f"$.chain[{len(wire.hops)}]"
     decided = decided_at if decided_at is not None else datetime.now(UTC)
-    for moment in (decided, received_at):
-        if moment is not None and moment.tzinfo is None:
-            raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
+    if decided.tzinfo is None or (received_at is not None and received_at.tzinfo is None):
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
     document = {
         "component": component,
         "contract": contract[0],
@@ -257,7 +258,13 @@ def append_v2(
         "span_id": span_id,
         "tries": [_dump(item) for item in attempts] if attempts else [],
     }
-    hop_wire: HopWire = _build(HopWire, document, path)
+    # Timestamps spelled here from datetimes meet their pattern: only their types are checked.
+    trusted = (
+        _SPELLED
+        if type(decided) is datetime and (received_at is None or type(received_at) is datetime)
+        else frozenset()
+    )
+    hop_wire: HopWire = convert_strict(document, HopWire, path, trusted)
     settle(wire)  # a hop appended before this one is sealed first
     new = Wire(
         wire.identity,

@@ -163,9 +163,8 @@ class Received(NamedTuple):
     hops: int
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """An appended hop, validated, waiting to be sealed."""
+class Pending(NamedTuple):
+    """An appended hop, validated, waiting to be sealed (a tuple: one is made per hop)."""
 
     hop: HopWire
     keyring: Keyring | None
