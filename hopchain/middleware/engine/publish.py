@@ -32,7 +32,7 @@ from hopchain.schemas import (
 from hopchain.schemas.chain_v2 import append_v2
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
-from hopchain.send_spans import forward_span, publish_span
+from hopchain.send_spans import forward_span, publish_span, quiet_publish_span
 from hopchain.tracing import tracing_active
 
 __all__ = ["Publisher"]
@@ -222,11 +222,26 @@ class Publisher:
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
         """
-        if incoming is not None and not tracing_active():
-            # No span can record (every record when no SDK is installed): no generator to run.
-            metrics = self.parts.metrics
+        metrics = self.parts.metrics
+        if incoming is not None:
+            if not tracing_active():
+                # No span can record (every record when no SDK is installed): no generator.
+                return _Send(
+                    self._forwarded(topic, body, incoming, headers),
+                    metrics.child(metrics.published, topic, self.parts.component),
+                )
+        elif (quiet := quiet_publish_span()) is not None:
+            # An origin whose span cannot record: nothing to start or attach, as above.
+            record, _ = self.outgoing(
+                topic,
+                body,
+                incoming=None,
+                trace_id=quiet.trace_id,
+                span_id=quiet.span_id,
+                headers=headers,
+            )
             return _Send(
-                self._forwarded(topic, body, incoming, headers),
+                _propagated(record, quiet.trace_id, quiet.span_id),
                 metrics.child(metrics.published, topic, self.parts.component),
             )
         return self._sending(
