@@ -111,15 +111,19 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
 
 
 def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
-    """An envelope's fields from its identity and the contract its last hop names."""
+    """An envelope's fields from its identity and the contract its last hop names.
+
+    In the model's order (the chain and the head follow): a state completed by adding them
+    needs no reordering (see :func:`sealed_envelope`).
+    """
     return {
+        "schema_version": ident.schema_version,
         "id": ident.id,
         "intent_key": ident.intent_key,
         "trace_id": ident.trace_id,
         "origin_span_id": ident.origin_span_id,
         "run_id": ident.run_id,
         "work_item_id": ident.work_item_id,
-        "schema_version": ident.schema_version,
         "contract": contract,
         "contract_version": version,
     }
@@ -163,6 +167,7 @@ def _minted(identity: bytes, ident: IdentityWire) -> Envelope:
     genesis = genesis_of(identity)
     wire = Wire(identity, ident, genesis, (), (), (), built=())
     state = _state(ident, ident.contract, ident.contract_version)
+    state["chain"] = wire.built
     state["head"] = genesis
     return sealed_envelope(state, wire)
 

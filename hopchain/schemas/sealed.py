@@ -300,9 +300,12 @@ class SealedEnvelope(Envelope):
 
 
 def sealed_envelope(state: dict[str, Any], wire: Wire) -> SealedEnvelope:
-    """A :class:`SealedEnvelope` without validation: ``state`` holds every field but chain."""
+    """A :class:`SealedEnvelope` without validation: ``state`` holds every field but chain.
+
+    Or every field in the model's order, the chain being ``wire.built``.
+    """
     envelope = SealedEnvelope.__new__(SealedEnvelope)
-    if wire.built is not None and "head" in state:
+    if wire.built is not None and "head" in state and state.get("chain") is not wire.built:
         state = {**state, "chain": wire.built}
         state = {name: state[name] for name in _ENVELOPE_ORDER}
     _REAL_DICT.__set__(envelope, state)
