@@ -408,16 +408,23 @@ def write_envelope_text(wire: Wire) -> bytes:
     received = wire.received
     if received is not None and received.hops <= len(wire.hops):
         # The hops read are written as they came, in one piece: only later ones are joined.
-        text, count = received.text, received.hops
-        digests = wire.digests[count:]
+        # (Views of the text read: it is copied once, into the result.)
+        text, count = memoryview(received.text), received.hops
+        if count == len(wire.hops):
+            return b"".join(
+                (text[: received.digests], b"]", SIGNATURES, orjson.dumps(wire.signatures), b"}")
+            )
         return b"".join(
             (
                 text[: received.end],
-                b",\n".join((b"", *wire.hops[count:])),
+                b",\n",
+                b",\n".join(wire.hops[count:]),
                 text[received.end : received.digests],
-                (',"' + '","'.join(digests) + '"]').encode() if digests else b"]",
+                b',"',
+                '","'.join(wire.digests[count:]).encode(),
+                b'"]',
                 SIGNATURES,
-                orjson.dumps(list(wire.signatures)),
+                orjson.dumps(wire.signatures),
                 b"}",
             )
         )
