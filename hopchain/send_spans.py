@@ -24,7 +24,14 @@ from hopchain.tracing import (
     tracing_active,
 )
 
-__all__ = ["forward_span", "hop_span", "note_sent", "parking_span", "publish_span"]
+__all__ = [
+    "forward_span",
+    "hop_span",
+    "note_sent",
+    "parking_span",
+    "publish_span",
+    "quiet_publish_span",
+]
 
 
 def _send_attributes(
@@ -156,13 +163,27 @@ def publish_span(
     topic: str, *, component: str, links: Sequence[Link] = ()
 ) -> AbstractContextManager[HopSpan]:
     """A PRODUCER span for an origin hop, child of whatever span is current (if any)."""
+    quiet = quiet_publish_span()
+    if quiet is not None:
+        return nullcontext(quiet)
+    context = trace.get_current_span().get_span_context()
+    fallback = trace.format_trace_id(context.trace_id) if context.is_valid else None
+    return _publish_span(topic, component, links, fallback)
+
+
+def quiet_publish_span() -> HopSpan | None:
+    """The span :func:`publish_span` gives when no span can record, else None.
+
+    Then nothing is started or made current: the origin hop takes the current span's trace
+    (a new one if there is none) and a span id of its own.
+    """
     current = trace.get_current_span()
+    if tracing_active() or not isinstance(current, trace.NonRecordingSpan):
+        return None
+    # What the no-op tracer would make current is this span already: nothing to attach.
     context = current.get_span_context()
     fallback = trace.format_trace_id(context.trace_id) if context.is_valid else None
-    if not tracing_active() and isinstance(current, trace.NonRecordingSpan):
-        # What the no-op tracer would make current is this span already: nothing to attach.
-        return nullcontext(HopSpan(fallback or new_trace_id(), new_span_id(), current))
-    return _publish_span(topic, component, links, fallback)
+    return HopSpan(fallback or new_trace_id(), new_span_id(), current)
 
 
 @contextmanager

@@ -140,7 +140,7 @@ class HopContext:
         """What this hop decided: the policy's word, else recovered after failed attempts."""
         if self.decision is not None:
             return self.decision
-        if any(attempt.outcome == "failed" for attempt in self.attempts):
+        if self.attempts and any(attempt.outcome == "failed" for attempt in self.attempts):
             return Decision.RECOVERED
         return Decision.FORWARDED
 

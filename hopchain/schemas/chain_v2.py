@@ -60,6 +60,9 @@ _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", 
 _SIGNATURE_PREFIX = "hmac-sha256:"
 _SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_CONSTANT = frozenset({"schema_version"})
+_SPELLED = frozenset({"decided_at", "received_at"})
+"""A new hop's members :func:`timestamp_text` wrote."""
 
 
 def payload_digest(payload: bytes) -> str:
@@ -108,15 +111,19 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
 
 
 def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
-    """An envelope's fields from its identity and the contract its last hop names."""
+    """An envelope's fields from its identity and the contract its last hop names.
+
+    In the model's order (the chain and the head follow): a state completed by adding them
+    needs no reordering (see :func:`sealed_envelope`).
+    """
     return {
+        "schema_version": ident.schema_version,
         "id": ident.id,
         "intent_key": ident.intent_key,
         "trace_id": ident.trace_id,
         "origin_span_id": ident.origin_span_id,
         "run_id": ident.run_id,
         "work_item_id": ident.work_item_id,
-        "schema_version": ident.schema_version,
         "contract": contract,
         "contract_version": version,
     }
@@ -136,16 +143,18 @@ def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, Identity
     return msgspec.json.encode(ident), ident
 
 
-def mint_identity(fields: dict[str, Any]) -> Envelope:
+def mint_identity(fields: dict[str, Any], minted: frozenset[str] = frozenset()) -> Envelope:
     """A new schema-2 envelope (no hops) from its identity's ``fields``, checked as on the wire.
 
-    ``fields`` are the identity's members but the schema version and the legacy chain.
+    ``fields`` are the identity's members but the schema version and the legacy chain;
+    ``minted`` names those the caller minted itself with :mod:`~hopchain.schemas.ids` (they
+    meet their patterns by construction: only their types are checked).
 
     Raises:
         EnvelopeError: a field breaks the identity's constraints.
     """
     document = {**fields, "schema_version": WIRE_VERSION, "legacy": msgspec.Raw(b"null")}
-    ident = _build(IdentityWire, document, "$")
+    ident = convert_strict(document, IdentityWire, "$", minted | _CONSTANT)
     return _minted(msgspec.json.encode(ident), ident)
 
 
@@ -158,6 +167,7 @@ def _minted(identity: bytes, ident: IdentityWire) -> Envelope:
     genesis = genesis_of(identity)
     wire = Wire(identity, ident, genesis, (), (), (), built=())
     state = _state(ident, ident.contract, ident.contract_version)
+    state["chain"] = wire.built
     state["head"] = genesis
     return sealed_envelope(state, wire)
 
@@ -236,9 +246,8 @@ def append_v2(
         contract = (envelope.contract, envelope.contract_version)
     path = f"$.chain[{len(wire.hops)}]"
     decided = decided_at if decided_at is not None else datetime.now(UTC)
-    for moment in (decided, received_at):
-        if moment is not None and moment.tzinfo is None:
-            raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
+    if decided.tzinfo is None or (received_at is not None and received_at.tzinfo is None):
+        raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
     document = {
         "component": component,
         "contract": contract[0],
@@ -257,7 +266,13 @@ def append_v2(
         "span_id": span_id,
         "tries": [_dump(item) for item in attempts] if attempts else [],
     }
-    hop_wire: HopWire = _build(HopWire, document, path)
+    # Timestamps spelled here from datetimes meet their pattern: only their types are checked.
+    trusted = (
+        _SPELLED
+        if type(decided) is datetime and (received_at is None or type(received_at) is datetime)
+        else frozenset()
+    )
+    hop_wire: HopWire = convert_strict(document, HopWire, path, trusted)
     settle(wire)  # a hop appended before this one is sealed first
     new = Wire(
         wire.identity,

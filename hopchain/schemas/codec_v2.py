@@ -139,16 +139,18 @@ def seal_for_topic(
     Raises:
         EnvelopeError: the envelope cannot be written (the reason code says why).
     """
-    if wire_of(envelope) is None:
+    wire = wire_of(envelope)
+    if wire is None:
         if not envelope.chain:  # a schema-1 envelope: its chain is a plain field
             raise EnvelopeError(ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain")
         envelope = upgrade(envelope, keep=min(verified_hops, len(envelope.chain) - 1))
-    wire = wire_of(envelope)
-    assert wire is not None  # noqa: S101 - set just above
+        wire = wire_of(envelope)
+        assert wire is not None  # noqa: S101 - upgrade made it
     digest = digest or payload_digest(payload)
     # The hop appended here is sealed now, once, over the payload's digest.
     settle_pending(wire, payload=digest, keyring=keyring)
-    if not wire.hops or wire.last is None:
+    last = wire.last
+    if not wire.hops or last is None:
         raise EnvelopeError(
             ReasonCode.INVALID_VALUE,
             "a schema-2 chain has at least one hop of schema 2: append one before writing",
@@ -156,24 +158,21 @@ def seal_for_topic(
         )
     verify_wire_fields(envelope, wire)
     index = len(wire.hops) - 1
-    if wire.last.contract != envelope.contract or envelope.contract_version != (
-        wire.last.contract_version
-    ):
+    if last.contract != envelope.contract or envelope.contract_version != last.contract_version:
         raise EnvelopeError(
             ReasonCode.CHAIN_REWRITTEN,
             "the envelope's contract was changed after its last hop was sealed",
             "$.contract",
         )
-    if wire.last.destination != contract.topic:
+    if last.destination != contract.topic:
         raise EnvelopeError(
             ReasonCode.TRUNCATED_CHAIN,
-            f"the last hop names destination {wire.last.destination!r}, but the record goes to "
+            f"the last hop names destination {last.destination!r}, but the record goes to "
             f"{contract.topic!r}",
             f"$.chain[{index}].destination",
         )
-    new = wire.legacy + index >= verified_hops
-    if wire.last.payload_digest != digest:
-        if not new:
+    if last.payload_digest != digest:
+        if wire.legacy + index < verified_hops:  # not a hop appended here
             raise EnvelopeError(
                 ReasonCode.PAYLOAD_MISMATCH,
                 "the last hop was received with another payload; append a hop to write a new one",
@@ -182,8 +181,9 @@ def seal_for_topic(
         envelope = reseal_last(envelope, wire, digest, keyring)
         wire = wire_of(envelope)
         assert wire is not None  # noqa: S101 - reseal_last keeps it
-    first_new = max(verified_hops - wire.legacy, 0) if keyring is not None else len(wire.hops)
-    for position in range(first_new, len(wire.hops)):
+    if keyring is None:
+        return envelope, wire, write_envelope_text(wire)
+    for position in range(max(verified_hops - wire.legacy, 0), len(wire.hops)):
         component = component_of(wire.hops[position]) or ""
         _check_signature(
             keyring,

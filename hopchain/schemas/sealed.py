@@ -69,7 +69,7 @@ _EXTRA: Any = BaseModel.__dict__["__pydantic_extra__"]
 _PRIVATE: Any = BaseModel.__dict__["__pydantic_private__"]
 _FIELD_ORDER = tuple(Hop.model_fields)
 _ENVELOPE_ORDER = tuple(Envelope.model_fields)
-_ENVELOPE_FIELDS = frozenset(_ENVELOPE_ORDER)
+_ENVELOPE_FIELDS = frozenset(_ENVELOPE_ORDER)  # copied faster than built from the tuple
 _HOP_FIELDS = frozenset(_FIELD_ORDER)
 
 
@@ -164,9 +164,8 @@ class Received(NamedTuple):
     hops: int
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """An appended hop, validated, waiting to be sealed."""
+class Pending(NamedTuple):
+    """An appended hop, validated, waiting to be sealed (a tuple: one is made per hop)."""
 
     hop: HopWire
     keyring: Keyring | None
@@ -301,9 +300,12 @@ class SealedEnvelope(Envelope):
 
 
 def sealed_envelope(state: dict[str, Any], wire: Wire) -> SealedEnvelope:
-    """A :class:`SealedEnvelope` without validation: ``state`` holds every field but chain."""
+    """A :class:`SealedEnvelope` without validation: ``state`` holds every field but chain.
+
+    Or every field in the model's order, the chain being ``wire.built``.
+    """
     envelope = SealedEnvelope.__new__(SealedEnvelope)
-    if wire.built is not None and "head" in state:
+    if wire.built is not None and "head" in state and state.get("chain") is not wire.built:
         state = {**state, "chain": wire.built}
         state = {name: state[name] for name in _ENVELOPE_ORDER}
     _REAL_DICT.__set__(envelope, state)
@@ -357,7 +359,7 @@ def settle_pending(
         hop_wire = msgspec.structs.replace(hop_wire, payload_digest=payload)
     count = len(wire.hops)
     previous = wire.digests[-1] if count else wire.genesis
-    sealed = msgspec.json.encode(hop_wire)
+    sealed = _ENCODE(hop_wire)
     digest = link(previous, sealed)
     signer = keyring if keyring is not None else pending.keyring
     signature = signer.sign(hop_wire.component, digest) if signer is not None else None
@@ -376,20 +378,22 @@ def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
     Raises:
         EnvelopeError: ``chain_rewritten``.
     """
-    carried = carried_chain(envelope)
+    state = _REAL_DICT.__get__(envelope)  # the field values, as attribute access reads them
+    carried = state.get("chain")
     if carried is not None and carried is not wire.built:
         raise EnvelopeError(
             ReasonCode.CHAIN_REWRITTEN,
             "the chain is not the one that was sealed: hops are appended with append_hop only",
             "$.chain",
         )
+    ident = wire.ident
     if (
-        envelope.id != wire.ident.id
-        or envelope.intent_key != wire.ident.intent_key
-        or envelope.trace_id != wire.ident.trace_id
-        or envelope.origin_span_id != wire.ident.origin_span_id
-        or envelope.run_id != wire.ident.run_id
-        or envelope.work_item_id != wire.ident.work_item_id
+        state["id"] != ident.id
+        or state["intent_key"] != ident.intent_key
+        or state["trace_id"] != ident.trace_id
+        or state["origin_span_id"] != ident.origin_span_id
+        or state["run_id"] != ident.run_id
+        or state["work_item_id"] != ident.work_item_id
     ):
         raise EnvelopeError(
             ReasonCode.CHAIN_REWRITTEN,
@@ -404,16 +408,23 @@ def write_envelope_text(wire: Wire) -> bytes:
     received = wire.received
     if received is not None and received.hops <= len(wire.hops):
         # The hops read are written as they came, in one piece: only later ones are joined.
-        text, count = received.text, received.hops
-        digests = wire.digests[count:]
+        # (Views of the text read: it is copied once, into the result.)
+        text, count = memoryview(received.text), received.hops
+        if count == len(wire.hops):
+            return b"".join(
+                (text[: received.digests], b"]", SIGNATURES, orjson.dumps(wire.signatures), b"}")
+            )
         return b"".join(
             (
                 text[: received.end],
-                b",\n".join((b"", *wire.hops[count:])),
+                b",\n",
+                b",\n".join(wire.hops[count:]),
                 text[received.end : received.digests],
-                (',"' + '","'.join(digests) + '"]').encode() if digests else b"]",
+                b',"',
+                '","'.join(wire.digests[count:]).encode(),
+                b'"]',
                 SIGNATURES,
-                orjson.dumps(list(wire.signatures)),
+                orjson.dumps(wire.signatures),
                 b"}",
             )
         )

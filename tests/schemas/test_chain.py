@@ -78,6 +78,33 @@ def test_a_new_envelope_with_a_field_out_of_bounds_is_refused_naming_it(
     assert refused.value.errors()[0]["loc"] == (field,)
 
 
+def test_an_intent_key_owned_by_the_caller_is_checked_as_a_minted_one_is_not() -> None:
+    with pytest.raises(ValidationError) as refused:
+        new_envelope(
+            contract=CONTRACT, contract_version=1, run_id="r", work_item_id="w", intent_key="k\n"
+        )
+
+    assert refused.value.errors()[0]["loc"] == ("intent_key",)
+
+
+def test_hop_times_in_another_offset_are_sealed_in_utc() -> None:
+    paris = timezone(timedelta(hours=1))
+    envelope = append_hop(
+        example_envelope(hops=1),
+        component="writer",
+        instance="writer-1",
+        decision=Decision.FORWARDED,
+        span_id="a000000000000002",
+        received_at=datetime(2025, 3, 1, 13, 0, 0, 5, tzinfo=paris),
+        decided_at=datetime(2025, 3, 1, 13, 0, 1, tzinfo=paris),
+    )
+
+    text = envelope.model_dump_json()
+    assert '"decided_at":"2025-03-01T12:00:01Z"' in text
+    assert '"received_at":"2025-03-01T12:00:00.000005Z"' in text
+    verify_chain(envelope)
+
+
 def test_appending_returns_a_new_envelope_and_leaves_earlier_hops_untouched() -> None:
     before = example_envelope(hops=2)
     snapshot = before.model_dump()

@@ -29,9 +29,10 @@ from hopchain.schemas import (
     new_envelope,
     new_envelope_id,
 )
+from hopchain.schemas.chain_v2 import append_v2
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
-from hopchain.send_spans import forward_span, publish_span
+from hopchain.send_spans import forward_span, publish_span, quiet_publish_span
 from hopchain.tracing import tracing_active
 
 __all__ = ["Publisher"]
@@ -121,8 +122,11 @@ class Publisher:
         metrics = parts.metrics
         metrics.child(metrics.stage_decisions, stage_label(hop), decided.value).inc()
         hop.hops_appended += 1
-        return append_hop(
-            hop.envelope,
+        envelope = hop.envelope
+        # Schema 2 (the usual envelope) straight to its writer: append_hop would pass it on.
+        append = append_v2 if wire_of(envelope) is not None else append_hop
+        return append(
+            envelope,
             component=parts.component,
             instance=parts.instance,
             decision=decided,
@@ -179,7 +183,7 @@ class Publisher:
                 contract=(contract.name, contract.version),
             )
             verified = incoming.envelope.hop_count
-            self._check_extends(topic, incoming.envelope, envelope)
+            self._check_extends(topic, incoming.envelope, envelope, verified)
         else:
             envelope = self._originate(topic, trace_id, span_id, observation)
             verified = 0
@@ -218,11 +222,26 @@ class Publisher:
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
         """
-        if incoming is not None and not tracing_active():
-            # No span can record (every record when no SDK is installed): no generator to run.
-            metrics = self.parts.metrics
+        metrics = self.parts.metrics
+        if incoming is not None:
+            if not tracing_active():
+                # No span can record (every record when no SDK is installed): no generator.
+                return _Send(
+                    self._forwarded(topic, body, incoming, headers),
+                    metrics.child(metrics.published, topic, self.parts.component),
+                )
+        elif (quiet := quiet_publish_span()) is not None:
+            # An origin whose span cannot record: nothing to start or attach, as above.
+            record, _ = self.outgoing(
+                topic,
+                body,
+                incoming=None,
+                trace_id=quiet.trace_id,
+                span_id=quiet.span_id,
+                headers=headers,
+            )
             return _Send(
-                self._forwarded(topic, body, incoming, headers),
+                _propagated(record, quiet.trace_id, quiet.span_id),
                 metrics.child(metrics.published, topic, self.parts.component),
             )
         return self._sending(
@@ -308,13 +327,18 @@ class Publisher:
             keyring=parts.keyring,
         )
 
-    def _check_extends(self, topic: str, received: Envelope, outgoing: Envelope) -> None:
-        count, sent = received.hop_count, outgoing.hop_count
+    def _check_extends(
+        self, topic: str, received: Envelope, outgoing: Envelope, count: int
+    ) -> None:
+        """``count``: the received envelope's hops."""
         old_wire, new_wire = wire_of(received), wire_of(outgoing)
         if old_wire is not None and new_wire is not None:
+            sent = new_wire.count
             # Schema 2: compare the sealed digests as text; no earlier hop is parsed.
-            kept = new_wire.digests[: len(old_wire.digests)] == old_wire.digests
+            digests = old_wire.digests
+            kept = new_wire.digests[: len(digests)] == digests
         else:
+            sent = outgoing.hop_count
             kept = all(
                 a.digest == b.digest for a, b in zip(received.chain, outgoing.chain, strict=False)
             )
