@@ -232,16 +232,8 @@ class Publisher:
                 )
         elif (quiet := quiet_publish_span()) is not None:
             # An origin whose span cannot record: nothing to start or attach, as above.
-            record, _ = self.outgoing(
-                topic,
-                body,
-                incoming=None,
-                trace_id=quiet.trace_id,
-                span_id=quiet.span_id,
-                headers=headers,
-            )
             return _Send(
-                _propagated(record, quiet.trace_id, quiet.span_id),
+                self._originated(topic, body, quiet.trace_id, quiet.span_id, headers),
                 metrics.child(metrics.published, topic, self.parts.component),
             )
         return self._sending(
@@ -261,6 +253,20 @@ class Publisher:
             headers=headers,
         )
         return _propagated(record, incoming.trace_id, incoming.span_id)
+
+    def _originated(
+        self,
+        topic: str,
+        body: Any,
+        trace_id: str,
+        span_id: str,
+        headers: Mapping[str, str] | None,
+    ) -> EncodedRecord:
+        """The record that starts a chain, its hop's span ``span_id``, trace context written."""
+        record, _ = self.outgoing(
+            topic, body, incoming=None, trace_id=trace_id, span_id=span_id, headers=headers
+        )
+        return _propagated(record, trace_id, span_id)
 
     @contextmanager
     def _sending(
@@ -290,16 +296,9 @@ class Publisher:
                 yield record
         else:
             with publish_span(topic, component=component) as span:
-                record, _ = self.outgoing(
-                    topic,
-                    body,
-                    incoming=None,
-                    trace_id=span.trace_id,
-                    span_id=span.span_id,
-                    headers=headers,
-                )
+                record = self._originated(topic, body, span.trace_id, span.span_id, headers)
                 with propagation.sending():
-                    yield _propagated(record, span.trace_id, span.span_id)
+                    yield record
         metrics = self.parts.metrics
         metrics.child(metrics.published, topic, component).inc()
 
