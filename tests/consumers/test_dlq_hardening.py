@@ -167,7 +167,7 @@ async def test_age_is_measured_from_the_kafka_timestamp_not_the_parking_hosts_cl
 
 @pytest.mark.kafka
 async def test_redrive_and_discard_are_refused_with_503_until_the_service_is_ready(
-    dlq_settings: SettingsFactory, new_topic: TopicFactory, kafka_bootstrap: str
+    dlq_settings: SettingsFactory, new_topic: TopicFactory, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     source = await new_topic()
     token = "t" * 32
@@ -185,8 +185,12 @@ async def test_redrive_and_discard_are_refused_with_503_until_the_service_is_rea
         await wait_until(lambda: len(first.index) == 1, what="the dead letter")
         await first.triage.redrive(letter.dead_letter_id, who="alice", reason="fixed")
 
-    async with DeadLetterService(settings) as second:
-        # Straight after start-up, before the loop has read anything: not ready.
+    # A second service with an index of its own rebuilds from the topics: with 20,000 more
+    # letters to read, it is still reading straight after start-up (it resumed from the
+    # first one's index file before, and could be ready by then).
+    await _park_filler(kafka_bootstrap, f"{source}.dlq", source, FILLER_LETTERS)
+    rebuilding = settings.model_copy(update={"dlq_index_path": str(tmp_path / "second.sqlite")})
+    async with DeadLetterService(rebuilding) as second:
         app = build_app(second._backend())
         status, body = await _post(app, f"/dead-letters/{letter.dead_letter_id}/redrive", token)
         assert not second.ready()
@@ -197,6 +201,27 @@ async def test_redrive_and_discard_are_refused_with_503_until_the_service_is_rea
         assert status == 409, body
         assert b"already redriven by alice" in body
     assert len(await read_topic(kafka_bootstrap, source)) == 1
+
+
+FILLER_LETTERS = 20_000
+
+
+async def _park_filler(bootstrap: str, dead_letters: str, source: str, count: int) -> None:
+    """``count`` more dead letters of ``source``, each its own, sent without waiting for each."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_batch_size=512 * 1024)
+    await producer.start()
+    try:
+        sent = []
+        for _ in range(count):
+            letter = synthetic_dead_letter(
+                owner="billing", source_topic=source, parked_at=time.time()
+            )
+            sent.append(
+                await producer.send(dead_letters, letter.value, headers=list(letter.headers))
+            )
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
 
 
 async def _post(app: Any, path: str, token: str) -> tuple[int, bytes]:
