@@ -79,15 +79,8 @@ def _position(where: Position) -> dict[str, Any]:
     return {"offset": where.offset, "partition": where.partition, "topic": where.topic}
 
 
-def _build(kind: type[msgspec.Struct], document: dict[str, Any], path: str) -> Any:
-    return convert_strict(document, kind, path)
-
-
-def _new_envelope(
-    template: Envelope, wire: Wire, *, contract: str, version: int, head: str
-) -> Envelope:
-    """An envelope of schema 2 sharing the template's identity, built without validation."""
-    del template
+def _new_envelope(wire: Wire, *, contract: str, version: int, head: str) -> Envelope:
+    """An envelope of schema 2 with ``wire``'s identity, built without validation."""
     state = _state(wire.ident, contract, version)
     state["head"] = head
     return sealed_envelope(state, wire)
@@ -106,7 +99,7 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
         except EnvelopeError:  # changed after it was read: the copy is refused when written
             pass
         else:
-            return _new_envelope(envelope, wire, contract=contract, version=version, head=wire.head)
+            return _new_envelope(wire, contract=contract, version=version, head=wire.head)
     return envelope.model_copy(update={"contract": contract, "contract_version": version})
 
 
@@ -137,7 +130,7 @@ def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, Identity
         schema_version=WIRE_VERSION,
         legacy=msgspec.Raw(b"null"),
     )
-    ident = _build(IdentityWire, document, "$")
+    ident = convert_strict(document, IdentityWire, "$")
     if legacy is not None:
         ident = msgspec.structs.replace(ident, legacy=msgspec.Raw(legacy))
     return msgspec.json.encode(ident), ident
@@ -188,7 +181,7 @@ def upgrade(envelope: Envelope, keep: int) -> Envelope:
     genesis = genesis_of(identity)
     wire = Wire(identity, ident, genesis, (), (), (), legacy_hops=kept, built=kept)
     result = _new_envelope(
-        envelope, wire, contract=envelope.contract, version=envelope.contract_version, head=genesis
+        wire, contract=envelope.contract, version=envelope.contract_version, head=genesis
     )
     for hop in envelope.chain[keep:]:
         result = append_v2(
@@ -292,7 +285,6 @@ def append_v2(
 
 
 def _seal(
-    envelope: Envelope,
     wire: Wire,
     hop_wire: HopWire,
     fields: dict[str, Any],
@@ -329,11 +321,11 @@ def _seal(
         wire.received if wire.received is None or wire.received.hops <= count else None,
     )
     return _new_envelope(
-        envelope, new, contract=hop_wire.contract, version=hop_wire.contract_version, head=digest
+        new, contract=hop_wire.contract, version=hop_wire.contract_version, head=digest
     )
 
 
-def reseal_last(envelope: Envelope, wire: Wire, digest: str, keyring: Keyring | None) -> Envelope:
+def reseal_last(wire: Wire, digest: str, keyring: Keyring | None) -> Envelope:
     """Seal the last hop (one this process appended) again, naming the payload's digest."""
     assert wire.last is not None  # noqa: S101 - the caller checked the chain is not empty
     fields = {}
@@ -344,7 +336,7 @@ def reseal_last(envelope: Envelope, wire: Wire, digest: str, keyring: Keyring | 
             if name not in {"digest", "prev_digest", "seq", "signature"}
         }
     hop_wire = msgspec.structs.replace(wire.last, payload_digest=digest)
-    return _seal(envelope, wire, hop_wire, fields, keyring, replace_last=True)
+    return _seal(wire, hop_wire, fields, keyring, replace_last=True)
 
 
 def check_signature(

@@ -178,7 +178,7 @@ def seal_for_topic(
                 "the last hop was received with another payload; append a hop to write a new one",
                 f"$.chain[{index}].payload_digest",
             )
-        envelope = reseal_last(envelope, wire, digest, keyring)
+        envelope = reseal_last(wire, digest, keyring)
         wire = wire_of(envelope)
         assert wire is not None  # noqa: S101 - reseal_last keeps it
     if keyring is None:

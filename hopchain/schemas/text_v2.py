@@ -385,7 +385,7 @@ def envelope_text(
     if payload is not None and wire.last is not None:
         digest = payload_digest(payload)
         if wire.last.payload_digest != digest:
-            envelope = reseal_last(envelope, wire, digest, keyring)
+            envelope = reseal_last(wire, digest, keyring)
             wire = wire_of(envelope)
             assert wire is not None  # noqa: S101 - reseal_last keeps it
     return write_envelope_text(wire)
