@@ -1,0 +1,84 @@
+//! The envelope's identity (SPEC.md section 3.2): read from the text before the chain, and
+//! the legacy chain it may carry (section 6), which this crate does not verify yet.
+
+use crate::json::{Node, Value};
+use crate::object::read_object;
+use crate::reason::{Reason, Refusal};
+use crate::rules::{integer, member, string, IDENTITY};
+
+/// The identity's members, as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub contract: String,
+    pub contract_version: i64,
+    pub id: String,
+    pub intent_key: String,
+    pub origin_span_id: String,
+    pub run_id: String,
+    pub schema_version: String,
+    pub trace_id: String,
+    pub work_item_id: String,
+    /// Whether `legacy` is a schema-1 envelope (not `null`).
+    pub has_legacy: bool,
+}
+
+/// Members every schema-1 envelope has (the others have defaults in schema 1).
+const SCHEMA_1_REQUIRED: [&str; 9] = [
+    "contract",
+    "contract_version",
+    "head",
+    "id",
+    "intent_key",
+    "origin_span_id",
+    "run_id",
+    "trace_id",
+    "work_item_id",
+];
+
+/// What reading an identity ended with, besides a refusal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IdentityRead {
+    Read(Identity),
+    /// It carries a schema-1 chain that looks like one: schema 1's rules decide (not here).
+    Legacy(Identity),
+}
+
+/// Read the identity's canonical text (with its closing `}`), step 3 and the first part of
+/// step 4 of SPEC.md section 5.
+pub fn read_identity(identity: &[u8]) -> Result<IdentityRead, Refusal> {
+    let root = read_object(identity, &IDENTITY, "$", Some("legacy"))?;
+    let read = Identity {
+        contract: string(&root, "contract").to_owned(),
+        contract_version: integer(&root, "contract_version"),
+        id: string(&root, "id").to_owned(),
+        intent_key: string(&root, "intent_key").to_owned(),
+        origin_span_id: string(&root, "origin_span_id").to_owned(),
+        run_id: string(&root, "run_id").to_owned(),
+        schema_version: string(&root, "schema_version").to_owned(),
+        trace_id: string(&root, "trace_id").to_owned(),
+        work_item_id: string(&root, "work_item_id").to_owned(),
+        has_legacy: !matches!(
+            member(&root, "legacy").map(|node| &node.value),
+            Some(Value::Null)
+        ),
+    };
+    match member(&root, "legacy") {
+        Some(Node {
+            value: Value::Null, ..
+        }) => Ok(IdentityRead::Read(read)),
+        Some(Node {
+            value: Value::Object(members),
+            ..
+        }) if SCHEMA_1_REQUIRED
+            .iter()
+            .all(|name| members.iter().any(|member| member.name == *name)) =>
+        {
+            Ok(IdentityRead::Legacy(read))
+        }
+        _ => Err(Refusal::new(
+            Reason::InvalidValue,
+            "$.legacy",
+            "the legacy member is null or a schema-1 envelope",
+        )),
+    }
+}
