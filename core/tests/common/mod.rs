@@ -41,6 +41,16 @@ pub struct Vector {
     pub path: Option<String>,
 }
 
+/// The value at a path of member names (and array positions), Null where there is none.
+pub fn at<'a>(value: &'a Value, path: &[&str]) -> &'a Value {
+    path.iter()
+        .try_fold(value, |value, part| match part.parse::<usize>() {
+            Ok(index) => value.get(index),
+            Err(_) => value.get(*part),
+        })
+        .unwrap_or(&Value::Null)
+}
+
 fn text(value: &Value) -> String {
     value.as_str().unwrap_or_default().to_owned()
 }
@@ -52,18 +62,18 @@ fn unhex(text: &str) -> Vec<u8> {
 pub fn load(path: &Path) -> Vector {
     let raw = std::fs::read_to_string(path).unwrap_or_default();
     let vector: Value = serde_json::from_str(&raw).unwrap_or(Value::Null);
-    let mode = if vector["mode"] == "body" {
+    let mode = if at(&vector, &["mode"]) == "body" {
         Mode::Body
     } else {
         Mode::Headers
     };
     let mut keyring = Keyring::new();
-    if let Some(keys) = vector["keys"].as_object() {
+    if let Some(keys) = at(&vector, &["keys"]).as_object() {
         for (component, key) in keys {
             keyring.add_hmac(component, &unhex(key.as_str().unwrap_or_default()));
         }
     }
-    if let Some(keys) = vector["public_keys"].as_object() {
+    if let Some(keys) = at(&vector, &["public_keys"]).as_object() {
         for (component, list) in keys {
             for key in list.as_array().into_iter().flatten() {
                 if let Ok(public) = <[u8; 32]>::try_from(unhex(key.as_str().unwrap_or_default())) {
@@ -72,26 +82,33 @@ pub fn load(path: &Path) -> Vector {
             }
         }
     }
-    let headers = vector["headers"]
+    let headers = at(&vector, &["headers"])
         .as_array()
         .into_iter()
         .flatten()
-        .map(|pair| (text(&pair[0]).into_bytes(), text(&pair[1]).into_bytes()))
+        .map(|pair| {
+            (
+                text(pair.get(0).unwrap_or(&Value::Null)).into_bytes(),
+                text(pair.get(1).unwrap_or(&Value::Null)).into_bytes(),
+            )
+        })
         .collect();
     Vector {
-        name: text(&vector["name"]),
+        name: text(at(&vector, &["name"])),
         topic: Topic {
-            topic: text(&vector["topic"]),
+            topic: text(at(&vector, &["topic"])),
             mode,
-            contract: text(&vector["contract"][0]),
-            contract_version: vector["contract"][1].as_i64().unwrap_or_default(),
+            contract: text(at(&vector, &["contract", "0"])),
+            contract_version: at(&vector, &["contract", "1"]).as_i64().unwrap_or_default(),
             writers: Vec::new(),
         },
         keyring,
-        value: text(&vector["value"]).into_bytes(),
+        value: text(at(&vector, &["value"])).into_bytes(),
         headers,
-        reason: vector["expect"]["reason"].as_str().map(str::to_owned),
-        path: vector["expect"]["path"].as_str().map(str::to_owned),
+        reason: at(&vector, &["expect", "reason"])
+            .as_str()
+            .map(str::to_owned),
+        path: at(&vector, &["expect", "path"]).as_str().map(str::to_owned),
     }
 }
 
