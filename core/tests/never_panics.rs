@@ -1,0 +1,204 @@
+//! Whatever the bytes, the reader answers: accepted, or refused with a reason code and a path
+//! (SPEC.md section 5: a reader MUST NOT fail otherwise). Random texts, and the vectors'
+//! records edited at random: bytes flipped, cut, repeated, and JSON's own tokens spliced in.
+
+mod common;
+
+use common::{load, vector_files, Vector};
+use hopchain_core::json::parse;
+use hopchain_core::{read_envelope, read_record, Header, Limits, Outcome, Reason, Record};
+use proptest::prelude::*;
+
+/// Pieces that move a parser to its edges.
+const TOKENS: &[&[u8]] = &[
+    b"\"",
+    b"\\",
+    b"\\u",
+    b"\\ud800",
+    b"\\udc00",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",\n",
+    b"\n",
+    b":",
+    b"NaN",
+    b"-Infinity",
+    b"1e999",
+    b"-0",
+    b"9007199254740993",
+    b"null",
+    b",\"chain\":[\n",
+    b"\n],\"digests\":",
+    b",\"signatures\":",
+    b",\"payload\":",
+    b"\xff",
+    b"\xc3",
+    b"\xe2\x80\xa8",
+    b"\x00",
+];
+
+#[derive(Clone, Debug)]
+enum Edit {
+    Flip(usize, u8),
+    Cut(usize, usize),
+    Repeat(usize, usize),
+    Insert(usize, usize),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Edit::Flip(at, byte)),
+        (any::<usize>(), 0usize..64).prop_map(|(at, length)| Edit::Cut(at, length)),
+        (any::<usize>(), 0usize..64).prop_map(|(at, length)| Edit::Repeat(at, length)),
+        (any::<usize>(), 0..TOKENS.len()).prop_map(|(at, token)| Edit::Insert(at, token)),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, edit: &Edit) {
+    if bytes.is_empty() {
+        return;
+    }
+    let at = |position: usize| position % bytes.len();
+    match *edit {
+        Edit::Flip(position, byte) => {
+            let position = at(position);
+            if let Some(slot) = bytes.get_mut(position) {
+                *slot = byte;
+            }
+        }
+        Edit::Cut(position, length) => {
+            let start = at(position);
+            let end = (start + length).min(bytes.len());
+            bytes.drain(start..end);
+        }
+        Edit::Repeat(position, length) => {
+            let start = at(position);
+            let end = (start + length).min(bytes.len());
+            let piece: Vec<u8> = bytes.get(start..end).unwrap_or_default().to_vec();
+            bytes.splice(start..start, piece);
+        }
+        Edit::Insert(position, token) => {
+            let start = at(position);
+            let token = TOKENS.get(token).copied().unwrap_or_default();
+            bytes.splice(start..start, token.iter().copied());
+        }
+    }
+}
+
+fn vectors() -> &'static [Vector] {
+    static VECTORS: std::sync::OnceLock<Vec<Vector>> = std::sync::OnceLock::new();
+    VECTORS.get_or_init(|| vector_files().iter().map(|path| load(path)).collect())
+}
+
+/// Read a record; the verdict must be a whole one (a refusal names a code and a path).
+fn judge(vector: &Vector, value: Option<&[u8]>, headers: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    let headers: Vec<Header<'_>> = headers
+        .iter()
+        .map(|(name, value)| Header {
+            name,
+            value: value.as_deref(),
+        })
+        .collect();
+    let record = Record {
+        value,
+        headers: &headers,
+    };
+    let keyring = (!vector.keyring.is_empty()).then_some(&vector.keyring);
+    let limits = Limits {
+        max_hops: 2,
+        ..Limits::default()
+    };
+    for limits in [Limits::default(), limits] {
+        match read_record(&record, &vector.topic, keyring, &limits) {
+            Outcome::Refused(refusal) | Outcome::RefusedAfterPayload { refusal, .. } => {
+                assert!(refusal.path.starts_with('$'), "{refusal:?}");
+                assert!(Reason::ALL.contains(&refusal.reason));
+            }
+            Outcome::Accepted(accepted) => {
+                assert!(value
+                    .and_then(|value| value.get(accepted.payload.clone()))
+                    .is_some());
+            }
+            Outcome::Schema1 => {}
+        }
+    }
+}
+
+#[test]
+fn deep_nesting_is_refused_not_followed() {
+    let vectors = vectors();
+    let Some(vector) = vectors.first() else {
+        unreachable!("vectors")
+    };
+    for depth in [65, 999, 1000, 1001, 100_000] {
+        let mut value = vec![b'['; depth];
+        value.extend_from_slice(b"NaN");
+        value.extend(std::iter::repeat_n(b']', depth));
+        let headers = vec![(b"hopchain-envelope".to_vec(), Some(value.clone()))];
+        judge(vector, Some(&value), &headers);
+        judge(vector, Some(b"{}"), &headers);
+        let _ = read_envelope(&value, None);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn edited_records_get_a_verdict(
+        which in any::<usize>(),
+        target in 0usize..3,
+        edits in proptest::collection::vec(edit(), 1..6),
+    ) {
+        let vectors = vectors();
+        prop_assume!(!vectors.is_empty());
+        let Some(vector) = vectors.get(which % vectors.len()) else {
+            return Ok(());
+        };
+        let mut value = vector.value.clone();
+        let mut headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = vector
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), Some(value.clone())))
+            .collect();
+        let index = headers.iter().position(|(name, _)| name == b"hopchain-envelope");
+        for edit in &edits {
+            match (target, index) {
+                (0, Some(index)) => {
+                    if let Some((_, Some(text))) = headers.get_mut(index) {
+                        apply(text, edit);
+                    }
+                }
+                (1, _) => {
+                    if let Some((name, _)) = headers.first_mut() {
+                        apply(name, edit);
+                    }
+                }
+                _ => apply(&mut value, edit),
+            }
+        }
+        judge(vector, Some(&value), &headers);
+    }
+
+    #[test]
+    fn random_bytes_get_a_verdict(
+        value in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+        envelope in proptest::collection::vec(any::<u8>(), 0..300),
+        traceparent in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..80)),
+    ) {
+        let vectors = vectors();
+        let Some(vector) = vectors.first() else {
+            return Ok(());
+        };
+        let headers = vec![
+            (b"traceparent".to_vec(), traceparent),
+            (b"hopchain-envelope".to_vec(), Some(envelope.clone())),
+        ];
+        judge(vector, value.as_deref(), &headers);
+        // And the same bytes as an envelope text, and as a JSON text, on their own.
+        let _ = read_envelope(&envelope, None);
+        let _ = parse(&envelope);
+    }
+}
