@@ -7,7 +7,7 @@ use crate::json::{Node, Value};
 use crate::text::write_string;
 
 /// Write `node` canonically; a member of the top object named `raw` is written as it was read.
-pub fn write(out: &mut Vec<u8>, node: &Node, source: &[u8], raw: Option<&str>) {
+pub fn write(out: &mut Vec<u8>, node: &Node<'_>, source: &[u8], raw: Option<&str>) {
     match &node.value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
@@ -36,7 +36,7 @@ pub fn write(out: &mut Vec<u8>, node: &Node, source: &[u8], raw: Option<&str>) {
                 }
                 write_string(out, &member.name);
                 out.push(b':');
-                if raw == Some(member.name.as_str()) {
+                if raw == Some(member.name.as_ref()) {
                     out.extend_from_slice(source.get(member.node.span.clone()).unwrap_or_default());
                 } else {
                     write(out, &member.node, source, None);
@@ -48,7 +48,7 @@ pub fn write(out: &mut Vec<u8>, node: &Node, source: &[u8], raw: Option<&str>) {
 }
 
 /// Whether `source` is exactly the canonical text of the value read from it.
-pub fn is_canonical(node: &Node, source: &[u8], raw: Option<&str>) -> bool {
+pub fn is_canonical(node: &Node<'_>, source: &[u8], raw: Option<&str>) -> bool {
     let mut out = Vec::with_capacity(source.len());
     write(&mut out, node, source, raw);
     out == source

@@ -23,9 +23,12 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 fn hex64(digest: &[u8]) -> Hex64 {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = [b'0'; 64];
-    for (slot, byte) in out.iter_mut().zip(hex(digest).bytes()) {
-        *slot = byte;
+    for (pair, &byte) in out.chunks_exact_mut(2).zip(digest) {
+        for (slot, nibble) in pair.iter_mut().zip([byte >> 4, byte & 0xf]) {
+            *slot = DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0');
+        }
     }
     out
 }

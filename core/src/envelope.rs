@@ -88,9 +88,12 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
         )
         .into());
     }
+    // UTF-8 text lets the usual hop be read in one pass (else each is read carefully).
+    let source = std::str::from_utf8(text).ok();
     let mut hops = Vec::with_capacity(layout.hops.len());
     for (index, range) in layout.hops.iter().enumerate() {
-        hops.push(read_hop(slice(text, range.clone()), index)?);
+        let hop_text = source.and_then(|source| source.get(range.clone()));
+        hops.push(read_hop(slice(text, range.clone()), hop_text, index)?);
     }
     let digests = read_digests(slice(text, layout.digests()), hops.len())?;
     let signatures = read_signatures(slice(text, layout.signatures()), hops.len())?;
@@ -159,7 +162,7 @@ fn check_signature(
 }
 
 /// A JSON array as a strict parser of the reference reader reads it (no lone surrogate).
-fn strict_array(text: &[u8]) -> Option<Option<Vec<Value>>> {
+fn strict_array(text: &[u8]) -> Option<Option<Vec<Value<'_>>>> {
     match parse(text) {
         Ok(parsed) if !parsed.lone_surrogate => Some(match parsed.root.value {
             Value::Array(items) => Some(items.into_iter().map(|node| node.value).collect()),
@@ -169,8 +172,31 @@ fn strict_array(text: &[u8]) -> Option<Option<Vec<Value>>> {
     }
 }
 
+/// The usual digests' text, `["<64 hex>",...]` with one per hop, read without parsing.
+fn usual_digests(text: &[u8], count: usize) -> Option<Vec<Hex64>> {
+    // `[`, then `"<64>"` and a separator (`,`, or `]` after the last) per digest.
+    if text.len() != 1 + 67 * count || text.first() != Some(&b'[') {
+        return None;
+    }
+    let mut digests = Vec::with_capacity(count);
+    for (index, item) in text.get(1..)?.chunks_exact(67).enumerate() {
+        let separator = if index + 1 == count { b']' } else { b',' };
+        if item.first() != Some(&b'"')
+            || item.get(65) != Some(&b'"')
+            || item.get(66) != Some(&separator)
+        {
+            return None;
+        }
+        digests.push(from_text(item.get(1..65)?)?);
+    }
+    Some(digests)
+}
+
 /// Step 7: the digests, one per hop, canonical.
 fn read_digests(text: &[u8], count: usize) -> Result<Vec<Hex64>, Refusal> {
+    if let Some(digests) = usual_digests(text, count) {
+        return Ok(digests);
+    }
     let items = strict_array(text)
         .ok_or_else(|| Refusal::new(Reason::BadJson, "$.digests", "digests are not JSON"))?;
     let invalid = || {
@@ -259,7 +285,7 @@ fn read_signatures(text: &[u8], count: usize) -> Result<Vec<Option<String>>, Ref
     for (index, item) in items.into_iter().enumerate() {
         match item {
             Value::Null => signatures.push(None),
-            Value::Str(value) if is_signature(&value) => signatures.push(Some(value)),
+            Value::Str(value) if is_signature(&value) => signatures.push(Some(value.into_owned())),
             _ => {
                 return Err(Refusal::new(
                     Reason::InvalidValue,

@@ -5,6 +5,7 @@ use crate::json::{Node, Value};
 use crate::object::read_object;
 use crate::reason::{Reason, Refusal};
 use crate::rules::{integer, member, string, IDENTITY};
+use crate::usual::{read_usual, Found};
 
 /// The identity's members, as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +21,30 @@ pub struct Identity {
     pub work_item_id: String,
     /// Whether `legacy` is a schema-1 envelope (not `null`).
     pub has_legacy: bool,
+}
+
+/// The usual identity (canonical, valid, no legacy chain, no escape) read in one pass.
+fn usual_identity(text: &str) -> Option<Identity> {
+    let found = read_usual(text, &IDENTITY)?;
+    let text_at = |index: usize| match found.get(index) {
+        Some(Found::Str(value)) => Some((*value).to_owned()),
+        _ => None,
+    };
+    Some(Identity {
+        contract: text_at(0)?,
+        contract_version: match found.get(1) {
+            Some(Found::Int(value)) => *value,
+            _ => return None,
+        },
+        id: text_at(2)?,
+        intent_key: text_at(3)?,
+        origin_span_id: text_at(5)?,
+        run_id: text_at(6)?,
+        schema_version: text_at(7)?,
+        trace_id: text_at(8)?,
+        work_item_id: text_at(9)?,
+        has_legacy: false,
+    })
 }
 
 /// Members every schema-1 envelope has (the others have defaults in schema 1).
@@ -46,6 +71,9 @@ pub enum IdentityRead {
 /// Read the identity's canonical text (with its closing `}`), step 3 and the first part of
 /// step 4 of SPEC.md section 5.
 pub fn read_identity(identity: &[u8]) -> Result<IdentityRead, Refusal> {
+    if let Some(read) = std::str::from_utf8(identity).ok().and_then(usual_identity) {
+        return Ok(IdentityRead::Read(read));
+    }
     let root = read_object(identity, &IDENTITY, "$", Some("legacy"))?;
     let read = Identity {
         contract: string(&root, "contract").to_owned(),

@@ -5,38 +5,39 @@
 //! reports apart. Strings are decoded; a lone UTF-16 surrogate is noted, not refused, since
 //! only some readers refuse it. Every value keeps its byte range (a legacy chain is kept raw).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// Nesting at which the parser gives up: far beyond SPEC.md's 64 levels, so that a text within
 /// them is always read, and the stack stays small whatever the input.
 pub const PARSER_DEPTH: usize = 1000;
 
-/// A JSON value as read.
+/// A JSON value as read; strings without escapes are borrowed from the text.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Value {
+pub enum Value<'a> {
     Null,
     Bool(bool),
     /// An integer (no fraction, no exponent), clamped to the range of `i128`.
     Int(i128),
     /// A number with a fraction or an exponent: never a valid member of an envelope.
     Float,
-    Str(String),
-    Array(Vec<Node>),
-    Object(Vec<Member>),
+    Str(Cow<'a, str>),
+    Array(Vec<Node<'a>>),
+    Object(Vec<Member<'a>>),
 }
 
 /// A value and where its text is.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Node {
-    pub value: Value,
+pub struct Node<'a> {
+    pub value: Value<'a>,
     pub span: Range<usize>,
 }
 
 /// An object's member.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Member {
-    pub name: String,
-    pub node: Node,
+pub struct Member<'a> {
+    pub name: Cow<'a, str>,
+    pub node: Node<'a>,
 }
 
 /// Why a text is not JSON.
@@ -50,21 +51,27 @@ pub enum Fault {
 
 /// A parsed text, with what a strict reader refuses although the grammar admits it.
 #[derive(Clone, Debug)]
-pub struct Parsed {
-    pub root: Node,
+pub struct Parsed<'a> {
+    pub root: Node<'a>,
     /// Some object holds a member name twice.
     pub duplicate: bool,
     /// Some string or member name holds a lone surrogate (`\ud800` without its pair).
     pub lone_surrogate: bool,
+    /// How deeply arrays and objects nest (a scalar: 0).
+    pub depth: usize,
 }
 
 /// Parse a whole text (white space around the value allowed, nothing else).
-pub fn parse(text: &[u8]) -> Result<Parsed, Fault> {
+pub fn parse(text: &[u8]) -> Result<Parsed<'_>, Fault> {
+    // Checked once here, so that strings are borrowed without checking each again.
+    let source = std::str::from_utf8(text).map_err(|_| Fault::Syntax)?;
     let mut parser = Parser {
         text,
+        source,
         at: 0,
         duplicate: false,
         lone_surrogate: false,
+        deepest: 0,
     };
     parser.space();
     let root = parser.value(0)?;
@@ -76,22 +83,26 @@ pub fn parse(text: &[u8]) -> Result<Parsed, Fault> {
         root,
         duplicate: parser.duplicate,
         lone_surrogate: parser.lone_surrogate,
+        depth: parser.deepest,
     })
 }
 
 struct Parser<'a> {
     text: &'a [u8],
+    /// The same text, known to be UTF-8.
+    source: &'a str,
     at: usize,
     duplicate: bool,
     lone_surrogate: bool,
+    deepest: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.text.get(self.at).copied()
     }
 
-    fn rest(&self) -> &[u8] {
+    fn rest(&self) -> &'a [u8] {
         self.text.get(self.at..).unwrap_or_default()
     }
 
@@ -101,7 +112,7 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Node, Fault> {
+    fn value(&mut self, depth: usize) -> Result<Node<'a>, Fault> {
         let start = self.at;
         let value = match self.peek() {
             Some(b'{') => self.object(depth)?,
@@ -122,7 +133,7 @@ impl Parser<'_> {
         })
     }
 
-    fn word(&mut self, word: &[u8], value: Value) -> Result<Value, Fault> {
+    fn word(&mut self, word: &[u8], value: Value<'a>) -> Result<Value<'a>, Fault> {
         if self.rest().starts_with(word) {
             self.at += word.len();
             Ok(value)
@@ -131,12 +142,13 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value, Fault> {
+    fn object(&mut self, depth: usize) -> Result<Value<'a>, Fault> {
         if depth >= PARSER_DEPTH {
             return Err(Fault::Syntax);
         }
+        self.deepest = self.deepest.max(depth + 1);
         self.at += 1;
-        let mut members: Vec<Member> = Vec::new();
+        let mut members: Vec<Member<'a>> = Vec::new();
         self.space();
         if self.peek() == Some(b'}') {
             self.at += 1;
@@ -171,10 +183,11 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Value, Fault> {
+    fn array(&mut self, depth: usize) -> Result<Value<'a>, Fault> {
         if depth >= PARSER_DEPTH {
             return Err(Fault::Syntax);
         }
+        self.deepest = self.deepest.max(depth + 1);
         self.at += 1;
         let mut items = Vec::new();
         self.space();
@@ -205,7 +218,7 @@ impl Parser<'_> {
         self.at - start
     }
 
-    fn number(&mut self) -> Result<Value, Fault> {
+    fn number(&mut self) -> Result<Value<'a>, Fault> {
         let start = self.at;
         let negative = self.peek() == Some(b'-');
         if negative {
@@ -262,8 +275,21 @@ impl Parser<'_> {
         Some(unit)
     }
 
-    fn string(&mut self) -> Result<String, Fault> {
+    fn string(&mut self) -> Result<Cow<'a, str>, Fault> {
         self.at += 1;
+        // The usual string has no escape: it is borrowed from the text.
+        let rest = self.rest();
+        let run = memchr::memchr2(b'"', b'\\', rest).ok_or(Fault::Syntax)?;
+        let plain = rest.get(..run).unwrap_or_default();
+        if rest.get(run) == Some(&b'"') && !plain.iter().any(|&byte| byte < 0x20) {
+            // Both ends are ASCII (a quote each), so the slice is whole characters.
+            let borrowed = self
+                .source
+                .get(self.at..self.at + run)
+                .ok_or(Fault::Syntax)?;
+            self.at += run + 1;
+            return Ok(Cow::Borrowed(borrowed));
+        }
         let mut out: Vec<u8> = Vec::new();
         loop {
             let rest = self.rest();
@@ -278,7 +304,9 @@ impl Parser<'_> {
                 Some(b'"') => {
                     self.at += 1;
                     // The input was checked to be UTF-8 and escapes write UTF-8.
-                    return String::from_utf8(out).map_err(|_| Fault::Syntax);
+                    return String::from_utf8(out)
+                        .map(Cow::Owned)
+                        .map_err(|_| Fault::Syntax);
                 }
                 Some(b'\\') => self.escape(&mut out)?,
                 _ => return Err(Fault::Syntax), // a raw control character

@@ -11,12 +11,14 @@ pub mod identity;
 pub mod json;
 pub mod layout;
 pub mod object;
+pub mod path;
 pub mod read;
 pub mod reason;
 pub mod rules;
 pub mod sign;
 pub mod text;
 pub mod traceparent;
+pub mod usual;
 pub mod write;
 
 #[cfg(feature = "python")]

@@ -3,6 +3,7 @@
 
 use crate::canonical::is_canonical;
 use crate::json::{nesting, parse, Node};
+use crate::path::Path;
 use crate::reason::{Reason, Refusal};
 use crate::rules::{check, Rule};
 
@@ -14,20 +15,29 @@ pub const MAX_DEPTH: i64 = 64;
 ///
 /// In order: nesting (`too_deep`), JSON (`bad_json`: not JSON, `NaN`, a duplicate member, a
 /// lone surrogate), the rules (their own codes), and canonical form (`not_canonical`).
-pub fn read_object(
-    raw: &[u8],
+pub fn read_object<'a>(
+    raw: &'a [u8],
     rule: &Rule,
     path: &str,
     raw_member: Option<&str>,
-) -> Result<Node, Refusal> {
-    if nesting(raw) > MAX_DEPTH {
-        return Err(Refusal::new(
+) -> Result<Node<'a>, Refusal> {
+    let too_deep = || {
+        Refusal::new(
             Reason::TooDeep,
             path,
             format!("JSON nested more than {MAX_DEPTH} levels deep"),
-        ));
-    }
-    let parsed = parse(raw).map_err(|_| Refusal::new(Reason::BadJson, path, "not JSON"))?;
+        )
+    };
+    // Nesting is told first. In JSON the brackets outside strings are the nesting the parser
+    // met; only a text that is not JSON needs them counted on their own.
+    let parsed = match parse(raw) {
+        Ok(parsed) if i64::try_from(parsed.depth).unwrap_or(i64::MAX) > MAX_DEPTH => {
+            return Err(too_deep())
+        }
+        Ok(parsed) => parsed,
+        Err(_) if nesting(raw) > MAX_DEPTH => return Err(too_deep()),
+        Err(_) => return Err(Refusal::new(Reason::BadJson, path, "not JSON")),
+    };
     if parsed.duplicate {
         return Err(Refusal::new(
             Reason::BadJson,
@@ -42,7 +52,7 @@ pub fn read_object(
             "a string holds a lone UTF-16 surrogate: it has no UTF-8 form (RFC 7493, RFC 8785)",
         ));
     }
-    check(rule, &parsed.root, path, "")?;
+    check(rule, &parsed.root, &Path::Root(path), "")?;
     if !is_canonical(&parsed.root, raw, raw_member) {
         return Err(Refusal::new(
             Reason::NotCanonical,

@@ -5,6 +5,7 @@
 //! refused where it stands); members missing are told after, the first in schema order.
 
 use crate::json::{Member, Node, Value};
+use crate::path::Path;
 use crate::reason::{Reason, Refusal};
 use crate::text::{is_component, is_name, is_span_id, is_timestamp, is_topic};
 
@@ -202,11 +203,11 @@ pub const IDENTITY: Rule = Rule::Object(&[
 ]);
 
 /// Check a value against its rule; `name` is the member it is (the last part of its path).
-pub fn check(rule: &Rule, node: &Node, path: &str, name: &str) -> Result<(), Refusal> {
+pub fn check(rule: &Rule, node: &Node<'_>, path: &Path<'_>, name: &str) -> Result<(), Refusal> {
     let wrong = |expected: &str| {
         Err(Refusal::new(
             Reason::WrongType,
-            path,
+            path.render(),
             format!("expected {expected}, got {}", kind_of(&node.value)),
         ))
     };
@@ -220,7 +221,7 @@ pub fn check(rule: &Rule, node: &Node, path: &str, name: &str) -> Result<(), Ref
             if *value < *min || *value > MAX_INT {
                 Err(Refusal::new(
                     Reason::InvalidValue,
-                    path,
+                    path.render(),
                     format!("an integer from {min} to 2**53 - 1"),
                 ))
             } else {
@@ -229,7 +230,7 @@ pub fn check(rule: &Rule, node: &Node, path: &str, name: &str) -> Result<(), Ref
         }
         (Rule::Integer { .. }, _) => wrong("an integer"),
         (Rule::Word(words), Value::Str(word)) => {
-            if words.contains(&word.as_str()) {
+            if words.contains(&word.as_ref()) {
                 Ok(())
             } else {
                 let reason = match name {
@@ -239,7 +240,7 @@ pub fn check(rule: &Rule, node: &Node, path: &str, name: &str) -> Result<(), Ref
                 };
                 Err(Refusal::new(
                     reason,
-                    path,
+                    path.render(),
                     format!("{word:?} is not a word of this vocabulary"),
                 ))
             }
@@ -249,7 +250,7 @@ pub fn check(rule: &Rule, node: &Node, path: &str, name: &str) -> Result<(), Ref
         (Rule::Text(_), _) => wrong("a string"),
         (Rule::List(item), Value::Array(items)) => {
             for (index, element) in items.iter().enumerate() {
-                check(item, element, &format!("{path}[{index}]"), name)?;
+                check(item, element, &Path::Index(path, index), name)?;
             }
             Ok(())
         }
@@ -259,12 +260,16 @@ pub fn check(rule: &Rule, node: &Node, path: &str, name: &str) -> Result<(), Ref
     }
 }
 
-fn check_text(rules: &Text, value: &str, path: &str, name: &str) -> Result<(), Refusal> {
-    let length = value.chars().count();
+fn check_text(rules: &Text, value: &str, path: &Path<'_>, name: &str) -> Result<(), Refusal> {
+    let length = if value.is_ascii() {
+        value.len()
+    } else {
+        value.chars().count()
+    };
     if length < rules.min {
         return Err(Refusal::new(
             Reason::InvalidValue,
-            path,
+            path.render(),
             format!("at least {} characters", rules.min),
         ));
     }
@@ -277,7 +282,7 @@ fn check_text(rules: &Text, value: &str, path: &str, name: &str) -> Result<(), R
             };
             return Err(Refusal::new(
                 reason,
-                path,
+                path.render(),
                 format!("at most {max} characters, not {length}"),
             ));
         }
@@ -286,7 +291,7 @@ fn check_text(rules: &Text, value: &str, path: &str, name: &str) -> Result<(), R
         if !shape(value) {
             return Err(Refusal::new(
                 Reason::InvalidValue,
-                path,
+                path.render(),
                 "not of the form its member requires",
             ));
         }
@@ -296,21 +301,21 @@ fn check_text(rules: &Text, value: &str, path: &str, name: &str) -> Result<(), R
 
 fn check_object(
     members: &[(&'static str, Rule)],
-    given: &[Member],
-    path: &str,
+    given: &[Member<'_>],
+    path: &Path<'_>,
 ) -> Result<(), Refusal> {
     for member in given {
         let Some((_, rule)) = members.iter().find(|(name, _)| *name == member.name) else {
             return Err(Refusal::new(
                 Reason::UnknownField,
-                path,
+                path.render(),
                 format!("unknown member {:?}", member.name),
             ));
         };
         check(
             rule,
             &member.node,
-            &format!("{path}.{}", member.name),
+            &Path::Member(path, &member.name),
             &member.name,
         )?;
     }
@@ -318,7 +323,7 @@ fn check_object(
         if !given.iter().any(|member| member.name == *name) {
             return Err(Refusal::new(
                 Reason::MissingField,
-                path,
+                path.render(),
                 format!("member {name:?} is missing"),
             ));
         }
@@ -326,7 +331,7 @@ fn check_object(
     Ok(())
 }
 
-fn kind_of(value: &Value) -> &'static str {
+fn kind_of(value: &Value<'_>) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -339,7 +344,7 @@ fn kind_of(value: &Value) -> &'static str {
 }
 
 /// A member of a checked object (None when absent, which a checked object never is).
-pub fn member<'a>(node: &'a Node, name: &str) -> Option<&'a Node> {
+pub fn member<'a, 'b>(node: &'a Node<'b>, name: &str) -> Option<&'a Node<'b>> {
     match &node.value {
         Value::Object(members) => members
             .iter()
@@ -350,7 +355,7 @@ pub fn member<'a>(node: &'a Node, name: &str) -> Option<&'a Node> {
 }
 
 /// A string member of a checked object ("" when absent or not a string).
-pub fn string<'a>(node: &'a Node, name: &str) -> &'a str {
+pub fn string<'a>(node: &'a Node<'_>, name: &str) -> &'a str {
     match member(node, name).map(|node| &node.value) {
         Some(Value::Str(value)) => value,
         _ => "",
@@ -358,7 +363,7 @@ pub fn string<'a>(node: &'a Node, name: &str) -> &'a str {
 }
 
 /// An integer member of a checked object (0 when absent or not an integer).
-pub fn integer(node: &Node, name: &str) -> i64 {
+pub fn integer(node: &Node<'_>, name: &str) -> i64 {
     match member(node, name).map(|node| &node.value) {
         Some(Value::Int(value)) => i64::try_from(*value).unwrap_or_default(),
         _ => 0,
@@ -372,7 +377,7 @@ mod tests {
 
     fn refusal(text: &str) -> Option<(Reason, String)> {
         let parsed = parse(text.as_bytes()).ok()?;
-        check(&DEGRADATION, &parsed.root, "$", "")
+        check(&DEGRADATION, &parsed.root, &Path::Root("$"), "")
             .err()
             .map(|refusal| (refusal.reason, refusal.path))
     }

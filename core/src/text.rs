@@ -122,6 +122,12 @@ pub fn is_timestamp(text: &str) -> bool {
 pub fn write_string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
     let bytes = text.as_bytes();
+    // The usual string has nothing to escape: written at once.
+    if memchr::memchr2(b'"', b'\\', bytes).is_none() && bytes.iter().all(|&byte| byte >= 0x20) {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     let mut plain = 0;
     for (at, &byte) in bytes.iter().enumerate() {
         let escape: &[u8] = match byte {

@@ -8,6 +8,7 @@ use crate::envelope::Envelope;
 use crate::hop::{summary, Hop};
 use crate::json::{Member, Node, Value};
 use crate::layout::{CHAIN_END, CHAIN_START, HOP_SEPARATOR, SIGNATURES};
+use crate::path::Path;
 use crate::reason::{Reason, Refusal};
 use crate::rules::{check, HOP, IDENTITY};
 use crate::sign::Keyring;
@@ -40,7 +41,7 @@ impl Written {
 }
 
 /// The hop's members with `payload_digest` naming the payload (the writer seals it so).
-fn with_payload_digest(hop: &Node, digest: &Hex64) -> Result<Node, Refusal> {
+fn with_payload_digest<'a>(hop: &Node<'a>, digest: &Hex64) -> Result<Node<'a>, Refusal> {
     let Value::Object(members) = &hop.value else {
         return Err(Refusal::new(
             Reason::WrongType,
@@ -48,15 +49,15 @@ fn with_payload_digest(hop: &Node, digest: &Hex64) -> Result<Node, Refusal> {
             "a hop is an object",
         ));
     };
-    let mut members: Vec<Member> = members
+    let mut members: Vec<Member<'a>> = members
         .iter()
         .filter(|member| member.name != "payload_digest")
         .cloned()
         .collect();
     members.push(Member {
-        name: "payload_digest".to_owned(),
+        name: "payload_digest".into(),
         node: Node {
-            value: Value::Str(String::from_utf8_lossy(digest).into_owned()),
+            value: Value::Str(String::from_utf8_lossy(digest).into_owned().into()),
             span: 0..0,
         },
     });
@@ -67,9 +68,9 @@ fn with_payload_digest(hop: &Node, digest: &Hex64) -> Result<Node, Refusal> {
 }
 
 /// The new hop's canonical text, checked as a reader will check it.
-fn seal_hop(hop: &Node, payload: &[u8], index: usize) -> Result<(Vec<u8>, Hop), Refusal> {
+fn seal_hop(hop: &Node<'_>, payload: &[u8], index: usize) -> Result<(Vec<u8>, Hop), Refusal> {
     let hop = with_payload_digest(hop, &payload_digest(payload))?;
-    check(&HOP, &hop, &format!("$.chain[{index}]"), "")?;
+    check(&HOP, &hop, &Path::Root(&format!("$.chain[{index}]")), "")?;
     let mut text = Vec::new();
     write(&mut text, &hop, b"", None);
     Ok((text, summary(&hop)))
@@ -104,7 +105,7 @@ fn degraded(hops: &[Hop]) -> Option<String> {
 pub fn append(
     received: &[u8],
     envelope: &Envelope,
-    hop: &Node,
+    hop: &Node<'_>,
     payload: &[u8],
     keyring: Option<&Keyring>,
 ) -> Result<Written, Refusal> {
@@ -147,12 +148,12 @@ pub fn append(
 
 /// Start a chain: the identity's canonical text (its `legacy` `null`) and its first hop.
 pub fn originate(
-    identity: &Node,
-    hop: &Node,
+    identity: &Node<'_>,
+    hop: &Node<'_>,
     payload: &[u8],
     keyring: Option<&Keyring>,
 ) -> Result<Written, Refusal> {
-    check(&IDENTITY, identity, "$", "")?;
+    check(&IDENTITY, identity, &Path::Root("$"), "")?;
     if !matches!(
         crate::rules::member(identity, "legacy").map(|node| &node.value),
         Some(Value::Null)

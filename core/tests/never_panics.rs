@@ -5,7 +5,9 @@
 mod common;
 
 use common::{load, vector_files, Vector};
+use hopchain_core::hop::read_hop;
 use hopchain_core::json::parse;
+use hopchain_core::layout;
 use hopchain_core::{read_envelope, read_record, Header, Limits, Outcome, Reason, Record};
 use proptest::prelude::*;
 
@@ -180,6 +182,39 @@ proptest! {
             }
         }
         judge(vector, Some(&value), &headers);
+    }
+
+    /// The one-pass reading of the usual hop and the careful one agree on every hop text.
+    #[test]
+    fn the_usual_hop_is_read_as_carefully_as_any(
+        which in any::<usize>(),
+        edits in proptest::collection::vec(edit(), 0..4),
+    ) {
+        let vectors = vectors();
+        let Some(vector) = vectors.get(which % vectors.len().max(1)) else {
+            return Ok(());
+        };
+        let text = vector
+            .headers
+            .iter()
+            .find(|(name, _)| name == b"hopchain-envelope")
+            .map_or(&vector.value, |(_, value)| value);
+        let Some(found) = layout::find(text) else {
+            return Ok(());
+        };
+        for (index, range) in found.hops.iter().enumerate() {
+            let mut hop = text.get(range.clone()).unwrap_or_default().to_vec();
+            for edit in &edits {
+                apply(&mut hop, edit);
+            }
+            let careful = read_hop(&hop, None, index);
+            let usual = std::str::from_utf8(&hop)
+                .ok()
+                .map(|utf8| read_hop(&hop, Some(utf8), index));
+            if let Some(usual) = usual {
+                prop_assert_eq!(usual, careful);
+            }
+        }
     }
 
     #[test]
