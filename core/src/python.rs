@@ -8,7 +8,11 @@ use std::collections::HashMap;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::envelope::{read_envelope, Unread};
+use crate::json::{Member, Node, Value};
+use crate::write::{append, originate, Written};
 
 use crate::hop::Hop;
 use crate::identity::Identity;
@@ -394,6 +398,112 @@ fn read_batch<'py>(
     Ok(verdicts)
 }
 
+/// A refusal raised to Python: `ValueError(code, path, message)`.
+fn refused(refusal: crate::reason::Refusal) -> PyErr {
+    PyValueError::new_err((refusal.reason.as_str(), refusal.path, refusal.message))
+}
+
+/// Python values as JSON values: dict, list or tuple, str, int, bool, float and None.
+fn node(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Node<'static>> {
+    if depth > crate::json::PARSER_DEPTH {
+        return Err(PyValueError::new_err("nested too deeply"));
+    }
+    let value = if value.is_none() {
+        Value::Null
+    } else if let Ok(flag) = value.cast::<PyBool>() {
+        Value::Bool(flag.is_true())
+    } else if let Ok(number) = value.cast::<PyInt>() {
+        // Beyond i128 is beyond every rule: clamped, then refused by the rules.
+        Value::Int(number.extract::<i128>().unwrap_or(i128::MAX))
+    } else if value.cast::<PyFloat>().is_ok() {
+        Value::Float
+    } else if let Ok(text) = value.cast::<PyString>() {
+        Value::Str(text.to_str()?.to_owned().into())
+    } else if let Ok(dict) = value.cast::<PyDict>() {
+        let mut members = Vec::with_capacity(dict.len());
+        for (name, item) in dict.iter() {
+            let name = name
+                .cast::<PyString>()
+                .map_err(|_| PyTypeError::new_err("member names are str"))?
+                .to_str()?
+                .to_owned();
+            members.push(Member {
+                name: name.into(),
+                node: node(&item, depth + 1)?,
+            });
+        }
+        Value::Object(members)
+    } else if value.cast::<PyList>().is_ok() || value.cast::<PyTuple>().is_ok() {
+        let mut items = Vec::new();
+        for item in value.try_iter()? {
+            items.push(node(&item?, depth + 1)?);
+        }
+        Value::Array(items)
+    } else {
+        return Err(PyTypeError::new_err(
+            "a JSON value: dict, list, str, int, bool, float or None",
+        ));
+    };
+    Ok(Node { value, span: 0..0 })
+}
+
+fn written<'py>(py: Python<'py>, written: &Written) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            PyBytes::new(py, &written.text).into_any(),
+            PyString::new(py, &written.traceparent).into_any(),
+            match &written.degraded {
+                Some(degraded) => PyString::new(py, degraded).into_any(),
+                None => py.None().into_bound(py),
+            },
+        ],
+    )
+}
+
+/// Append a hop to a received envelope text (SPEC.md section 7): `hop` holds the new hop's
+/// members (its `payload_digest` is set from `payload`). Returns `(text, traceparent,
+/// degraded)`; in body mode the record value is `text[:-1] + b',"payload":' + payload + b'}'`.
+///
+/// Raises `ValueError(code, path, message)` when the text or the hop is refused.
+#[pyfunction]
+#[pyo3(signature = (received, hop, payload, keyring=None))]
+fn append_hop<'py>(
+    py: Python<'py>,
+    received: &[u8],
+    hop: &Bound<'py, PyAny>,
+    payload: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let envelope = read_envelope(received, keyring).map_err(|unread| match unread {
+        Unread::Refused(refusal) => refused(refusal),
+        Unread::Legacy => {
+            PyValueError::new_err("a schema-1 chain is continued by the Python writer")
+        }
+    })?;
+    let hop = node(hop, 0)?;
+    let result = append(received, &envelope, &hop, payload, keyring).map_err(refused)?;
+    written(py, &result)
+}
+
+/// Start a chain: the identity's members (`legacy` `None`) and its first hop's.
+#[pyfunction]
+#[pyo3(signature = (identity, hop, payload, keyring=None))]
+fn originate_chain<'py>(
+    py: Python<'py>,
+    identity: &Bound<'py, PyAny>,
+    hop: &Bound<'py, PyAny>,
+    payload: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let identity = node(identity, 0)?;
+    let hop = node(hop, 0)?;
+    let result = originate(&identity, &hop, payload, keyring).map_err(refused)?;
+    written(py, &result)
+}
+
 /// The compiled core of hopchain: SPEC.md's reader of schema-2 records.
 #[pymodule]
 #[pyo3(name = "_core")]
@@ -402,6 +512,8 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyTopic>()?;
     module.add_class::<Verdict>()?;
     module.add_function(wrap_pyfunction!(read_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(append_hop, module)?)?;
+    module.add_function(wrap_pyfunction!(originate_chain, module)?)?;
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     module.add("REASON_CODES", PyTuple::new(module.py(), codes)?)?;
     Ok(())

@@ -257,3 +257,48 @@ def test_the_core_reaches_the_python_readers_verdict_on_every_record() -> None:
 
 def test_the_core_names_the_same_reason_codes() -> None:
     assert tuple(code.value for code in ReasonCode) == core.REASON_CODES
+
+
+FIXTURES = TESTS.parent / "core" / "tests" / "fixtures"
+
+
+def _fixture_keyring(keys: dict[str, dict[str, str]]) -> Any:
+    if not keys:
+        return None
+    return core.Keyring(
+        hmac={name: bytes.fromhex(key) for name, key in keys.get("hmac", {}).items()},
+        signing={name: bytes.fromhex(seed) for name, seed in keys.get("ed25519", {}).items()},
+    )
+
+
+def test_the_cores_writer_writes_the_python_writers_bytes() -> None:
+    cases = json.loads((FIXTURES / "append.json").read_text(encoding="utf-8"))
+    for case in cases:
+        payload = case["payload"].encode()
+        text, traceparent, degraded = core.append_hop(
+            case["received"].encode(), case["hop"], payload, _fixture_keyring(case["keys"])
+        )
+        headers = dict(case["headers"])
+        if case["mode"] == "body":
+            assert text[:-1] + b',"payload":' + payload + b"}" == case["value"].encode()
+        else:
+            assert text == headers["hopchain-envelope"].encode()
+        assert traceparent == headers["traceparent"]
+        assert degraded == headers.get("hopchain-degraded")
+    for case in json.loads((FIXTURES / "originate.json").read_text(encoding="utf-8")):
+        text, traceparent, _ = core.originate_chain(
+            case["identity"], case["hop"], case["payload"].encode(), _fixture_keyring(case["keys"])
+        )
+        headers = dict(case["headers"])
+        assert (text.decode(), traceparent) == (
+            headers["hopchain-envelope"],
+            headers["traceparent"],
+        )
+
+
+def test_the_cores_writer_refuses_with_a_reason_code() -> None:
+    case = json.loads((FIXTURES / "append.json").read_text(encoding="utf-8"))[0]
+    hop = {**case["hop"], "decision": "improvised"}
+    with pytest.raises(ValueError, match="unknown_decision") as refused:
+        core.append_hop(case["received"].encode(), hop, b"{}")
+    assert refused.value.args[:2] == ("unknown_decision", "$.chain[3].decision")
