@@ -4,6 +4,7 @@
 //! SPEC.md's reason codes and a JSON path), never a panic.
 
 pub mod canonical;
+pub mod deadletter;
 pub mod digest;
 pub mod envelope;
 pub mod hop;

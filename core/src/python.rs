@@ -504,6 +504,60 @@ fn originate_chain<'py>(
     written(py, &result)
 }
 
+/// The dead-letter index's summary of each letter's `hopchain-dlq-*` headers, as
+/// `read_dead_letter_summary` returns it, with the failure's JSON last (for the caller to
+/// validate); None for a letter the Python reader must read (missing, invalid or unusual).
+#[pyfunction]
+fn read_dead_letter_summaries<'py>(
+    py: Python<'py>,
+    letters: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
+    let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+    let mut summaries = Vec::new();
+    for headers in letters.try_iter()? {
+        let headers = headers?;
+        let mut held = Vec::new();
+        for header in headers.try_iter()? {
+            let header = header?;
+            let header = header
+                .cast::<PyTuple>()
+                .map_err(|_| PyTypeError::new_err("a header is a tuple (name, value)"))?;
+            let name = name_bytes(&header.get_item(0)?)?;
+            held.push((
+                name,
+                bytes_or_none(&header.get_item(1)?, "a header's value")?,
+            ));
+        }
+        let headers: Vec<Header<'_>> = held
+            .iter()
+            .map(|(name, value)| Header {
+                name,
+                value: value.as_ref().map(|value| value.as_bytes()),
+            })
+            .collect();
+        let summary = match crate::deadletter::read_summary(&headers, &codes) {
+            Ok(summary) => Some(
+                (
+                    summary.id,
+                    summary.owner,
+                    summary.source_topic,
+                    summary.error_type,
+                    summary.reason,
+                    summary.component,
+                    summary.source_timestamp_ms,
+                    summary.parked_at,
+                    summary.envelope,
+                    summary.failure,
+                )
+                    .into_pyobject(py)?,
+            ),
+            Err(_) => None,
+        };
+        summaries.push(summary);
+    }
+    Ok(summaries)
+}
+
 /// The compiled core of hopchain: SPEC.md's reader of schema-2 records.
 #[pymodule]
 #[pyo3(name = "_core")]
@@ -514,6 +568,7 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_batch, module)?)?;
     module.add_function(wrap_pyfunction!(append_hop, module)?)?;
     module.add_function(wrap_pyfunction!(originate_chain, module)?)?;
+    module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     module.add("REASON_CODES", PyTuple::new(module.py(), codes)?)?;
     Ok(())

@@ -19,6 +19,7 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -302,3 +303,79 @@ def test_the_cores_writer_refuses_with_a_reason_code() -> None:
     with pytest.raises(ValueError, match="unknown_decision") as refused:
         core.append_hop(case["received"].encode(), hop, b"{}")
     assert refused.value.args[:2] == ("unknown_decision", "$.chain[3].decision")
+
+
+def _letters() -> list[tuple[str, Headers]]:
+    """Dead letters' headers as hopchain writes them, and each edited in one way."""
+    from hopchain.schemas import ErrorType, Failure  # noqa: PLC0415
+    from hopchain.schemas.deadletter import (  # noqa: PLC0415
+        DeadLetterInfo,
+        dead_letter_headers,
+    )
+
+    letters: list[tuple[str, Headers]] = []
+    for reason, parked_at, envelope in [
+        (ReasonCode.BAD_DIGEST, datetime(2026, 3, 1, 10, tzinfo=UTC), None),
+        (None, datetime(2026, 3, 1, 10, 0, 1, 250_000, tzinfo=UTC), None),
+        (ReasonCode.PAYLOAD_INVALID, datetime(1999, 12, 31, 23, 59, 59, 1, tzinfo=UTC), "x"),
+    ]:
+        info = DeadLetterInfo(
+            dead_letter_id="01JNE7Q4Z9M1V6X0C3R8T2Y5WC",
+            reason=reason,
+            path=None if reason is None else "$.chain[0]",
+            error_type=ErrorType.MALFORMED if reason else ErrorType.INTERNAL,
+            owner="claims-team",
+            component="review",
+            group="review",
+            source_topic="claims",
+            source_partition=3,
+            source_offset=12,
+            source_timestamp_ms=1_772_356_200_000,
+            parked_at=parked_at,
+            failure=Failure(
+                component="review", error_type=ErrorType.INTERNAL, locally_resolvable=False
+            ),
+        )
+        headers: Headers = (("traceparent", b"00-x"), *dead_letter_headers(info))
+        if envelope is not None:
+            headers = (*headers, ("hopchain-dlq-envelope", b"{}"))
+        letters.append(("as written", headers))
+        for index, (name, _) in enumerate(headers):
+            rest = headers[:index] + headers[index + 1 :]
+            letters.append((f"without {name}", rest))
+            edits: list[bytes | None] = [b"", b"\xff", b" 12", b"+12", b"nope", b"12", None]
+            edits.append(b"2026-03-01T10:00:00")
+            letters += [(f"{name} = {edit!r}", (*rest, (name, edit))) for edit in edits]
+    return letters
+
+
+def _python_summary(headers: Headers) -> tuple[Any, ...] | None:
+    from hopchain.schemas.deadletter import read_dead_letter_summary  # noqa: PLC0415
+
+    try:
+        return read_dead_letter_summary(headers)
+    except (KeyError, ValueError):
+        return None
+
+
+def test_the_core_reads_dead_letter_headers_as_the_index_does() -> None:
+    from hopchain.schemas import Failure  # noqa: PLC0415
+
+    letters = _letters()
+    summaries = core.read_dead_letter_summaries([headers for _, headers in letters])
+    read = left = 0
+    for (name, headers), summary in zip(letters, summaries, strict=True):
+        python = _python_summary(headers)
+        if summary is None:
+            left += 1  # the Python reader decides: it reads it or refuses it
+            continue
+        read += 1
+        *fields, failure = summary
+        try:
+            Failure.model_validate_json(failure)
+        except ValueError:
+            assert python is None, name  # the failure's JSON is the caller's to validate
+            continue
+        assert tuple(fields) == python, name
+    print(f"\ndead letters: {read} read by the core, {left} left to the Python reader")  # noqa: T201
+    assert read >= 50
