@@ -8,6 +8,7 @@ use crate::hop::{read_hop, Hop};
 use crate::identity::{read_identity, Identity, IdentityRead};
 use crate::json::{parse, Value};
 use crate::layout::{find, Layout};
+use crate::legacy::{read_legacy, Legacy};
 use crate::reason::{Reason, Refusal};
 use crate::sign::Keyring;
 
@@ -15,6 +16,8 @@ use crate::sign::Keyring;
 #[derive(Clone, Debug)]
 pub struct Envelope {
     pub identity: Identity,
+    /// The schema-1 chain it continues, if any (its hops come before `hops`).
+    pub legacy: Legacy,
     pub layout: Layout,
     pub hops: Vec<Hop>,
     pub digests: Vec<Hex64>,
@@ -34,29 +37,26 @@ impl Envelope {
         self.digests.last()
     }
 
-    /// The `hopchain-degraded` header's value: each marker's stage, oldest first.
+    /// The `hopchain-degraded` header's value: each marker's stage, oldest first (the
+    /// legacy chain's first).
     pub fn markers(&self) -> String {
         let stages: Vec<&str> = self
-            .hops
+            .legacy
+            .stages
             .iter()
-            .filter_map(|hop| hop.degraded_stage.as_deref())
+            .map(String::as_str)
+            .chain(
+                self.hops
+                    .iter()
+                    .filter_map(|hop| hop.degraded_stage.as_deref()),
+            )
             .collect();
         stages.join(",")
     }
-}
 
-/// Why an envelope text was not read to the end.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Unread {
-    /// Refused with a reason code of SPEC.md section 5.
-    Refused(Refusal),
-    /// It continues a schema-1 chain (SPEC.md section 6), whose rules are not in this crate.
-    Legacy,
-}
-
-impl From<Refusal> for Unread {
-    fn from(refusal: Refusal) -> Self {
-        Unread::Refused(refusal)
+    /// Hops in the chain, the legacy chain's included.
+    pub fn hop_count(&self) -> usize {
+        self.legacy.hops + self.hops.len()
     }
 }
 
@@ -65,7 +65,7 @@ fn slice(text: &[u8], range: Range<usize>) -> &[u8] {
 }
 
 /// Read an envelope text of schema 2 (a `hopchain-envelope` header, or a body-mode value).
-pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope, Unread> {
+pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope, Refusal> {
     let layout = find(text).ok_or_else(|| {
         Refusal::new(
             Reason::NotCanonical,
@@ -76,17 +76,19 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
     })?;
     let mut identity_text = slice(text, 0..layout.start).to_vec();
     identity_text.push(b'}');
-    let identity = match read_identity(&identity_text)? {
-        IdentityRead::Read(identity) => identity,
-        IdentityRead::Legacy(_) => return Err(Unread::Legacy),
+    let (identity, legacy) = match read_identity(&identity_text)? {
+        IdentityRead::Read(identity) => (identity, Legacy::default()),
+        IdentityRead::Legacy(identity, span) => {
+            let legacy = read_legacy(slice(&identity_text, span), &identity, keyring)?;
+            (identity, legacy)
+        }
     };
     if layout.hops.len() == 1 && layout.hops.first().is_some_and(|hop| hop.is_empty()) {
         return Err(Refusal::new(
             Reason::InvalidValue,
             "$.chain",
             "a chain has at least one hop",
-        )
-        .into());
+        ));
     }
     // UTF-8 text lets the usual hop be read in one pass (else each is read carefully).
     let source = std::str::from_utf8(text).ok();
@@ -109,8 +111,7 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
                     "hop {index} does not match its digest: it, a hop before it or the \
                      envelope's own members were altered after it was sealed"
                 ),
-            )
-            .into());
+            ));
         }
         if let (Some(keyring), Some(hop)) = (keyring, hops.get(index)) {
             check_signature(keyring, hop, &digest, signatures.get(index), index)?;
@@ -120,6 +121,7 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
     let rest = layout.close + 1..text.len();
     Ok(Envelope {
         identity,
+        legacy,
         layout,
         hops,
         digests,

@@ -47,25 +47,12 @@ fn usual_identity(text: &str) -> Option<Identity> {
     })
 }
 
-/// Members every schema-1 envelope has (the others have defaults in schema 1).
-const SCHEMA_1_REQUIRED: [&str; 9] = [
-    "contract",
-    "contract_version",
-    "head",
-    "id",
-    "intent_key",
-    "origin_span_id",
-    "run_id",
-    "trace_id",
-    "work_item_id",
-];
-
 /// What reading an identity ended with, besides a refusal.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IdentityRead {
     Read(Identity),
-    /// It carries a schema-1 chain that looks like one: schema 1's rules decide (not here).
-    Legacy(Identity),
+    /// It carries a schema-1 chain: the `legacy` member's bytes in the identity's text.
+    Legacy(Identity, std::ops::Range<usize>),
 }
 
 /// Read the identity's canonical text (with its closing `}`), step 3 and the first part of
@@ -94,19 +81,11 @@ pub fn read_identity(identity: &[u8]) -> Result<IdentityRead, Refusal> {
         Some(Node {
             value: Value::Null, ..
         }) => Ok(IdentityRead::Read(read)),
-        Some(Node {
-            value: Value::Object(members),
-            ..
-        }) if SCHEMA_1_REQUIRED
-            .iter()
-            .all(|name| members.iter().any(|member| member.name == *name)) =>
-        {
-            Ok(IdentityRead::Legacy(read))
-        }
-        _ => Err(Refusal::new(
-            Reason::InvalidValue,
-            "$.legacy",
-            "the legacy member is null or a schema-1 envelope",
+        Some(legacy) => Ok(IdentityRead::Legacy(read, legacy.span.clone())),
+        None => Err(Refusal::new(
+            Reason::MissingField,
+            "$",
+            "member \"legacy\" is missing",
         )),
     }
 }

@@ -11,6 +11,7 @@ pub mod hop;
 pub mod identity;
 pub mod json;
 pub mod layout;
+pub mod legacy;
 pub mod object;
 pub mod path;
 pub mod read;
@@ -25,7 +26,7 @@ pub mod write;
 #[cfg(feature = "python")]
 mod python;
 
-pub use envelope::{read_envelope, Envelope, Unread};
+pub use envelope::{read_envelope, Envelope};
 pub use read::{read_record, Accepted, Header, Limits, Mode, Outcome, Record, Topic};
 pub use reason::{Reason, Refusal};
 pub use sign::Keyring;

@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::envelope::{read_envelope, Unread};
+use crate::envelope::read_envelope;
 use crate::json::{Member, Node, Value};
 use crate::write::{append, originate, Written};
 
@@ -268,7 +268,7 @@ impl Verdict {
 fn held(outcome: Outcome) -> Held {
     match outcome {
         Outcome::Accepted(accepted) => {
-            let hops = accepted.envelope.hops.len();
+            let hops = accepted.envelope.hop_count();
             let accepted = *accepted;
             let mut envelope = accepted.envelope;
             let last = envelope.hops.pop();
@@ -476,12 +476,7 @@ fn append_hop<'py>(
     keyring: Option<&Bound<'py, PyKeyring>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let keyring = keyring.map(|keyring| &keyring.get().inner);
-    let envelope = read_envelope(received, keyring).map_err(|unread| match unread {
-        Unread::Refused(refusal) => refused(refusal),
-        Unread::Legacy => {
-            PyValueError::new_err("a schema-1 chain is continued by the Python writer")
-        }
-    })?;
+    let envelope = read_envelope(received, keyring).map_err(refused)?;
     let hop = node(hop, 0)?;
     let result = append(received, &envelope, &hop, payload, keyring).map_err(refused)?;
     written(py, &result)

@@ -8,7 +8,7 @@
 use std::ops::Range;
 
 use crate::digest::payload_digest;
-use crate::envelope::{read_envelope, Envelope, Unread};
+use crate::envelope::{read_envelope, Envelope};
 use crate::json::uses_non_finite;
 use crate::layout::is_v2;
 use crate::reason::{Reason, Refusal};
@@ -107,8 +107,8 @@ pub enum Outcome {
         refusal: Refusal,
         payload: Range<usize>,
     },
-    /// Not schema 2, or a schema-2 envelope continuing a schema-1 chain: schema 1's reader
-    /// decides (SPEC.md section 6), which is not in this crate.
+    /// Not schema 2 (a schema-1 envelope): schema 1's reader decides (SPEC.md section 6),
+    /// which is not in this crate.
     Schema1,
 }
 
@@ -335,8 +335,7 @@ pub fn read_record(
     };
     let envelope = match read_envelope(envelope_text, keyring) {
         Ok(envelope) => envelope,
-        Err(Unread::Refused(refusal)) => return Outcome::Refused(refusal),
-        Err(Unread::Legacy) => return Outcome::Schema1,
+        Err(refusal) => return Outcome::Refused(refusal),
     };
     // Step 9: what follows the signatures.
     let rest = envelope_text.get(envelope.rest.clone()).unwrap_or_default();
@@ -441,13 +440,13 @@ fn after_payload<'a>(
              replaced or altered after it was written",
         ));
     }
-    if envelope.hops.len() > limits.max_hops {
+    if envelope.hop_count() > limits.max_hops {
         return Err(Refusal::new(
             Reason::HopLimit,
             "$.chain",
             format!(
                 "the chain has {} hops; the limit is {} (a routing loop?)",
-                envelope.hops.len(),
+                envelope.hop_count(),
                 limits.max_hops
             ),
         ));
