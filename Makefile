@@ -45,9 +45,10 @@ test: install core-test ## core-test, then the tests; a real Kafka broker is sta
 	exit $$status
 
 # The compiled core: the Rust crate hopchain-core in core/ (SPEC.md's reader and writer).
-core-lint: ## cargo fmt --check and cargo clippy -D warnings on the crate in core/
+core-lint: ## cargo fmt --check and cargo clippy -D warnings on the crate in core/ (bindings too)
 	$(CARGO) fmt $(CORE) --check
 	$(CARGO) clippy $(CORE) --all-targets -- -D warnings
+	$(CARGO) clippy $(CORE) --all-targets --features python -- -D warnings
 
 core-test: ## cargo test on the crate in core/ (the vectors, fixtures and proptests)
 	$(CARGO) test $(CORE)
