@@ -364,6 +364,7 @@ fn hold<'py>(record: &Bound<'py, PyAny>) -> PyResult<RecordObjects<'py>> {
 #[pyfunction]
 #[pyo3(signature = (records, topic, keyring=None, max_hops=64, max_record_bytes=1_000_000))]
 fn read_batch<'py>(
+    py: Python<'py>,
     records: &Bound<'py, PyAny>,
     topic: &Bound<'py, PyTopic>,
     keyring: Option<&Bound<'py, PyKeyring>>,
@@ -376,26 +377,44 @@ fn read_batch<'py>(
         max_hops,
         max_record_bytes,
     };
-    let mut verdicts = Vec::new();
-    for record in records.try_iter()? {
-        let record = hold(&record?)?;
-        let headers: Vec<Header<'_>> = record
-            .headers
+    // The Python objects are held here; the bytes they hold (immutable) are read below
+    // without the GIL, so that other threads run while a batch is read.
+    let held_records = records
+        .try_iter()?
+        .map(|record| hold(&record?))
+        .collect::<PyResult<Vec<RecordObjects<'py>>>>()?;
+    let views: Vec<(Option<&[u8]>, Vec<Header<'_>>)> = held_records
+        .iter()
+        .map(|record| {
+            let headers = record
+                .headers
+                .iter()
+                .map(|(name, value)| Header {
+                    name,
+                    value: value.as_ref().map(|value| value.as_bytes()),
+                })
+                .collect();
+            (record.value.as_ref().map(|value| value.as_bytes()), headers)
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = py.detach(|| {
+        views
             .iter()
-            .map(|(name, value)| Header {
-                name,
-                value: value.as_ref().map(|value| value.as_bytes()),
+            .map(|(value, headers)| {
+                let record = Record {
+                    value: *value,
+                    headers,
+                };
+                read_record(&record, topic, keyring, &limits)
             })
-            .collect();
-        let read = Record {
-            value: record.value.as_ref().map(|value| value.as_bytes()),
-            headers: &headers,
-        };
-        verdicts.push(Verdict {
-            held: held(read_record(&read, topic, keyring, &limits)),
-        });
-    }
-    Ok(verdicts)
+            .collect()
+    });
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| Verdict {
+            held: held(outcome),
+        })
+        .collect())
 }
 
 /// A refusal raised to Python: `ValueError(code, path, message)`.
