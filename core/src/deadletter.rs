@@ -11,6 +11,22 @@ use crate::rules::ERROR_TYPES;
 use crate::text::is_timestamp;
 
 const PREFIX: &[u8] = b"hopchain-dlq-";
+/// The headers a summary reads.
+const NAMES: [&str; 13] = [
+    "hopchain-dlq-id",
+    "hopchain-dlq-reason",
+    "hopchain-dlq-error-type",
+    "hopchain-dlq-owner",
+    "hopchain-dlq-component",
+    "hopchain-dlq-group",
+    "hopchain-dlq-source-topic",
+    "hopchain-dlq-source-partition",
+    "hopchain-dlq-source-offset",
+    "hopchain-dlq-source-timestamp",
+    "hopchain-dlq-parked-at",
+    "hopchain-dlq-failure",
+    "hopchain-dlq-envelope",
+];
 
 /// What an index keeps of a dead letter.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +103,8 @@ fn parked_at(text: &str) -> Option<f64> {
 
 /// Read a dead letter's `hopchain-dlq-*` headers.
 pub fn read_summary<'a>(headers: &[Header<'a>], reasons: &[&str]) -> Result<Summary<'a>, Unread> {
+    // Only the names read here are kept (the last value of each, as written last); every
+    // `hopchain-dlq-*` value must be UTF-8 all the same.
     let mut found: Vec<(&'a [u8], &'a str)> = Vec::new();
     for header in headers {
         if !header.name.starts_with(PREFIX) {
@@ -94,8 +112,11 @@ pub fn read_summary<'a>(headers: &[Header<'a>], reasons: &[&str]) -> Result<Summ
         }
         let value = std::str::from_utf8(header.value.unwrap_or_default())
             .map_err(|_| Unread::NotUtf8(String::from_utf8_lossy(header.name).into_owned()))?;
+        if !NAMES.iter().any(|name| name.as_bytes() == header.name) {
+            continue;
+        }
         match found.iter_mut().find(|(name, _)| *name == header.name) {
-            Some(slot) => slot.1 = value, // the last value counts, as written last
+            Some(slot) => slot.1 = value,
             None => found.push((header.name, value)),
         }
     }

@@ -167,15 +167,13 @@ impl<'a> Parser<'a> {
             self.at += 1;
             self.space();
             let node = self.value(depth + 1)?;
-            if members.iter().any(|member| member.name == name) {
-                self.duplicate = true;
-            }
             members.push(Member { name, node });
             self.space();
             match self.peek() {
                 Some(b',') => self.at += 1,
                 Some(b'}') => {
                     self.at += 1;
+                    self.duplicate |= has_duplicate(&members);
                     return Ok(Value::Object(members));
                 }
                 _ => return Err(Fault::Syntax),
@@ -356,6 +354,23 @@ impl<'a> Parser<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether an object names a member twice (sorted once when it has many: one pass stays
+/// near linear whatever the text).
+fn has_duplicate(members: &[Member<'_>]) -> bool {
+    if members.len() <= 16 {
+        return members.iter().enumerate().any(|(index, member)| {
+            members
+                .get(index + 1..)
+                .unwrap_or_default()
+                .iter()
+                .any(|other| other.name == member.name)
+        });
+    }
+    let mut names: Vec<&str> = members.iter().map(|member| member.name.as_ref()).collect();
+    names.sort_unstable();
+    names.windows(2).any(|pair| pair.first() == pair.get(1))
 }
 
 fn push_char(out: &mut Vec<u8>, c: char) {

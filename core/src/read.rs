@@ -133,26 +133,31 @@ fn read_headers<'a>(headers: &'a [Header<'a>]) -> Result<Headers<'a>, Refusal> {
         traceparents: Vec::new(),
         size: 0,
     };
-    let mut seen: Vec<&[u8]> = Vec::new();
+    // Only the names read here are remembered: a record of many headers costs one pass.
     for header in headers {
-        let lossy = String::from_utf8_lossy(header.name);
-        if seen.contains(&header.name)
-            && SINGLE_HEADERS
-                .iter()
-                .any(|name| name.as_bytes() == header.name)
-        {
+        let single = SINGLE_HEADERS
+            .iter()
+            .any(|name| name.as_bytes() == header.name);
+        let seen = match header.name {
+            name if name == ENVELOPE_HEADER.as_bytes() => read.envelope.is_some(),
+            name if name == DEGRADED_HEADER.as_bytes() => read.degraded.is_some(),
+            _ => false,
+        };
+        if single && seen {
+            let name = String::from_utf8_lossy(header.name);
             return Err(Refusal::new(
                 Reason::DuplicateHeader,
-                format!("$.headers.{lossy}"),
-                format!("header {lossy:?} appears more than once"),
+                format!("$.headers.{name}"),
+                format!("header {name:?} appears more than once"),
             ));
         }
         let raw = header.value.unwrap_or_default();
         let Some(value) = text(raw) else {
+            let name = String::from_utf8_lossy(header.name);
             return Err(Refusal::new(
                 Reason::NotUtf8,
-                format!("$.headers.{lossy}"),
-                format!("header {lossy:?} is not UTF-8; header values are text"),
+                format!("$.headers.{name}"),
+                format!("header {name:?} is not UTF-8; header values are text"),
             ));
         };
         let Some(name) = text(header.name) else {
@@ -163,12 +168,10 @@ fn read_headers<'a>(headers: &'a [Header<'a>]) -> Result<Headers<'a>, Refusal> {
             ));
         };
         read.size += raw.len() + header.name.len();
-        let first = !seen.contains(&header.name);
-        seen.push(header.name);
         match name {
-            ENVELOPE_HEADER if first => read.envelope = Some(raw),
-            DEGRADED_HEADER if first => read.degraded = Some(value),
-            TRACESTATE_HEADER if first => read.tracestate = Some(value),
+            ENVELOPE_HEADER => read.envelope = Some(raw),
+            DEGRADED_HEADER => read.degraded = Some(value),
+            TRACESTATE_HEADER if read.tracestate.is_none() => read.tracestate = Some(value),
             TRACEPARENT_HEADER if header.value.is_some() => read.traceparents.push(value),
             _ => {}
         }

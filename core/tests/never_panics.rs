@@ -145,6 +145,35 @@ fn deep_nesting_is_refused_not_followed() {
     }
 }
 
+/// Many headers, or an object of many members, are read in about one pass (a quadratic
+/// reading of 100,000 of them would take minutes).
+#[test]
+fn many_headers_and_members_cost_one_pass() {
+    let vectors = vectors();
+    let Some(vector) = vectors.first() else {
+        unreachable!("vectors")
+    };
+    let names: Vec<Vec<u8>> = (0..100_000)
+        .map(|i| format!("x-{i}").into_bytes())
+        .collect();
+    let mut headers: Vec<(Vec<u8>, Option<Vec<u8>>)> = names
+        .iter()
+        .map(|name| (name.clone(), Some(b"v".to_vec())))
+        .collect();
+    headers.extend(
+        vector
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), Some(value.clone()))),
+    );
+    judge(vector, Some(&vector.value), &headers);
+    let members: Vec<String> = (0..100_000).map(|i| format!("\"m{i}\":{i}")).collect();
+    let object = format!("{{{}}}", members.join(","));
+    let parsed = parse(object.as_bytes());
+    assert!(parsed.is_ok_and(|parsed| !parsed.duplicate));
+    let _ = read_hop(object.as_bytes(), Some(&object), 0);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
