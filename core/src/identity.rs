@@ -1,5 +1,5 @@
 //! The envelope's identity (SPEC.md section 3.2): read from the text before the chain, and
-//! the legacy chain it may carry (section 6), which this crate does not verify yet.
+//! where the legacy chain it may carry (section 6) is, for `legacy.rs` to verify.
 
 use crate::json::{Node, Value};
 use crate::object::read_object;

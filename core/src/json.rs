@@ -217,7 +217,6 @@ impl<'a> Parser<'a> {
     }
 
     fn number(&mut self) -> Result<Value<'a>, Fault> {
-        let start = self.at;
         let negative = self.peek() == Some(b'-');
         if negative {
             self.at += 1;
@@ -260,7 +259,6 @@ impl<'a> Parser<'a> {
                 .saturating_mul(10)
                 .saturating_add(i128::from(digit - b'0'));
         }
-        let _ = start;
         Ok(Value::Int(if negative { -value } else { value }))
     }
 
