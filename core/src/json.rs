@@ -356,7 +356,7 @@ impl<'a> Parser<'a> {
 
 /// Whether an object names a member twice (sorted once when it has many: one pass stays
 /// near linear whatever the text).
-fn has_duplicate(members: &[Member<'_>]) -> bool {
+pub(crate) fn has_duplicate(members: &[Member<'_>]) -> bool {
     if members.len() <= 16 {
         return members.iter().enumerate().any(|(index, member)| {
             members
@@ -374,6 +374,17 @@ fn has_duplicate(members: &[Member<'_>]) -> bool {
 fn push_char(out: &mut Vec<u8>, c: char) {
     let mut buffer = [0u8; 4];
     out.extend_from_slice(c.encode_utf8(&mut buffer).as_bytes());
+}
+
+/// Whether some object in a value names a member twice (a value built, not parsed).
+pub fn holds_duplicate(node: &Node<'_>) -> bool {
+    match &node.value {
+        Value::Object(members) => {
+            has_duplicate(members) || members.iter().any(|member| holds_duplicate(&member.node))
+        }
+        Value::Array(items) => items.iter().any(holds_duplicate),
+        _ => false,
+    }
 }
 
 /// How deeply arrays and objects nest, counted as the reference reader counts: brackets

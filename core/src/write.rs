@@ -6,7 +6,7 @@ use crate::canonical::write;
 use crate::digest::{genesis, link, payload_digest, Hex64};
 use crate::envelope::Envelope;
 use crate::hop::{summary, Hop};
-use crate::json::{Member, Node, Value};
+use crate::json::{holds_duplicate, Member, Node, Value};
 use crate::layout::{CHAIN_END, CHAIN_START, HOP_SEPARATOR, SIGNATURES};
 use crate::path::Path;
 use crate::reason::{Reason, Refusal};
@@ -69,11 +69,23 @@ fn with_payload_digest<'a>(hop: &Node<'a>, digest: &Hex64) -> Result<Node<'a>, R
 
 /// The new hop's canonical text, checked as a reader will check it.
 fn seal_hop(hop: &Node<'_>, payload: &[u8], index: usize) -> Result<(Vec<u8>, Hop), Refusal> {
+    if holds_duplicate(hop) {
+        return Err(duplicate(&format!("$.chain[{index}]")));
+    }
     let hop = with_payload_digest(hop, &payload_digest(payload))?;
     check(&HOP, &hop, &Path::Root(&format!("$.chain[{index}]")), "")?;
     let mut text = Vec::new();
     write(&mut text, &hop, b"", None);
     Ok((text, summary(&hop)))
+}
+
+/// A member given twice: a reader would refuse the text (which one counts is ambiguous).
+fn duplicate(path: &str) -> Refusal {
+    Refusal::new(
+        Reason::BadJson,
+        path,
+        "a member appears twice: which one counts is ambiguous",
+    )
 }
 
 fn signatures_text(signatures: &[Option<String>]) -> Vec<u8> {
@@ -153,6 +165,9 @@ pub fn originate(
     payload: &[u8],
     keyring: Option<&Keyring>,
 ) -> Result<Written, Refusal> {
+    if holds_duplicate(identity) {
+        return Err(duplicate("$"));
+    }
     check(&IDENTITY, identity, &Path::Root("$"), "")?;
     if !matches!(
         crate::rules::member(identity, "legacy").map(|node| &node.value),

@@ -89,6 +89,25 @@ fn apply(bytes: &mut Vec<u8>, edit: &Edit) {
     }
 }
 
+/// The writer fixture's received texts and new hops' members (as JSON text).
+fn append_cases() -> &'static [(Vec<u8>, Vec<u8>)] {
+    static CASES: std::sync::OnceLock<Vec<(Vec<u8>, Vec<u8>)>> = std::sync::OnceLock::new();
+    CASES.get_or_init(|| {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/append.json");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let cases: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap_or_default();
+        cases
+            .iter()
+            .map(|case| {
+                let received = common::at(case, &["received"]).as_str().unwrap_or_default();
+                let hop = serde_json::to_vec(common::at(case, &["hop"])).unwrap_or_default();
+                (received.as_bytes().to_vec(), hop)
+            })
+            .collect()
+    })
+}
+
 fn vectors() -> &'static [Vector] {
     static VECTORS: std::sync::OnceLock<Vec<Vector>> = std::sync::OnceLock::new();
     VECTORS.get_or_init(|| vector_files().iter().map(|path| load(path)).collect())
@@ -175,7 +194,14 @@ fn many_headers_and_members_cost_one_pass() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    // 3,000 cases each; HOPCHAIN_PROPTEST_CASES sets another count (a soak).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("HOPCHAIN_PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(3000),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn edited_records_get_a_verdict(
@@ -243,6 +269,38 @@ proptest! {
             if let Some(usual) = usual {
                 prop_assert_eq!(usual, careful);
             }
+        }
+    }
+
+    /// The writer, given hop members edited at random, writes a text the reader reads back
+    /// with that hop last, or refuses with a reason code; it never panics.
+    #[test]
+    fn what_the_writer_writes_the_reader_reads(
+        which in any::<usize>(),
+        edits in proptest::collection::vec(edit(), 0..4),
+    ) {
+        let cases = append_cases();
+        let Some((received, hop)) = cases.get(which % cases.len().max(1)) else {
+            return Ok(());
+        };
+        let Ok(envelope) = read_envelope(received, None) else {
+            return Ok(());
+        };
+        let mut members = hop.clone();
+        for edit in &edits {
+            apply(&mut members, edit);
+        }
+        let Ok(parsed) = parse(&members) else {
+            return Ok(());
+        };
+        match hopchain_core::append(received, &envelope, &parsed.root, b"{}", None) {
+            Ok(written) => {
+                let read = read_envelope(&written.text, None);
+                prop_assert!(read.is_ok(), "{:?}", read.err());
+                let last = read.ok().and_then(|read| read.hops.last().cloned());
+                prop_assert_eq!(last.as_ref(), Some(&written.hop));
+            }
+            Err(refusal) => prop_assert!(refusal.path.starts_with("$.chain")),
         }
     }
 
