@@ -50,6 +50,8 @@ PAGES = (
     "runbooks/",
 )
 """Pages that must exist; every page the build wrote is opened, these and the others."""
+WIDTH, HEIGHT, TALLEST = 1280, 1000, 8000
+"""The browser's window, and how tall a screenshot may grow."""
 
 _COLLECT = """
 return Array.from(
@@ -116,7 +118,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         "--disable-sync",
         "--no-first-run",
         "--disable-extensions",
-        "--window-size=1280,1000",
+        f"--window-size={WIDTH},{HEIGHT}",
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(argument)
@@ -136,6 +138,14 @@ def built_pages(site: Path) -> list[str]:
             continue
         pages.append("" if relative == "." else f"{relative}/")
     return pages
+
+
+def _screenshot(browser: webdriver.Chrome, path: Path) -> None:
+    """The whole page (up to a tall limit), not only the first screen of it."""
+    height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+    browser.set_window_size(WIDTH, min(max(height, HEIGHT), TALLEST))
+    browser.save_screenshot(str(path))
+    browser.set_window_size(WIDTH, HEIGHT)
 
 
 def _status(url: str) -> int:
@@ -165,7 +175,7 @@ def test_every_page_opens_and_every_link_on_it_answers(
         assert heading, f"{page or 'home'}: no page heading"
         assert "hopchain" in browser.title, browser.title
         name = (page.strip("/").replace("/", "-") or "home") + ".png"
-        browser.save_screenshot(str(shots / name))
+        _screenshot(browser, shots / name)
         for link in browser.execute_script(_COLLECT):
             target = urllib.parse.urldefrag(str(link)).url
             if not target.startswith(served):
