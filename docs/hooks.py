@@ -2,8 +2,8 @@
 
 - ``reference/spec.md`` is the repository's SPEC.md, read at build time: the file lives in git
   once, at the root, where other languages' implementers look for it.
-- The docstrings' Sphinx roles (``:class:`~hopchain.Hopchain```) are shown as the code they
-  name, as ``help()`` readers see them.
+- The Sphinx roles in docstrings (``:class:``, ``:meth:`` and the like, with ``~`` for the
+  last part of the name only) are shown as the code they name.
 - A page line ``<!-- generated: NAME -->`` is replaced by a table built from the code, so the
   reference cannot drift from it: ``configuration`` (every field of ``HopchainConfig`` with its
   variable, default and docstring), ``enum MODULE CLASS`` (each member of a closed
