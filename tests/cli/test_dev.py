@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -38,6 +39,20 @@ def test_version_flag_prints_the_package_version() -> None:
 
     assert result.exit_code == 0
     assert result.output == f"hopchain {__version__}\n"
+
+
+def test_version_is_the_installed_distributions_both_ways() -> None:
+    # The build backend reads hopchain/__about__.py: what pip installed must say the same.
+    installed = importlib.metadata.version("hopchain")
+    command = [sys.executable, "-m", "hopchain.cli"]
+    alone = subprocess.run(  # noqa: S603 - our own interpreter; answered before Typer loads
+        [*command, "--version"], capture_output=True, text=True, check=False
+    )
+    among = hopchain("--version", "--help")  # answered by the Typer app
+
+    assert installed == __version__
+    assert alone.stdout == f"hopchain {installed}\n"
+    assert among.stdout == f"hopchain {installed}\n"
 
 
 def test_status_of_a_broker_that_never_ran_exits_3(tmp_path: Path) -> None:
