@@ -47,7 +47,6 @@ __all__ = [
     "link",
     "sealed_envelope",
     "sealed_hop",
-    "sealed_payload",
     "settle",
     "settle_pending",
     "verify_wire_fields",
@@ -204,26 +203,6 @@ def wire_of(envelope: Envelope) -> Wire | None:
     """The schema-2 wire state an envelope carries, if it is of schema 2."""
     private = envelope.__pydantic_private__
     return private.get("_wire") if private else None
-
-
-def sealed_payload(envelope: Envelope) -> tuple[int, str] | None:
-    """The latest hop that sealed a payload's digest: its ``seq``, and that digest.
-
-    A hop that parks a record seals none (the dead letter keeps the payload the hop before it
-    sealed), so the search goes back from the last hop. None for schema 1, whose hops seal no
-    payload, and for a chain none of whose hops sealed one.
-    """
-    wire = wire_of(envelope)
-    if wire is None:
-        return None
-    for index in range(len(wire.hops) - 1, -1, -1):
-        try:
-            hop = msgspec.json.decode(wire.hops[index], type=HopWire)
-        except msgspec.DecodeError:
-            continue  # the chain's check says what is wrong with it
-        if hop.payload_digest is not None:
-            return wire.legacy + index, hop.payload_digest
-    return None
 
 
 def _materialize(hop: SealedHop, state: dict[str, Any]) -> None:
