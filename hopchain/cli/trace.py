@@ -55,8 +55,9 @@ def trace_command(
 
     The search covers every topic the contracts name (sources, outputs and their dead-letter
     topics) and every topic ending in .dlq; --topic narrows it to the topics named. Each
-    record found is checked twice: "chain" says whether every hop's link and seal verifies,
-    "payload" whether the record's payload is the one the last hop that sealed one sealed.
+    record found is judged twice: "chain" says whether every hop's link and seal verify,
+    "payload" whether the record's payload is the one its chain sealed (the digest of the
+    latest hop that sealed one: a hop that parks a record seals none).
 
     Exit codes: 0 found and intact, 4 not found, 6 found with a broken chain or a payload
     that is not as sealed.
