@@ -14,6 +14,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from hopchain.__about__ import __version__
+from hopchain.excepthook import install as _install_excepthook
+
+# A ConfigurationError that ends the program is one line (see hopchain.excepthook).
+_install_excepthook()
 
 if TYPE_CHECKING:
     from hopchain.collector import tune_collector
