@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from hopchain.__about__ import __version__
 from hopchain.excepthook import install as _install_excepthook
+from hopchain.logs import configure_logging as _configure_logging
 
-# A ConfigurationError that ends the program is one line (see hopchain.excepthook).
+# A ConfigurationError that ends the program is one line (see hopchain.excepthook); first,
+# so that an invalid HOPCHAIN_LOG_* value read next is one line too.
 _install_excepthook()
+# Log lines with a time, a level and a logger name, unless the application writes them.
+_configure_logging(explicit=False)
 
 if TYPE_CHECKING:
     from hopchain.collector import tune_collector
