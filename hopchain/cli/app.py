@@ -6,6 +6,7 @@ dead-letter stack, Rich) is imported when the command runs, so ``--help`` stays 
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from hopchain.cli import dev, dlq, policy, schema, trace
 from hopchain.cli.common import ExitCode, group
 from hopchain.excepthook import DEBUG_VARIABLE, debugging, one_line
 from hopchain.exceptions import ConfigurationError, HopchainError
+from hopchain.logs import LOGGER_NAME
 
 __all__ = ["DEBUG_VARIABLE", "app", "main"]
 
@@ -110,6 +112,9 @@ def main(args: list[str] | None = None) -> None:
     adds the traceback of either.
     """
     _Debug.given = False
+    # A command prints its own results: hopchain's INFO lines are a service's. Its level
+    # follows the root logger's again, which `dlq serve --log-level` sets.
+    logging.getLogger(LOGGER_NAME).setLevel(logging.NOTSET)
     try:
         code = app(args=args, prog_name="hopchain", standalone_mode=False)
     except typer.Abort:
