@@ -14,10 +14,11 @@ or on a logger in between, found when the record is written) is left to that han
 pytest's capture take hopchain's lines as they take any other, written once, never
 reformatted, and hopchain's handler only speaks when nobody else would.
 
-Each setting is the argument given to :class:`LogSettings`, else its environment variable,
-else the default: ``HOPCHAIN_LOG_FORMAT`` (``text``, or ``json``: one JSON object per line,
-for log shippers) and ``HOPCHAIN_LOG_LEVEL`` (``INFO``). :class:`JsonFormatter` is public so
-that an application's own logging configuration can write JSON lines the same way.
+The line format is the argument given to :class:`LogSettings`, else ``HOPCHAIN_LOG_FORMAT``,
+else ``text``; ``json`` writes one JSON object per line, for log shippers. The level is an
+argument only (INFO by default): ``HOPCHAIN_LOG_LEVEL`` already sets the level of
+``hopchain dlq serve``, whose command line reports an invalid one. :class:`JsonFormatter`
+is public, so that an application's own logging configuration can write the same lines.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from hopchain.exceptions import ConfigurationError
 
 __all__ = [
     "FORMAT_VARIABLE",
-    "LEVEL_VARIABLE",
     "LOGGER_NAME",
     "FallbackHandler",
     "JsonFormatter",
@@ -45,7 +45,6 @@ __all__ = [
 LOGGER_NAME = "hopchain"
 """The root of hopchain's logger hierarchy."""
 FORMAT_VARIABLE = "HOPCHAIN_LOG_FORMAT"
-LEVEL_VARIABLE = "HOPCHAIN_LOG_LEVEL"
 
 LineFormat = Literal["text", "json"]
 _FORMATS: tuple[LineFormat, ...] = ("text", "json")
@@ -62,20 +61,20 @@ class LogSettings:
 
     Args:
         line_format: ``text`` or ``json``; None reads ``HOPCHAIN_LOG_FORMAT``.
-        level: a level name or number; None reads ``HOPCHAIN_LOG_LEVEL``.
+        level: a level name or number for the ``hopchain`` logger.
 
     Raises:
         ConfigurationError: a value (given or from the environment) is not one of these.
     """
 
-    def __init__(self, *, line_format: str | None = None, level: str | int | None = None) -> None:
+    def __init__(self, *, line_format: str | None = None, level: str | int = logging.INFO) -> None:
         self.line_format: LineFormat = _line_format(line_format)
         """``text`` (the default): ``2026-01-02 10:00:00,123 WARNING  hopchain - message``;
         ``json``: one object per line with ``ts``, ``level``, ``logger``, ``message`` and the
         line's structured fields (``HOPCHAIN_LOG_FORMAT``)."""
         self.level: int = _level(level)
         """The ``hopchain`` logger's level, if the application gave it none: ``INFO`` by
-        default, as FastStream's own logger (``HOPCHAIN_LOG_LEVEL``)."""
+        default, as FastStream's own logger."""
 
     def formatter(self) -> logging.Formatter:
         """The formatter of this line format."""
@@ -92,15 +91,13 @@ def _line_format(given: str | None) -> LineFormat:
     raise ConfigurationError(f"{where} is not a log format; use text or json")
 
 
-def _level(given: str | int | None) -> int:
+def _level(given: str | int) -> int:
     if isinstance(given, int):
         return given
-    from_environment = given is None
-    text = (os.environ.get(LEVEL_VARIABLE, "INFO") if given is None else given).strip().upper()
+    text = given.strip().upper()
     if text in _LEVELS:
         return logging.getLevelNamesMapping()[text]
-    where = f"{LEVEL_VARIABLE}={text!r}" if from_environment else f"level={text!r}"
-    raise ConfigurationError(f"{where} is not a log level; use one of {', '.join(_LEVELS)}")
+    raise ConfigurationError(f"level={given!r} is not a log level; use one of {', '.join(_LEVELS)}")
 
 
 class TextFormatter(logging.Formatter):
