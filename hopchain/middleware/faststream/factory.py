@@ -296,7 +296,8 @@ class HopchainMiddleware:
         if self._owned is not None and sizes:
             largest = max(sizes.values())
             size = await self._owned.fit(largest)
-            logger.info(
+            # A detail for whoever tunes sizes: start-up stays one line for the rest.
+            logger.debug(
                 "dead letters up to %d bytes are parked whole, larger ones as references "
                 "(max.message.bytes of %s%s)",
                 size,
