@@ -153,7 +153,7 @@ class FallbackHandler(logging.Handler):
         """Whether the record meets another handler on its way up the logger hierarchy."""
         current: logging.Logger | None = logging.getLogger(record.name)
         while current is not None:
-            if any(handler is not self for handler in current.handlers):
+            if any(not isinstance(handler, FallbackHandler) for handler in current.handlers):
                 return True
             if not current.propagate:
                 return False
