@@ -26,12 +26,7 @@ from hopchain.schemas.codec_v2 import (
     read_v2,
     seal_for_topic,
 )
-from hopchain.schemas.contracts import (
-    BARE_RECORD_HINT,
-    ContractRegistry,
-    TopicContract,
-    WireMode,
-)
+from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import (
     DEGRADED_HEADER,
