@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         ReasonCode,
         UnknownTopicError,
     )
+    from hopchain.logs import JsonFormatter, LogSettings, configure_logging
     from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
     from hopchain.middleware.confluent import (
         ConfluentEnvelopeConsumer,
@@ -125,6 +126,7 @@ _EXPORTS: dict[str, str] = {
     "Hop": "hopchain.schemas",
     "HopContext": "hopchain.middleware.context",
     "Hopchain": "hopchain.middleware.engine",
+    "JsonFormatter": "hopchain.logs",
     "HopchainConfig": "hopchain.config",
     "HopchainError": "hopchain.exceptions",
     "HopchainMiddleware": "hopchain.middleware.faststream",
@@ -132,6 +134,7 @@ _EXPORTS: dict[str, str] = {
     "KafkaWriter": "hopchain.middleware.producer",
     "Keyring": "hopchain.schemas",
     "Limits": "hopchain.schemas",
+    "LogSettings": "hopchain.logs",
     "MemoryDedupeStore": "hopchain.middleware.dedupe",
     "OutgoingRecord": "hopchain.middleware.engine",
     "Pipeline": "hopchain.middleware.stage",
@@ -152,6 +155,7 @@ _EXPORTS: dict[str, str] = {
     "TransportRetry": "hopchain.middleware.policy",
     "Unauthorized": "hopchain.middleware.failures",
     "classify_exception": "hopchain.middleware.failures",
+    "configure_logging": "hopchain.logs",
     "tune_collector": "hopchain.collector",
     "UnknownTopicError": "hopchain.exceptions",
     "WireMode": "hopchain.schemas",
@@ -180,6 +184,9 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     "TransactionalConsumer",
     # configuration
     "HopchainConfig",
+    "JsonFormatter",
+    "LogSettings",
+    "configure_logging",
     "faststream_security",
     "login_errors",
     "tune_collector",
