@@ -396,3 +396,22 @@ def test_every_case_is_counted() -> None:
         for runner in ("faststream", "script", "hopchain")
     }
     assert runners == {"faststream": 18, "script": 5, "hopchain": 3}
+
+
+def test_the_hopchain_debug_flag_shows_the_traceback_too(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HOPCHAIN_")}
+    command = [str(BIN / "hopchain"), "--debug", "schema", "export", str(tmp_path / "out")]
+    done = subprocess.run(  # noqa: S603 - our command
+        [*command, "--contracts", "nowhere:registry"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --contracts: no module named 'nowhere'")
+    assert "Traceback (most recent call last)" in done.stderr
+    assert "hopchain.loading.LoadError: no module named 'nowhere'" in done.stderr
