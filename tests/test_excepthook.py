@@ -223,7 +223,7 @@ CASES = [
         "HOPCHAIN_CONTRACTS naming a missing module",
         "faststream",
         app(SAFE_APP.replace("Hopchain(contracts,", "Hopchain(")),
-        ("no module named 'nowhere'",),
+        ("HOPCHAIN_CONTRACTS=nowhere:registry: no module named 'nowhere'",),
         env={"HOPCHAIN_CONTRACTS": "nowhere:registry"},
     ),
     Case(

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
-from hopchain.loading import load_registry
+from hopchain.loading import LoadError, load_registry
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
 from hopchain.middleware.engine.abort import AbortState
@@ -115,7 +115,11 @@ class Hopchain:
                     "no topic contracts: pass Hopchain(registry, ...) or set HOPCHAIN_CONTRACTS "
                     "to MODULE:ATTRIBUTE of a ContractRegistry"
                 )
-            registry = load_registry(self.config.contracts)
+            try:
+                registry = load_registry(self.config.contracts)
+            except LoadError as exc:
+                # Name the setting: the module was not named in the code the user reads.
+                raise LoadError(exc.spec, f"HOPCHAIN_CONTRACTS={exc.spec}: {exc}") from exc
         keys = keyring if keyring is not None else self.config.keyring()
         metrics = MiddlewareMetrics(metrics_registry)
         self.parts = EngineParts(
