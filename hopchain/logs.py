@@ -5,7 +5,8 @@ dead-letter service, ...). Without a handler anywhere, Python prints a library's
 the bare message and drops its INFO lines. So, as FastStream gives its ``faststream`` logger
 a handler and the INFO level when it is imported, hopchain gives ``hopchain`` a
 :class:`FallbackHandler` and the level of :class:`LogSettings` (INFO unless told otherwise)
-when it is imported, and the level only if the logger has none yet.
+when it is imported: the level only if the logger has none yet and nobody configured
+logging, and only until the application does (see :func:`configure_logging`).
 
 Unlike FastStream's handler, this one never competes with the application's configuration:
 a record that a handler of the application will take (on the root logger, on ``hopchain``
@@ -139,9 +140,17 @@ class FallbackHandler(logging.Handler):
     stderr is looked up for every line, so a redirected ``sys.stderr`` is followed.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.lent_level: int | None = None
+        """The level this handler's set-up gave the ``hopchain`` logger when nobody had
+        configured logging; handed back (the logger follows the application's levels again)
+        once an application handler takes hopchain's lines."""
+
     def emit(self, record: logging.LogRecord) -> None:
         """Write the record, if nobody else will."""
         if self._handled_elsewhere(record):
+            self._hand_back_level()
             return
         try:
             sys.stderr.write(self.format(record) + "\n")
@@ -160,16 +169,25 @@ class FallbackHandler(logging.Handler):
             current = current.parent
         return False
 
+    def _hand_back_level(self) -> None:
+        # An application that configured logging after importing hopchain (basicConfig at
+        # WARNING in its main()) gets its levels back; at most this one line came through.
+        logger = logging.getLogger(LOGGER_NAME)
+        if self.lent_level is not None and logger.level == self.lent_level:
+            logger.setLevel(logging.NOTSET)
+        self.lent_level = None
+
 
 def configure_logging(settings: LogSettings | None = None, *, explicit: bool = True) -> None:
     """Give the ``hopchain`` logger its fallback handler with ``settings``' format and level.
 
     Called with ``explicit=False`` when hopchain is imported: the level is then set only if
     the logger has none and the application has not configured logging yet (the root logger
-    has no handler), so an application's levels stay as it set them. Called again, e.g.
+    has no handler), and only until an application handler takes hopchain's lines, so an
+    application's levels stay as it set them. Called again, e.g.
     ``configure_logging(LogSettings(line_format="json"))``, it changes the format and sets
-    the level; a handler of the application still takes precedence (see the module's
-    documentation).
+    the level for good; a handler of the application still takes precedence (see the
+    module's documentation).
     """
     settings = settings if settings is not None else LogSettings()
     logger = logging.getLogger(LOGGER_NAME)
@@ -178,5 +196,9 @@ def configure_logging(settings: LogSettings | None = None, *, explicit: bool = T
         handler = FallbackHandler()
         logger.addHandler(handler)
     handler.setFormatter(settings.formatter())
-    if explicit or (logger.level == logging.NOTSET and not logging.getLogger().handlers):
+    if explicit:
         logger.setLevel(settings.level)
+        handler.lent_level = None
+    elif logger.level == logging.NOTSET and not logging.getLogger().handlers:
+        logger.setLevel(settings.level)
+        handler.lent_level = settings.level

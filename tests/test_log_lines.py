@@ -220,3 +220,27 @@ def test_the_line_format_is_the_argument_then_the_variable_then_text(
     else:
         monkeypatch.setenv("HOPCHAIN_LOG_FORMAT", variable)
     assert LogSettings(line_format=given).line_format == expected
+
+
+def test_an_application_configuring_logging_after_the_import_gets_its_levels_back() -> None:
+    # As a service's main() does: import hopchain, then logging.basicConfig(level=WARNING).
+    code = (
+        "import logging, hopchain\n"
+        "logging.basicConfig(level=logging.WARNING, format='app %(levelname)s %(message)s')\n"
+        "log = logging.getLogger('hopchain')\n"
+        "for n in range(3):\n"
+        "    log.info('info %d', n)\n"
+        "    log.warning('warning %d', n)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HOPCHAIN_")}
+    done = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+
+    # The application's format, once per line; hopchain's INFO level lent until then only.
+    assert done.stderr.splitlines() == [
+        "app INFO info 0",
+        "app WARNING warning 0",
+        "app WARNING warning 1",
+        "app WARNING warning 2",
+    ]
