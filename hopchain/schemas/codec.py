@@ -26,7 +26,7 @@ from hopchain.schemas.codec_v2 import (
     read_v2,
     seal_for_topic,
 )
-from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
+from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import (
     DEGRADED_HEADER,
@@ -219,8 +219,7 @@ class EnvelopeCodec:
             if envelope_header is None:
                 raise EnvelopeError(
                     ReasonCode.MISSING_HEADER,
-                    f"no {ENVELOPE_HEADER} header; was this record sent by a producer that does "
-                    "not use hopchain?",
+                    f"no {ENVELOPE_HEADER} header; {BARE_RECORD_HINT}",
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
             envelope_bytes = envelope_header  # as received (checked to be UTF-8 when read)
