@@ -16,6 +16,8 @@ import os
 import shutil
 import signal
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,6 +216,14 @@ def schema_registry_url(
     """
     external = os.environ.get(ENV_SCHEMA_REGISTRY_URL)
     if external:
+        try:
+            with urllib.request.urlopen(f"{external}/subjects", timeout=10):  # noqa: S310 - the user's
+                pass
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            pytest.fail(
+                f"${ENV_SCHEMA_REGISTRY_URL}={external} is not usable: GET /subjects said {exc}",
+                pytrace=False,
+            )
         pytestconfig.stash[_REGISTRY_REPORT] = [f"external registry at {external}"]
         yield external
         return

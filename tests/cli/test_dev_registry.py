@@ -46,6 +46,11 @@ def test_start_ends_with_an_export_line_and_another_process_reports_and_stops_it
         with urllib.request.urlopen(f"{url}/subjects", timeout=10) as response:  # noqa: S310 - loopback
             assert json.load(response) == []
 
+        again = hopchain("dev", "registry", "start", "--port", "0", "--data-dir", data_dir)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.splitlines()[-1] == f"export {name}={url}"  # the running one's
+        assert "already running" in again.stderr
+
         status = hopchain("dev", "registry", "status", "--data-dir", data_dir, "--json")
         assert status.returncode == 0, status.stderr
         state = json.loads(status.stdout)
