@@ -166,6 +166,11 @@ def _download(into: Path, version: str) -> Path:
 
 
 def _unpack(archive: Path, into: Path) -> None:
+    if not hasattr(tarfile, "data_filter"):
+        raise LocalRegistryError(
+            f"unpacking {archive.name} safely needs tarfile's data filter, which Python has "
+            "from 3.11.4 on; upgrade Python"
+        )
     try:
         with tarfile.open(archive, "r:gz") as tar:
             # The "data" filter refuses absolute paths, links out of the folder and devices.
