@@ -125,8 +125,8 @@ class EnvelopeCodec:
             schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
                 for readers that know no other. Both are read.
             full_check: deprecated, and ignored: every hop of every record read is parsed
-                and checked (there is one reading). Accepted so that callers written for
-                hopchain 2.x before it keep working; passing it warns.
+                and checked (there is one reading). Accepted so that callers written
+                before it keep working; passing it warns.
         """
         if full_check is not None:
             warnings.warn(
