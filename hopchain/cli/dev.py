@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hopchain.cli.common import ExitCode, HelpCommand, fail, group
+from hopchain.cli.dev_registry import registry_app
 from hopchain.exceptions import LocalKafkaError
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ DEFAULT_CONTROLLER_PORT = 19093  # 9093 is Alertmanager's default
 app = group("Development tools: a local Kafka broker.")
 kafka_app = group("A real Apache Kafka broker (KRaft, one node) on 127.0.0.1, for development.")
 app.add_typer(kafka_app, name="kafka")
+app.add_typer(registry_app, name="registry")
 
 DataDirOption = Annotated[
     Path | None,
