@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError
 from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
@@ -277,15 +278,26 @@ class HopchainMiddleware:
         can lower it): a record that fits is parked whole, a larger one as a reference.
 
         Raises:
-            ConfigurationError: the broker refused to create one (one line, with the reason).
+            ConfigurationError: the broker refused to create one, or could not be reached
+                (one line, with the reason).
         """
         config, registry = self.hopchain.config, self.hopchain.registry
-        topics = await ensure_dead_letter_topics(config, registry, self.topics)
+        try:
+            topics = await ensure_dead_letter_topics(config, registry, self.topics)
+        except KafkaConnectionError as exc:
+            # At start-up a broker out of reach is a setting to fix (or a broker to start),
+            # not a traceback to read: say where hopchain looked.
+            raise ConfigurationError(
+                f"cannot connect to Kafka at {config.kafka_bootstrap} to make the dead-letter "
+                "topics ready: is the broker running, and is HOPCHAIN_KAFKA_BOOTSTRAP (or "
+                "HopchainConfig(kafka_bootstrap=...)) its address?"
+            ) from exc
         sizes = topics.sizes
         if self._owned is not None and sizes:
             largest = max(sizes.values())
             size = await self._owned.fit(largest)
-            logger.info(
+            # A detail for whoever tunes sizes: start-up stays one line for the rest.
+            logger.debug(
                 "dead letters up to %d bytes are parked whole, larger ones as references "
                 "(max.message.bytes of %s%s)",
                 size,
