@@ -14,9 +14,11 @@ INSTALLED := $(VENV)/.installed
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+CARGO ?= cargo
+CORE := --manifest-path core/Cargo.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install lint docs test soak bench kafka kafka-stop kafka-status demo clean distclean
+.PHONY: help venv install lint docs test core-lint core-test soak bench kafka kafka-stop kafka-status demo clean distclean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,7 +35,7 @@ venv: $(INSTALLED) ## Create .venv and install hopchain (editable) with every ex
 
 install: $(INSTALLED) ## Install or update the dependencies in .venv
 
-lint: install ## ruff check, ruff format --check, mypy --strict, the docs site built strictly
+lint: install core-lint ## core-lint; ruff check, ruff format --check, mypy --strict, the docs site built strictly
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict hopchain tests examples docs/hooks.py
@@ -44,11 +46,20 @@ lint: install ## ruff check, ruff format --check, mypy --strict, the docs site b
 docs: install ## Build the documentation site into site/ (MkDocs, Material, API from docstrings)
 	$(MKDOCS) build --strict
 
-test: install ## Run the tests; a real Kafka broker is started and stopped by the session
+test: install core-test ## core-test, then the tests; a real Kafka broker is started and stopped by the session
 	@start=$$(date +%s); status=0; \
 	$(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
 	exit $$status
+
+# The compiled core: the Rust crate hopchain-core in core/ (SPEC.md's reader and writer).
+core-lint: ## cargo fmt --check and cargo clippy -D warnings on the crate in core/ (bindings too)
+	$(CARGO) fmt $(CORE) --check
+	$(CARGO) clippy $(CORE) --all-targets -- -D warnings
+	$(CARGO) clippy $(CORE) --all-targets --features python -- -D warnings
+
+core-test: ## cargo test on the crate in core/ (the vectors, fixtures and proptests)
+	$(CARGO) test $(CORE)
 
 # The fault suite of tests/reliability (part of `make test` at a small scale) at full scale:
 # 20,000-document crash and broker-restart runs, 40,000 hostile records. See RELIABILITY.md.

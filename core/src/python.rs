@@ -1,0 +1,589 @@
+//! Python bindings (feature `python`): the module `hopchain._core`.
+//!
+//! Batch first: one call reads a list of records and returns one verdict each, so that the
+//! cost of crossing into Rust is paid once per fetch. Values are read in place (no copy);
+//! a verdict builds its Python objects only when they are asked for.
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+use crate::envelope::read_envelope;
+use crate::json::{Member, Node, Value};
+use crate::write::{append, originate, Written};
+
+use crate::hop::Hop;
+use crate::identity::Identity;
+use crate::read::{read_record, Header, Limits, Mode, Outcome, Record, Source, Topic};
+use crate::reason::Reason;
+use crate::sign::Keyring;
+
+/// Keys the reader checks hops with: HMAC secrets, Ed25519 public keys and signing seeds.
+#[pyclass(name = "Keyring", module = "hopchain._core", frozen)]
+struct PyKeyring {
+    inner: Keyring,
+}
+
+#[pymethods]
+impl PyKeyring {
+    #[new]
+    #[pyo3(signature = (hmac=None, verifying=None, signing=None))]
+    fn new(
+        hmac: Option<HashMap<String, Vec<u8>>>,
+        verifying: Option<HashMap<String, Vec<Vec<u8>>>>,
+        signing: Option<HashMap<String, Vec<u8>>>,
+    ) -> PyResult<Self> {
+        let mut inner = Keyring::new();
+        for (component, key) in hmac.unwrap_or_default() {
+            inner.add_hmac(&component, &key);
+        }
+        for (component, keys) in verifying.unwrap_or_default() {
+            for key in keys {
+                let public = <[u8; 32]>::try_from(key)
+                    .map_err(|_| PyValueError::new_err("an Ed25519 public key is 32 raw bytes"))?;
+                inner.add_public(&component, &public);
+            }
+        }
+        for (component, seed) in signing.unwrap_or_default() {
+            let seed = <[u8; 32]>::try_from(seed)
+                .map_err(|_| PyValueError::new_err("an Ed25519 seed is 32 bytes"))?;
+            inner.add_signing(&component, &seed);
+        }
+        Ok(PyKeyring { inner })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
+/// What the reader knows of the topic it reads.
+#[pyclass(name = "Topic", module = "hopchain._core", frozen)]
+struct PyTopic {
+    inner: Topic,
+}
+
+#[pymethods]
+impl PyTopic {
+    #[new]
+    #[pyo3(signature = (topic, mode, contract, contract_version, writers=Vec::new()))]
+    fn new(
+        topic: String,
+        mode: &str,
+        contract: String,
+        contract_version: i64,
+        writers: Vec<String>,
+    ) -> PyResult<Self> {
+        let mode = match mode {
+            "headers" => Mode::Headers,
+            "body" => Mode::Body,
+            _ => return Err(PyValueError::new_err("mode is 'headers' or 'body'")),
+        };
+        Ok(PyTopic {
+            inner: Topic {
+                topic,
+                mode,
+                contract,
+                contract_version,
+                writers,
+            },
+        })
+    }
+}
+
+/// What a verdict keeps of a record accepted.
+struct Read {
+    identity: Identity,
+    last: Hop,
+    hops: usize,
+    source: Source,
+    payload: (usize, usize),
+    payload_digest: String,
+    traceparent: String,
+    tracestate: Option<String>,
+}
+
+/// What the verdict holds, kept as Rust values until Python asks for them.
+enum Held {
+    Accepted(Box<Read>),
+    Refused {
+        reason: Reason,
+        path: String,
+        message: String,
+        payload: Option<(usize, usize)>,
+    },
+    Schema1,
+}
+
+/// The reader's verdict on one record.
+///
+/// `kind` is `"accepted"`, `"refused"` (steps 1 to 9: the payload's contract is not
+/// applied), `"refused_after_payload"` (steps 11 to 14: the payload's contract decides
+/// first) or `"schema1"` (schema 1's reader decides).
+#[pyclass(name = "Verdict", module = "hopchain._core", frozen)]
+struct Verdict {
+    held: Held,
+}
+
+#[pymethods]
+impl Verdict {
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match &self.held {
+            Held::Accepted(_) => "accepted",
+            Held::Refused { payload: None, .. } => "refused",
+            Held::Refused { .. } => "refused_after_payload",
+            Held::Schema1 => "schema1",
+        }
+    }
+
+    /// The reason code of a refusal.
+    #[getter]
+    fn code(&self) -> Option<&'static str> {
+        match &self.held {
+            Held::Refused { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn path(&self) -> Option<&str> {
+        match &self.held {
+            Held::Refused { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn message(&self) -> Option<&str> {
+        match &self.held {
+            Held::Refused { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The payload's bytes in the value, `(start, end)`.
+    #[getter]
+    fn payload(&self) -> Option<(usize, usize)> {
+        match &self.held {
+            Held::Accepted(read) => Some(read.payload),
+            Held::Refused { payload, .. } => *payload,
+            Held::Schema1 => None,
+        }
+    }
+
+    /// Where the envelope was: `"value"` (body mode) or `"header"`.
+    #[getter]
+    fn source(&self) -> Option<&'static str> {
+        match &self.held {
+            Held::Accepted(read) if read.source == Source::Value => Some("value"),
+            Held::Accepted(_) => Some("header"),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn hops(&self) -> Option<usize> {
+        match &self.held {
+            Held::Accepted(read) => Some(read.hops),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn payload_digest(&self) -> Option<&str> {
+        match &self.held {
+            Held::Accepted(read) => Some(&read.payload_digest),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn traceparent(&self) -> Option<&str> {
+        match &self.held {
+            Held::Accepted(read) => Some(&read.traceparent),
+            _ => None,
+        }
+    }
+
+    #[getter]
+    fn tracestate(&self) -> Option<&str> {
+        match &self.held {
+            Held::Accepted(read) => read.tracestate.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The identity's members (`legacy` left out: it is `null` in what the core accepts).
+    #[getter]
+    fn identity<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Held::Accepted(read) = &self.held else {
+            return Ok(None);
+        };
+        let identity = &read.identity;
+        let dict = PyDict::new(py);
+        dict.set_item("contract", &identity.contract)?;
+        dict.set_item("contract_version", identity.contract_version)?;
+        dict.set_item("id", &identity.id)?;
+        dict.set_item("intent_key", &identity.intent_key)?;
+        dict.set_item("origin_span_id", &identity.origin_span_id)?;
+        dict.set_item("run_id", &identity.run_id)?;
+        dict.set_item("schema_version", &identity.schema_version)?;
+        dict.set_item("trace_id", &identity.trace_id)?;
+        dict.set_item("work_item_id", &identity.work_item_id)?;
+        Ok(Some(dict))
+    }
+
+    /// What the reader keeps of the last hop.
+    #[getter]
+    fn last_hop<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Held::Accepted(read) = &self.held else {
+            return Ok(None);
+        };
+        let last = &read.last;
+        let dict = PyDict::new(py);
+        dict.set_item("component", &last.component)?;
+        dict.set_item("contract", &last.contract)?;
+        dict.set_item("contract_version", last.contract_version)?;
+        dict.set_item("decision", &last.decision)?;
+        dict.set_item("destination", &last.destination)?;
+        dict.set_item("payload_digest", &last.payload_digest)?;
+        dict.set_item("span_id", &last.span_id)?;
+        dict.set_item("degraded_stage", &last.degraded_stage)?;
+        Ok(Some(dict))
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.held {
+            Held::Refused { reason, path, .. } => {
+                format!("Verdict({}, {reason}, {path})", self.kind())
+            }
+            _ => format!("Verdict({})", self.kind()),
+        }
+    }
+}
+
+fn held(outcome: Outcome) -> Held {
+    match outcome {
+        Outcome::Accepted(accepted) => {
+            let hops = accepted.envelope.hop_count();
+            let accepted = *accepted;
+            let mut envelope = accepted.envelope;
+            let last = envelope.hops.pop();
+            match last {
+                Some(last) => Held::Accepted(Box::new(Read {
+                    identity: envelope.identity,
+                    last,
+                    hops,
+                    source: accepted.source,
+                    payload: (accepted.payload.start, accepted.payload.end),
+                    payload_digest: accepted.payload_digest,
+                    traceparent: accepted.traceparent,
+                    tracestate: accepted.tracestate,
+                })),
+                None => Held::Refused {
+                    reason: Reason::InvalidValue,
+                    path: "$.chain".to_owned(),
+                    message: "a chain has at least one hop".to_owned(),
+                    payload: None,
+                },
+            }
+        }
+        Outcome::Refused(refusal) => Held::Refused {
+            reason: refusal.reason,
+            path: refusal.path,
+            message: refusal.message,
+            payload: None,
+        },
+        Outcome::RefusedAfterPayload { refusal, payload } => Held::Refused {
+            reason: refusal.reason,
+            path: refusal.path,
+            message: refusal.message,
+            payload: Some((payload.start, payload.end)),
+        },
+        Outcome::Schema1 => Held::Schema1,
+    }
+}
+
+/// A header name's bytes: its UTF-8, or, for a name a client read with `surrogateescape`
+/// (not UTF-8 on the wire), the bytes it stood for.
+fn name_bytes(name: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let name = name
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err("a header name is a str"))?;
+    match name.to_str() {
+        Ok(text) => Ok(text.as_bytes().to_vec()),
+        Err(_) => {
+            let raw = name.call_method1("encode", ("utf-8", "surrogateescape"))?;
+            Ok(raw.cast::<PyBytes>()?.as_bytes().to_vec())
+        }
+    }
+}
+
+fn bytes_or_none<'py>(
+    value: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    value
+        .cast::<PyBytes>()
+        .map(|bytes| Some(bytes.clone()))
+        .map_err(|_| PyTypeError::new_err(format!("{what} is bytes or None")))
+}
+
+/// One record's objects, held while it is read.
+struct RecordObjects<'py> {
+    value: Option<Bound<'py, PyBytes>>,
+    headers: Vec<(Vec<u8>, Option<Bound<'py, PyBytes>>)>,
+}
+
+fn hold<'py>(record: &Bound<'py, PyAny>) -> PyResult<RecordObjects<'py>> {
+    let pair = record
+        .cast::<PyTuple>()
+        .map_err(|_| PyTypeError::new_err("a record is a tuple (value, headers)"))?;
+    let value = bytes_or_none(&pair.get_item(0)?, "a record's value")?;
+    let mut headers = Vec::new();
+    for header in pair.get_item(1)?.try_iter()? {
+        let header = header?;
+        let header = header
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err("a header is a tuple (name, value)"))?;
+        let name = name_bytes(&header.get_item(0)?)?;
+        let value = bytes_or_none(&header.get_item(1)?, "a header's value")?;
+        headers.push((name, value));
+    }
+    Ok(RecordObjects { value, headers })
+}
+
+/// Read a batch of records of one topic: `records` is a sequence of `(value, headers)`,
+/// `headers` a sequence of `(name, value)` as the Kafka client gives them. One verdict each.
+#[pyfunction]
+#[pyo3(signature = (records, topic, keyring=None, max_hops=64, max_record_bytes=1_000_000))]
+fn read_batch<'py>(
+    py: Python<'py>,
+    records: &Bound<'py, PyAny>,
+    topic: &Bound<'py, PyTopic>,
+    keyring: Option<&Bound<'py, PyKeyring>>,
+    max_hops: usize,
+    max_record_bytes: usize,
+) -> PyResult<Vec<Verdict>> {
+    let topic = &topic.get().inner;
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let limits = Limits {
+        max_hops,
+        max_record_bytes,
+    };
+    // The Python objects are held here; the bytes they hold (immutable) are read below
+    // without the GIL, so that other threads run while a batch is read.
+    let held_records = records
+        .try_iter()?
+        .map(|record| hold(&record?))
+        .collect::<PyResult<Vec<RecordObjects<'py>>>>()?;
+    let views: Vec<(Option<&[u8]>, Vec<Header<'_>>)> = held_records
+        .iter()
+        .map(|record| {
+            let headers = record
+                .headers
+                .iter()
+                .map(|(name, value)| Header {
+                    name,
+                    value: value.as_ref().map(|value| value.as_bytes()),
+                })
+                .collect();
+            (record.value.as_ref().map(|value| value.as_bytes()), headers)
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = py.detach(|| {
+        views
+            .iter()
+            .map(|(value, headers)| {
+                let record = Record {
+                    value: *value,
+                    headers,
+                };
+                read_record(&record, topic, keyring, &limits)
+            })
+            .collect()
+    });
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| Verdict {
+            held: held(outcome),
+        })
+        .collect())
+}
+
+/// A refusal raised to Python: `ValueError(code, path, message)`.
+fn refused(refusal: crate::reason::Refusal) -> PyErr {
+    PyValueError::new_err((refusal.reason.as_str(), refusal.path, refusal.message))
+}
+
+/// Python values as JSON values: dict, list or tuple, str, int, bool, float and None.
+fn node(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Node<'static>> {
+    if depth > crate::json::PARSER_DEPTH {
+        return Err(PyValueError::new_err("nested too deeply"));
+    }
+    let value = if value.is_none() {
+        Value::Null
+    } else if let Ok(flag) = value.cast::<PyBool>() {
+        Value::Bool(flag.is_true())
+    } else if let Ok(number) = value.cast::<PyInt>() {
+        // Beyond i128 is beyond every rule: clamped, then refused by the rules.
+        Value::Int(number.extract::<i128>().unwrap_or(i128::MAX))
+    } else if value.cast::<PyFloat>().is_ok() {
+        Value::Float
+    } else if let Ok(text) = value.cast::<PyString>() {
+        Value::Str(text.to_str()?.to_owned().into())
+    } else if let Ok(dict) = value.cast::<PyDict>() {
+        let mut members = Vec::with_capacity(dict.len());
+        for (name, item) in dict.iter() {
+            let name = name
+                .cast::<PyString>()
+                .map_err(|_| PyTypeError::new_err("member names are str"))?
+                .to_str()?
+                .to_owned();
+            members.push(Member {
+                name: name.into(),
+                node: node(&item, depth + 1)?,
+            });
+        }
+        Value::Object(members)
+    } else if value.cast::<PyList>().is_ok() || value.cast::<PyTuple>().is_ok() {
+        let mut items = Vec::new();
+        for item in value.try_iter()? {
+            items.push(node(&item?, depth + 1)?);
+        }
+        Value::Array(items)
+    } else {
+        return Err(PyTypeError::new_err(
+            "a JSON value: dict, list, str, int, bool, float or None",
+        ));
+    };
+    Ok(Node { value, span: 0..0 })
+}
+
+fn written<'py>(py: Python<'py>, written: &Written) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            PyBytes::new(py, &written.text).into_any(),
+            PyString::new(py, &written.traceparent).into_any(),
+            match &written.degraded {
+                Some(degraded) => PyString::new(py, degraded).into_any(),
+                None => py.None().into_bound(py),
+            },
+        ],
+    )
+}
+
+/// Append a hop to a received envelope text (SPEC.md section 7): `hop` holds the new hop's
+/// members (its `payload_digest` is set from `payload`). Returns `(text, traceparent,
+/// degraded)`; in body mode the record value is `text[:-1] + b',"payload":' + payload + b'}'`.
+///
+/// Raises `ValueError(code, path, message)` when the text or the hop is refused.
+#[pyfunction]
+#[pyo3(signature = (received, hop, payload, keyring=None))]
+fn append_hop<'py>(
+    py: Python<'py>,
+    received: &[u8],
+    hop: &Bound<'py, PyAny>,
+    payload: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let envelope = read_envelope(received, keyring).map_err(refused)?;
+    let hop = node(hop, 0)?;
+    let result = append(received, &envelope, &hop, payload, keyring).map_err(refused)?;
+    written(py, &result)
+}
+
+/// Start a chain: the identity's members (`legacy` `None`) and its first hop's.
+#[pyfunction]
+#[pyo3(signature = (identity, hop, payload, keyring=None))]
+fn originate_chain<'py>(
+    py: Python<'py>,
+    identity: &Bound<'py, PyAny>,
+    hop: &Bound<'py, PyAny>,
+    payload: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let identity = node(identity, 0)?;
+    let hop = node(hop, 0)?;
+    let result = originate(&identity, &hop, payload, keyring).map_err(refused)?;
+    written(py, &result)
+}
+
+/// The dead-letter index's summary of each letter's `hopchain-dlq-*` headers, as
+/// `read_dead_letter_summary` returns it, with the failure's JSON last (for the caller to
+/// validate); None for a letter the Python reader must read (missing, invalid or unusual).
+#[pyfunction]
+fn read_dead_letter_summaries<'py>(
+    py: Python<'py>,
+    letters: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
+    let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+    let mut summaries = Vec::new();
+    for headers in letters.try_iter()? {
+        let headers = headers?;
+        let mut held = Vec::new();
+        for header in headers.try_iter()? {
+            let header = header?;
+            let header = header
+                .cast::<PyTuple>()
+                .map_err(|_| PyTypeError::new_err("a header is a tuple (name, value)"))?;
+            let name = name_bytes(&header.get_item(0)?)?;
+            held.push((
+                name,
+                bytes_or_none(&header.get_item(1)?, "a header's value")?,
+            ));
+        }
+        let headers: Vec<Header<'_>> = held
+            .iter()
+            .map(|(name, value)| Header {
+                name,
+                value: value.as_ref().map(|value| value.as_bytes()),
+            })
+            .collect();
+        let summary = match crate::deadletter::read_summary(&headers, &codes) {
+            Ok(summary) => Some(
+                (
+                    summary.id,
+                    summary.owner,
+                    summary.source_topic,
+                    summary.error_type,
+                    summary.reason,
+                    summary.component,
+                    summary.source_timestamp_ms,
+                    summary.parked_at,
+                    summary.envelope,
+                    summary.failure,
+                )
+                    .into_pyobject(py)?,
+            ),
+            Err(_) => None,
+        };
+        summaries.push(summary);
+    }
+    Ok(summaries)
+}
+
+/// The compiled core of hopchain: SPEC.md's reader of schema-2 records.
+#[pymodule]
+#[pyo3(name = "_core")]
+fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<PyKeyring>()?;
+    module.add_class::<PyTopic>()?;
+    module.add_class::<Verdict>()?;
+    module.add_function(wrap_pyfunction!(read_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(append_hop, module)?)?;
+    module.add_function(wrap_pyfunction!(originate_chain, module)?)?;
+    module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
+    let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+    module.add("REASON_CODES", PyTuple::new(module.py(), codes)?)?;
+    Ok(())
+}

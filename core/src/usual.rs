@@ -1,0 +1,203 @@
+//! The usual object read in one pass: canonical, valid, without an escape. The scan knows
+//! each member's place (canonical text has every member, sorted, without white space), so it
+//! reads and checks at once and builds nothing. Anything else, it leaves to the careful
+//! reading (`object::read_object`), which names the first fault: this pass accepts only what
+//! that one accepts, and refuses nothing itself.
+
+use crate::rules::{Rule, Text, MAX_INT};
+
+/// A top-level member's value, as the scan found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found<'a> {
+    Str(&'a str),
+    Int(i64),
+    Null,
+    /// An object, array or boolean: its text.
+    Other(&'a str),
+}
+
+struct Scan<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn byte(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn expect(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.at + bytes.len();
+        (self.text.as_bytes().get(self.at..end)? == bytes).then(|| self.at = end)
+    }
+
+    /// A string without escapes or control characters: its content.
+    fn string(&mut self) -> Option<&'a str> {
+        self.expect(b"\"")?;
+        let rest = self.text.as_bytes().get(self.at..)?;
+        let length = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest.get(length) != Some(&b'"') {
+            return None;
+        }
+        let content = self.text.get(self.at..self.at + length)?;
+        if content.bytes().any(|byte| byte < 0x20) {
+            return None;
+        }
+        self.at += length + 1;
+        Some(content)
+    }
+
+    /// An integer in its one spelling, within 2^53 - 1.
+    fn integer(&mut self) -> Option<i64> {
+        let start = self.at;
+        let negative = self.byte() == Some(b'-');
+        if negative {
+            self.at += 1;
+        }
+        let digits = self.at;
+        while matches!(self.byte(), Some(b'0'..=b'9')) {
+            self.at += 1;
+        }
+        let text = self.text.get(digits..self.at)?;
+        if text.is_empty()
+            || (text.len() > 1 && text.starts_with('0'))
+            || (negative && text == "0")
+            || text.len() > 16
+            || matches!(self.byte(), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        let value: i64 = self.text.get(start..self.at)?.parse().ok()?;
+        (i128::from(value).abs() <= MAX_INT).then_some(value)
+    }
+
+    fn value(&mut self, rule: &Rule) -> Option<Found<'a>> {
+        let start = self.at;
+        match rule {
+            Rule::Nullable(inner) => {
+                if self.expect(b"null").is_some() {
+                    return Some(Found::Null);
+                }
+                self.value(inner)
+            }
+            Rule::Any => self.expect(b"null").map(|()| Found::Null),
+            Rule::Boolean => {
+                if self.expect(b"true").is_none() {
+                    self.expect(b"false")?;
+                }
+                Some(Found::Other(self.text.get(start..self.at)?))
+            }
+            Rule::Integer { min } => {
+                let value = self.integer()?;
+                (i128::from(value) >= *min).then_some(Found::Int(value))
+            }
+            Rule::Word(words) => {
+                let word = self.string()?;
+                words.contains(&word).then_some(Found::Str(word))
+            }
+            Rule::Text(rules) => {
+                let text = self.string()?;
+                text_fits(rules, text).then_some(Found::Str(text))
+            }
+            Rule::List(item) => {
+                self.expect(b"[")?;
+                if self.expect(b"]").is_none() {
+                    loop {
+                        self.value(item)?;
+                        if self.expect(b",").is_none() {
+                            self.expect(b"]")?;
+                            break;
+                        }
+                    }
+                }
+                Some(Found::Other(self.text.get(start..self.at)?))
+            }
+            Rule::Object(members) => {
+                self.object(members, &mut |_, _| {})?;
+                Some(Found::Other(self.text.get(start..self.at)?))
+            }
+        }
+    }
+
+    fn object(
+        &mut self,
+        members: &[(&'static str, Rule)],
+        found: &mut dyn FnMut(usize, Found<'a>),
+    ) -> Option<()> {
+        self.expect(b"{")?;
+        for (index, (name, rule)) in members.iter().enumerate() {
+            if index > 0 {
+                self.expect(b",")?;
+            }
+            self.expect(b"\"")?;
+            self.expect(name.as_bytes())?;
+            self.expect(b"\":")?;
+            let value = self.value(rule)?;
+            found(index, value);
+        }
+        self.expect(b"}")
+    }
+}
+
+fn text_fits(rules: &Text, text: &str) -> bool {
+    let length = if text.is_ascii() {
+        text.len()
+    } else {
+        text.chars().count()
+    };
+    length >= rules.min
+        && rules.max.is_none_or(|max| length <= max)
+        && rules.shape.is_none_or(|shape| shape(text))
+}
+
+/// The top-level members of `text` when it is the usual, canonical object of `rule`, in the
+/// rule's order; None for any other text (the careful reading says why).
+pub fn read_usual<'a>(text: &'a str, rule: &Rule) -> Option<Vec<Found<'a>>> {
+    let Rule::Object(members) = rule else {
+        return None;
+    };
+    let mut scan = Scan { text, at: 0 };
+    let mut values = Vec::with_capacity(members.len());
+    scan.object(members, &mut |_, value| values.push(value))?;
+    (scan.at == text.len()).then_some(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::HOP;
+
+    const HOP_TEXT: &str = concat!(
+        r#"{"component":"ingest","contract":"claims","contract_version":1,"#,
+        r#""decided_at":"2026-03-01T09:30:00Z","decision":"originated","degradation":null,"#,
+        r#""destination":"claims","effects":[],"failure":null,"instance":"i-1","#,
+        r#""observation":"","payload_digest":null,"received_at":null,"received_from":null,"#,
+        r#""span_id":"a000000000000001","tries":[]}"#
+    );
+
+    #[test]
+    fn reads_the_usual_hop() {
+        let found = read_usual(HOP_TEXT, &HOP);
+        assert_eq!(found.as_ref().map(Vec::len), Some(16));
+        assert_eq!(
+            found.and_then(|found| found.first().copied()),
+            Some(Found::Str("ingest"))
+        );
+    }
+
+    #[test]
+    fn leaves_anything_else_to_the_careful_reading() {
+        for text in [
+            HOP_TEXT.replace("\"contract_version\":1", "\"contract_version\":1.0"),
+            HOP_TEXT.replace("\"contract_version\":1", "\"contract_version\":01"),
+            HOP_TEXT.replace("\"contract_version\":1", "\"contract_version\":0"),
+            HOP_TEXT.replace("\"observation\":\"\"", "\"observation\":\"\\n\""),
+            HOP_TEXT.replace("originated", "improvised"),
+            HOP_TEXT.replace(",\"tries\":[]", ""),
+            HOP_TEXT.replace("{\"component", "{ \"component"),
+            format!("{HOP_TEXT} "),
+        ] {
+            assert_eq!(read_usual(&text, &HOP), None, "{text}");
+        }
+    }
+}
