@@ -14,11 +14,12 @@ from typing import Any
 from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
+from hopchain.config import LOGIN_ARGUMENTS
 from hopchain.exceptions import ConfigurationError
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.engine import Hopchain, RecordWriter
 from hopchain.middleware.faststream.commits import BatchedCommits, CommitOnRevoke
-from hopchain.middleware.faststream.family import BrokerFamily, Rereading
+from hopchain.middleware.faststream.family import UNUSABLE_LOGIN, BrokerFamily, Rereading
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.kafka import KAFKA
 from hopchain.middleware.faststream.message import RecordMiddleware
@@ -69,6 +70,7 @@ class HopchainMiddleware:
         self._owned = (
             KafkaWriter(
                 hopchain.config,
+                connection=self.connection_kwargs,
                 client_id=f"hopchain-{hopchain.component}",
                 before_first_write=self._prepare_dead_letter_topic,
             )
@@ -92,6 +94,10 @@ class HopchainMiddleware:
         self.server_address: str | None = None
         """The broker's bootstrap servers, seen when it connects (labels the send spans)."""
         self.client_id: str | None = None
+        self.broker_connection: dict[str, Any] | None = None
+        """The checked broker's servers and login as aiokafka arguments, once seen."""
+        self._unusable_login: str | None = None
+        self._broker: Any = None
         self.family: BrokerFamily = KAFKA
         """How the records of the checked broker's family are read (see :meth:`check`)."""
         self.rereading: Rereading | None = None
@@ -216,6 +222,8 @@ class HopchainMiddleware:
                 f"the {family.name} broker a HopchainMiddleware of its own"
             )
         self.family = family
+        if callable(getattr(broker, "connect", None)):
+            self._broker = broker  # a router has no connection of its own
         family.prepare(broker, self._connecting, started=bool(getattr(broker, "running", False)))
         if self.rereading is None:
             self.rereading = family.rereader(broker)
@@ -266,6 +274,43 @@ class HopchainMiddleware:
         self.server_address = servers if isinstance(servers, str) else None
         client_id = options.get("client_id")
         self.client_id = client_id if isinstance(client_id, str) else None
+        unusable = options.get(UNUSABLE_LOGIN)
+        self._unusable_login = unusable if isinstance(unusable, str) else None
+        self.broker_connection = {
+            name: value
+            for name, value in options.items()
+            if name == "bootstrap_servers" or name in LOGIN_ARGUMENTS
+        }
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """Where and how the dead-letter producer and topic set-up connect.
+
+        The checked broker's servers and login, each overridden by what the configuration
+        was explicitly given (:meth:`~hopchain.config.HopchainConfig.connection_kwargs`).
+
+        Raises:
+            ConfigurationError: aiokafka cannot log in as the broker does, and no
+                HOPCHAIN_KAFKA_* security settings say how.
+        """
+        config = self.hopchain.config
+        options = config.connection_kwargs(self.broker_connection)
+        if self._unusable_login is not None and options.get("security_protocol") is None:
+            raise ConfigurationError(
+                "hopchain writes dead letters with aiokafka, which cannot log in as this "
+                f"broker does ({self._unusable_login}); give it a login it can use with "
+                "HOPCHAIN_KAFKA_SECURITY_PROTOCOL and HOPCHAIN_KAFKA_SASL_*"
+            )
+        return options
+
+    async def _broker_connected(self) -> None:
+        """Connect the checked broker, so its connection options are seen (aiokafka's).
+
+        FastStream hands them over only as the broker connects, and the dead-letter topics
+        must be ready before its subscribers start; ``broker.start()`` then reuses the
+        connection.
+        """
+        if self.broker_connection is None and self._broker is not None:
+            await self._broker.connect()
 
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.
@@ -279,8 +324,9 @@ class HopchainMiddleware:
         Raises:
             ConfigurationError: the broker refused to create one (one line, with the reason).
         """
-        config, registry = self.hopchain.config, self.hopchain.registry
-        topics = await ensure_dead_letter_topics(config, registry, self.topics)
+        await self._broker_connected()
+        registry = self.hopchain.registry
+        topics = await ensure_dead_letter_topics(self.connection_kwargs(), registry, self.topics)
         sizes = topics.sizes
         if self._owned is not None and sizes:
             largest = max(sizes.values())
@@ -309,7 +355,7 @@ class HopchainMiddleware:
             and not registry.is_dead_letter_topic(contract.topic)
         ]
         if sources:
-            await ensure_dead_letter_topics(self.hopchain.config, registry, sources[:1])
+            await ensure_dead_letter_topics(self.connection_kwargs(), registry, sources[:1])
 
     async def close(self) -> None:
         """Commit what is settled (batched mode), then stop the dead-letter producer.
