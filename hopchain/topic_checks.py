@@ -374,7 +374,7 @@ class _IncrementalAlterConfigs(Request[_IncrementalAlterConfigsStruct]):  # type
             )
             for topic, configs in self.topics.items()
         ]
-        return request_struct_class(resources, validate_only=False)
+        return request_struct_class(resources, False)  # noqa: FBT003 - the struct takes its fields in order
 
 
 async def grow_dead_letter_topics(
