@@ -401,6 +401,8 @@ async def grow_dead_letter_topics(
     for result in response.to_object()["responses"]:
         code = int(result["error_code"])
         refused[str(result["resource_name"])] = (
-            None if code == 0 else result.get("error_message") or for_code(code).__name__
+            None
+            if code == 0
+            else (result.get("error_message") or for_code(code).__name__).rstrip(".")
         )
     return refused

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
+import subprocess
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,13 +21,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faststream import FastStream
 from faststream.kafka import KafkaBroker
+from faststream.security import SASLPlaintext
 from middleware_helpers import raw_producer, read_topic, record_count, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 from hopchain import ContractRegistry, Hopchain, HopchainMiddleware, TopicContract
 from hopchain.consumers import DeadLetterService, DlqSettings
-from hopchain.testing import create_topics, unique_topic_name
+from hopchain.exceptions import LocalKafkaError
+from hopchain.testing import LocalKafka, create_topics, kafka_tool_command, unique_topic_name
 from hopchain.topic_checks import DEAD_LETTER_HEADROOM_BYTES
 
 pytestmark = pytest.mark.kafka
@@ -44,7 +49,12 @@ class Invoice(BaseModel):
     total_cents: int
 
 
-def readme_service(bootstrap: str, orders: str, invoices: str) -> tuple[FastStream, Any]:
+REPO = Path(__file__).resolve().parents[2]
+
+
+def readme_service(
+    bootstrap: str, orders: str, invoices: str, **broker_options: Any
+) -> tuple[FastStream, Any]:
     """The README's invoicer, on its own topic names."""
     contracts = ContractRegistry(
         [
@@ -53,7 +63,9 @@ def readme_service(bootstrap: str, orders: str, invoices: str) -> tuple[FastStre
         ]
     )
     middleware = HopchainMiddleware(Hopchain(contracts, component="invoicer"))
-    broker = KafkaBroker(bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy)
+    broker = KafkaBroker(
+        bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy, **broker_options
+    )
     app = middleware.app(broker)
 
     @broker.subscriber(orders, group_id=unique_topic_name("invoicer"), auto_offset_reset="earliest")
@@ -102,9 +114,12 @@ def size_unsafe(url: str) -> dict[str, float]:
     }
 
 
-async def dlq_service_view(bootstrap: str, orders: str) -> tuple[dict[str, float], str]:
+async def dlq_service_view(
+    bootstrap: str, orders: str, **login: Any
+) -> tuple[dict[str, float], str]:
     """``hopchain dlq serve`` on the orders' dead-letter topic: its size metric and console."""
     settings = DlqSettings(
+        **login,
         kafka_bootstrap=bootstrap,
         dlq_port=0,
         dlq_topics={f"{orders}.dlq": "checkout-team"},
@@ -129,9 +144,15 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-async def park_bad_order(bootstrap: str, app: FastStream, orders: str) -> Any:
-    """Start ``app``, send one record that is no envelope, and return its dead letter."""
+async def park_bad_order(
+    bootstrap: str, app: FastStream, orders: str, *, send_to: str | None = None
+) -> Any:
+    """Start ``app``, send one record that is no envelope, and return its dead letter.
+
+    ``send_to``: the listener the record is sent to and read back from (default: ``bootstrap``).
+    """
     bad = b'{"order_id": "o-1", "amount_cents": "twelve"}'
+    bootstrap = send_to or bootstrap
     await app.start()
     try:
         async with raw_producer(bootstrap) as producer:
@@ -245,3 +266,87 @@ async def test_the_middleware_grows_a_dead_letter_topic_its_source_outgrew_at_pr
         f"): {orders} now allows {FIVE_MB}-byte records"
     )
     assert errors(caplog) == []
+
+
+def run_tool(name: str, arguments: list[str], bootstrap: str) -> str:
+    command = kafka_tool_command(
+        name, arguments, bootstrap=bootstrap, kafka_home=REPO / "deploy" / "kafka"
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+async def test_a_size_the_broker_refuses_to_raise_shows_its_whole_command_in_log_and_console(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bob may do everything but change topic configs; the service logs in as its broker does.
+    monkeypatch.delenv("HOPCHAIN_KAFKA_BOOTSTRAP", raising=False)
+    kafka = LocalKafka(
+        kafka_home=REPO / "deploy" / "kafka",
+        sasl_users={"bob": "bob-secret"},
+        overrides={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",  # the PLAINTEXT listeners: broker, controller, us
+            "allow.everyone.if.no.acl.found": "true",
+        },
+    )
+    try:
+        await asyncio.to_thread(kafka.start)
+    except LocalKafkaError as exc:
+        pytest.fail(f"the test's own Kafka broker did not start: {exc}", pytrace=False)
+    try:
+        admin_listener = kafka.bootstrap
+        for grant in (
+            ["--allow-principal", "User:bob", "--operation", "All", "--topic", "*", "--group", "*"],
+            ["--deny-principal", "User:bob", "--operation", "AlterConfigs", "--topic", "*"],
+        ):
+            await asyncio.to_thread(run_tool, "acls", ["--add", *grant], admin_listener)
+        caplog.set_level(logging.INFO)
+        bob = SASLPlaintext("bob", "bob-secret")
+        app, middleware = readme_service(kafka.sasl_bootstrap, "orders", "invoices", security=bob)
+        middleware.check(app.broker)
+        assert await middleware.prepare() == ["orders.dlq"]  # made by bob, before its source
+        await create_topics(admin_listener, "orders", configs={"max.message.bytes": str(FIVE_MB)})
+
+        # The next start: bob may not raise orders.dlq; the service still starts and parks.
+        await park_bad_order(kafka.sasl_bootstrap, app, "orders", send_to=admin_listener)
+        needed = FIVE_MB + DEAD_LETTER_HEADROOM_BYTES
+        command = (
+            f"kafka-configs.sh --bootstrap-server {kafka.sasl_bootstrap} --alter --entity-type "
+            f"topics --entity-name orders.dlq --add-config max.message.bytes={needed}"
+        )
+        [unsafe] = [
+            r.getMessage()
+            for r in caplog.records
+            if r.__dict__.get("hopchain_event") == "dead_letter_topic_unsafe"
+        ]
+        assert unsafe.endswith(f". Fix it with: {command}")
+        assert "the broker refused to raise it: Topic authorization failed. Fix" in unsafe
+
+        login = {
+            "kafka_security_protocol": "SASL_PLAINTEXT",
+            "kafka_sasl_mechanism": "PLAIN",
+            "kafka_sasl_username": "bob",
+            "kafka_sasl_password": "bob-secret",
+        }
+        metric, console = await dlq_service_view(kafka.sasl_bootstrap, "orders", **login)
+        assert metric["orders.dlq"] == 1.0
+        assert f"<code>{command}</code>" in console
+        [logged] = [
+            r.getMessage()
+            for r in caplog.records
+            if r.__dict__.get("hopchain_event") == "size_unsafe"
+        ]
+        assert logged.endswith(f"Fix it with: {command}")
+
+        # An operator runs the command as printed (from the admin listener): all is well.
+        arguments = shlex.split(command)[1:]
+        arguments[arguments.index("--bootstrap-server") + 1] = admin_listener
+        await asyncio.to_thread(run_tool, "configs", arguments, admin_listener)
+        metric, console = await dlq_service_view(kafka.sasl_bootstrap, "orders", **login)
+        assert metric["orders.dlq"] == 0.0
+        assert "kafka-configs.sh" not in console
+    finally:
+        await asyncio.to_thread(kafka.stop)

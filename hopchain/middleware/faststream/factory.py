@@ -98,6 +98,8 @@ class HopchainMiddleware:
         """The checked broker's servers and login as aiokafka arguments, once seen."""
         self._unusable_login: str | None = None
         self._broker: Any = None
+        self._prepared: set[str] = set()
+        """Dead-letter topics :meth:`prepare` made ready (the first write skips them)."""
         self.family: BrokerFamily = KAFKA
         """How the records of the checked broker's family are read (see :meth:`check`)."""
         self.rereading: Rereading | None = None
@@ -328,6 +330,7 @@ class HopchainMiddleware:
         registry = self.hopchain.registry
         topics = await ensure_dead_letter_topics(self.connection_kwargs(), registry, self.topics)
         sizes = topics.sizes
+        self._prepared.update(sizes)
         if self._owned is not None and sizes:
             largest = max(sizes.values())
             size = await self._owned.fit(largest)
@@ -347,6 +350,8 @@ class HopchainMiddleware:
         So a service that never ran :meth:`prepare` does not park into a topic the broker
         auto-created with its default retention (often 7 days).
         """
+        if topic in self._prepared:
+            return  # checked (and reported) by prepare() already
         registry = self.hopchain.registry
         sources = [
             contract.topic
