@@ -20,6 +20,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faststream import FastStream
+from faststream.confluent import KafkaBroker as ConfluentBroker
 from faststream.kafka import KafkaBroker
 from faststream.security import SASLPlaintext
 from middleware_helpers import raw_producer, read_topic, record_count, wait_until
@@ -53,9 +54,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def readme_service(
-    bootstrap: str, orders: str, invoices: str, **broker_options: Any
+    bootstrap: str,
+    orders: str,
+    invoices: str,
+    broker_class: type[KafkaBroker | ConfluentBroker] = KafkaBroker,
+    **broker_options: Any,
 ) -> tuple[FastStream, Any]:
-    """The README's invoicer, on its own topic names."""
+    """The README's invoicer, on its own topic names (on either FastStream Kafka broker)."""
     contracts = ContractRegistry(
         [
             TopicContract(topic=orders, model=Order, owner="checkout-team"),
@@ -63,17 +68,21 @@ def readme_service(
         ]
     )
     middleware = HopchainMiddleware(Hopchain(contracts, component="invoicer"))
-    broker = KafkaBroker(
+    broker = broker_class(
         bootstrap, middlewares=[middleware], ack_policy=middleware.ack_policy, **broker_options
     )
     app = middleware.app(broker)
 
-    @broker.subscriber(orders, group_id=unique_topic_name("invoicer"), auto_offset_reset="earliest")
-    @broker.publisher(invoices)
-    async def invoice(order: Order) -> Invoice:
-        return Invoice(order_id=order.order_id, total_cents=order.amount_cents)
-
+    group = unique_topic_name("invoicer")
+    # As the README's decorators stack: the subscriber on top of the publisher.
+    broker.subscriber(orders, group_id=group, auto_offset_reset="earliest")(
+        broker.publisher(invoices)(invoice)
+    )
     return app, middleware
+
+
+async def invoice(order: Order) -> Invoice:
+    return Invoice(order_id=order.order_id, total_cents=order.amount_cents)
 
 
 async def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
@@ -324,6 +333,12 @@ async def test_a_size_the_broker_refuses_to_raise_shows_its_whole_command_in_log
         ]
         assert unsafe.endswith(f". Fix it with: {command}")
         assert "the broker refused to raise it: Topic authorization failed. Fix" in unsafe
+
+        # On the confluent broker too: its librdkafka login is the dead-letter writer's.
+        payments, _ = readme_service(
+            kafka.sasl_bootstrap, "payments", "receipts", ConfluentBroker, security=bob
+        )
+        await park_bad_order(kafka.sasl_bootstrap, payments, "payments", send_to=admin_listener)
 
         login = {
             "kafka_security_protocol": "SASL_PLAINTEXT",
