@@ -12,8 +12,10 @@ import socket
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError
-from faststream import FastStream
+from faststream import AckPolicy, FastStream
 from faststream.confluent import KafkaBroker as ConfluentBroker
 from faststream.kafka import KafkaBroker
 from middleware_helpers import (
@@ -79,13 +81,54 @@ async def test_with_hopchain_kafka_bootstrap_unset_the_brokers_address_is_where_
     try:
         async with raw_producer(kafka_bootstrap) as producer:
             await producer.send_and_wait(source, BAD, key=b"k", headers=[("h", b"\xff\x00")])
-        await wait_until(lambda: record_count(kafka_bootstrap, f"{source}.dlq"), within=60)
+        await wait_until(
+            lambda: record_count(kafka_bootstrap, f"{source}.dlq"), within=60, what="the letter"
+        )
     finally:
         await app.stop()
     [parked] = await read_topic(kafka_bootstrap, f"{source}.dlq")
     assert parked.value == BAD
     assert parked.key == b"k"
     assert parked.headers[0] == ("h", b"\xff\x00")
+
+
+async def test_a_service_that_never_checks_parks_on_its_brokers_cluster_too(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # FastStream(broker) built by hand, per-record commits: checked at the first record only,
+    # after the broker connected; its dead-letter topic is made before the first park.
+    monkeypatch.delenv("HOPCHAIN_KAFKA_BOOTSTRAP")
+    source = unique_topic_name("orders")
+    middleware = HopchainMiddleware(Hopchain(registry(contract(source)), component="c"))
+    broker = KafkaBroker(kafka_bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
+    broker.subscriber(source, group_id=unique_topic_name("g"), auto_offset_reset="earliest")(ignore)
+    app = FastStream(broker)
+
+    await app.start()
+    try:
+        async with raw_producer(kafka_bootstrap) as producer:
+            await producer.send_and_wait(source, BAD, key=b"k")
+        await wait_until(
+            lambda: record_count(kafka_bootstrap, f"{source}.dlq"), within=60, what="the letter"
+        )
+    finally:
+        await app.stop()
+        await middleware.close()
+    [parked] = await read_topic(kafka_bootstrap, f"{source}.dlq")
+    assert parked.value == BAD
+    configs = await topic_configs(kafka_bootstrap, f"{source}.dlq")
+    assert configs["retention.ms"] == "-1"  # made by hopchain, not by auto-creation
+
+
+async def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    finally:
+        await admin.close()
+    [resource] = response.to_object()["resources"]
+    return {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
 
 
 async def test_hopchain_kafka_bootstrap_given_explicitly_overrides_the_brokers_address(

@@ -323,6 +323,12 @@ class HopchainMiddleware:
         dead-letter topics' ``max.message.bytes`` (the largest; ``HOPCHAIN_DEAD_LETTER_MAX_BYTES``
         can lower it): a record that fits is parked whole, a larger one as a reference.
 
+        It connects the checked broker first (``broker.start()`` reuses the connection): the
+        topics are made where the broker connects, with its login, unless
+        HOPCHAIN_KAFKA_BOOTSTRAP or the security settings were given. A dead-letter topic
+        whose source now allows larger records is grown (see
+        :mod:`~hopchain.middleware.topics`).
+
         Raises:
             ConfigurationError: the broker refused to create one (one line, with the reason).
         """
