@@ -305,14 +305,20 @@ class HopchainMiddleware:
         return options
 
     async def _broker_connected(self) -> None:
-        """Connect the checked broker, so its connection options are seen (aiokafka's).
+        """Connect the checked broker once, so its connection options are seen (aiokafka's).
 
         FastStream hands them over only as the broker connects, and the dead-letter topics
-        must be ready before its subscribers start; ``broker.start()`` then reuses the
-        connection.
+        must be ready before its subscribers start. A broker that was not running is
+        disconnected again at once (``broker.start()`` connects it anew), so nothing is left
+        open when it never starts.
         """
-        if self.broker_connection is None and self._broker is not None:
-            await self._broker.connect()
+        broker = self._broker
+        if self.broker_connection is not None or broker is None:
+            return
+        running = getattr(broker, "running", False)
+        await broker.connect()
+        if not running:
+            await broker.stop()
 
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.
@@ -323,8 +329,8 @@ class HopchainMiddleware:
         dead-letter topics' ``max.message.bytes`` (the largest; ``HOPCHAIN_DEAD_LETTER_MAX_BYTES``
         can lower it): a record that fits is parked whole, a larger one as a reference.
 
-        It connects the checked broker first (``broker.start()`` reuses the connection): the
-        topics are made where the broker connects, with its login, unless
+        It connects the checked broker once first, to learn where and how it connects: the
+        topics are made there, with its login, unless
         HOPCHAIN_KAFKA_BOOTSTRAP or the security settings were given. A dead-letter topic
         whose source now allows larger records is grown (see
         :mod:`~hopchain.middleware.topics`).
