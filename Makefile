@@ -10,11 +10,13 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 HOPCHAIN := $(BIN)/hopchain
 INSTALLED := $(VENV)/.installed
+# Material's banner about MkDocs 2 says nothing about this site.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install lint test soak bench kafka kafka-stop kafka-status demo clean distclean
+.PHONY: help venv install lint docs test soak bench kafka kafka-stop kafka-status demo clean distclean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,10 +33,16 @@ venv: $(INSTALLED) ## Create .venv and install hopchain (editable) with every ex
 
 install: $(INSTALLED) ## Install or update the dependencies in .venv
 
-lint: install ## ruff check, ruff format --check, mypy --strict
+lint: install ## ruff check, ruff format --check, mypy --strict, the docs site built strictly
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict hopchain tests examples
+	$(BIN)/mypy --strict hopchain tests examples docs/hooks.py
+	$(MKDOCS) build --strict --quiet
+
+# The documentation site (mkdocs.yml, pages in docs/), into site/ (ignored by git). Strict: a
+# broken link, a missing page or a docstring that does not render fails the build.
+docs: install ## Build the documentation site into site/ (MkDocs, Material, API from docstrings)
+	$(MKDOCS) build --strict
 
 test: install ## Run the tests; a real Kafka broker is started and stopped by the session
 	@start=$$(date +%s); status=0; \
@@ -75,7 +83,7 @@ demo: install ## The claims pipeline with faults, end to end, on a real Kafka br
 # HOPCHAIN_CACHE_DIR), shared by checkouts and installs: clean leaves them.
 clean: ## Stop the development broker, remove build and tool caches
 	-@test -x $(HOPCHAIN) && $(HOPCHAIN) dev kafka stop
-	rm -rf .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info
+	rm -rf .cache .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist site *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean ## clean, and remove .venv too

@@ -14,6 +14,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from hopchain.__about__ import __version__
+from hopchain.excepthook import install as _install_excepthook
+from hopchain.logs import configure_logging as _configure_logging
+
+# A ConfigurationError that ends the program is one line (see hopchain.excepthook); first,
+# so that an invalid HOPCHAIN_LOG_* value read next is one line too.
+_install_excepthook()
+# Log lines with a time, a level and a logger name, unless the application writes them.
+_configure_logging(explicit=False)
 
 if TYPE_CHECKING:
     from hopchain.collector import tune_collector
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
         ReasonCode,
         UnknownTopicError,
     )
+    from hopchain.logs import JsonFormatter, LogSettings, configure_logging
     from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
     from hopchain.middleware.confluent import (
         ConfluentEnvelopeConsumer,
@@ -117,6 +126,7 @@ _EXPORTS: dict[str, str] = {
     "Hop": "hopchain.schemas",
     "HopContext": "hopchain.middleware.context",
     "Hopchain": "hopchain.middleware.engine",
+    "JsonFormatter": "hopchain.logs",
     "HopchainConfig": "hopchain.config",
     "HopchainError": "hopchain.exceptions",
     "HopchainMiddleware": "hopchain.middleware.faststream",
@@ -124,6 +134,7 @@ _EXPORTS: dict[str, str] = {
     "KafkaWriter": "hopchain.middleware.producer",
     "Keyring": "hopchain.schemas",
     "Limits": "hopchain.schemas",
+    "LogSettings": "hopchain.logs",
     "MemoryDedupeStore": "hopchain.middleware.dedupe",
     "OutgoingRecord": "hopchain.middleware.engine",
     "Pipeline": "hopchain.middleware.stage",
@@ -144,6 +155,7 @@ _EXPORTS: dict[str, str] = {
     "TransportRetry": "hopchain.middleware.policy",
     "Unauthorized": "hopchain.middleware.failures",
     "classify_exception": "hopchain.middleware.failures",
+    "configure_logging": "hopchain.logs",
     "tune_collector": "hopchain.collector",
     "UnknownTopicError": "hopchain.exceptions",
     "WireMode": "hopchain.schemas",
@@ -172,6 +184,9 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
     "TransactionalConsumer",
     # configuration
     "HopchainConfig",
+    "JsonFormatter",
+    "LogSettings",
+    "configure_logging",
     "faststream_security",
     "login_errors",
     "tune_collector",

@@ -16,7 +16,8 @@ Hierarchy::
     │   └── EnvelopeRejected        ... found before sending; nothing was sent (produce side)
     ├── DeadLetterWriteError        a record could not be parked; the offset is not committed
     ├── RecordTooLargeError         a record is too large for its topic: parked as a reference
-    └── LocalKafkaError             the development broker could not be provisioned or run
+    ├── LocalKafkaError             the development broker could not be provisioned or run
+    └── LocalRegistryError          the development schema registry could not be set up or run
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "HopchainError",
     "KafkaLoginError",
     "LocalKafkaError",
+    "LocalRegistryError",
     "ReasonCode",
     "RecordTooLargeError",
     "UnknownTopicError",
@@ -243,3 +245,7 @@ class RecordTooLargeError(HopchainError):
 
 class LocalKafkaError(HopchainError):
     """The local development broker could not be provisioned, started or stopped."""
+
+
+class LocalRegistryError(HopchainError):
+    """The local development schema registry could not be provisioned, started or stopped."""

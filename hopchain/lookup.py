@@ -7,8 +7,10 @@ in its headers or value, so scanning costs little more than reading.
 
 from __future__ import annotations
 
+import enum
 import json
 import time
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,36 +21,83 @@ from hopchain.exceptions import EnvelopeError
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.metadata import topic_partitions
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Hop, Keyring, verify_chain
+from hopchain.schemas.chain_v2 import payload_digest, sealed_payload
+from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER
 from hopchain.schemas.deadletter import (
     DLQ_ENVELOPE_HEADER,
     DLQ_ID_HEADER,
+    DLQ_TRUNCATED_HEADER,
+    DLQ_VALUE_HEADER,
     DeadLetterInfo,
     read_dead_letter_headers,
 )
+from hopchain.schemas.sealed import CHAIN_START, SIGNATURES
 from hopchain.schemas.text_v2 import load_envelope
 
 __all__ = [
     "HopFacts",
     "Integrity",
+    "PayloadState",
     "Sighting",
     "TraceResult",
     "find_record",
     "hop_facts",
     "integrity_of",
     "matches",
+    "payload_of",
 ]
 
 _DLQ_ENVELOPE = DLQ_ENVELOPE_HEADER
 
 
+class PayloadState(enum.StrEnum):
+    """Whether a record's payload is the one its chain sealed."""
+
+    AS_SEALED = "as sealed"
+    """Its SHA-256 is the digest the latest hop that sealed a payload wrote."""
+    NOT_AS_SEALED = "NOT as sealed"
+    """Another payload: replaced or altered after that hop sealed it."""
+    NOT_SEALED = "not sealed"
+    """No hop sealed a payload digest (schema-1 hops seal none)."""
+    UNVERIFIED = "unverified"
+    """Not judged: the chain is broken (its digests vouch for nothing), or the record holds
+    no payload to compare (a reference dead letter's stand-in, a null value)."""
+
+
 @dataclass(frozen=True)
 class Integrity:
-    """Whether a chain verifies, and where it breaks if it does not."""
+    """Whether a chain verifies (and where it breaks), and whether the payload is as sealed.
 
-    ok: bool
+    Attributes:
+        chain_intact: every hop's link and seal (and signature, given a keyring) verifies.
+        broken_at, code, detail: where the chain breaks, its reason code and why.
+        payload: the payload against the digest the chain sealed.
+        sealed_by: ``seq`` of the hop whose digest the payload was compared with.
+    """
+
+    chain_intact: bool
     broken_at: int | None = None
     code: str | None = None
     detail: str | None = None
+    payload: PayloadState = PayloadState.UNVERIFIED
+    sealed_by: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Nothing is known to be wrong: the chain is intact and the payload not another."""
+        return self.chain_intact and self.payload is not PayloadState.NOT_AS_SEALED
+
+    @property
+    def chain_text(self) -> str:
+        """``intact`` or ``broken at hop N``."""
+        return "intact" if self.chain_intact else f"broken at hop {self.broken_at}"
+
+    @property
+    def payload_text(self) -> str:
+        """The payload's state, naming the hop that sealed it when there is one."""
+        if self.sealed_by is None or self.payload is PayloadState.UNVERIFIED:
+            return self.payload.value
+        return f"{self.payload.value} (hop {self.sealed_by})"
 
 
 @dataclass(frozen=True)
@@ -91,16 +140,49 @@ def matches(envelope: Envelope, needle: str) -> bool:
     return needle in {envelope.id, envelope.trace_id, envelope.intent_key}
 
 
-def integrity_of(envelope: Envelope, keyring: Keyring | None) -> Integrity:
-    """Verify the chain; on a break, say at which hop and why."""
+def integrity_of(
+    envelope: Envelope, keyring: Keyring | None, payload: bytes | None = None
+) -> Integrity:
+    """Verify the chain (on a break, say at which hop and why), then compare ``payload``.
+
+    ``payload`` is the payload's bytes as the record carries them (see :func:`payload_of`);
+    None leaves the payload unverified.
+    """
     try:
         verify_chain(envelope, keyring)
     except EnvelopeError as exc:
         index = None
         if exc.path.startswith("$.chain["):
             index = int(exc.path[len("$.chain[") : exc.path.index("]")])
-        return Integrity(ok=False, broken_at=index, code=exc.code.value, detail=exc.detail)
-    return Integrity(ok=True)
+        return Integrity(
+            chain_intact=False, broken_at=index, code=exc.code.value, detail=exc.detail
+        )
+    sealed = sealed_payload(envelope)
+    if sealed is None:
+        return Integrity(chain_intact=True, payload=PayloadState.NOT_SEALED)
+    if payload is None:
+        return Integrity(chain_intact=True, sealed_by=sealed[0])
+    same = payload_digest(payload) == sealed[1]
+    state = PayloadState.AS_SEALED if same else PayloadState.NOT_AS_SEALED
+    return Integrity(chain_intact=True, payload=state, sealed_by=sealed[0])
+
+
+def payload_of(value: bytes | None, header_names: Container[str]) -> bytes | None:
+    """The payload bytes a record's chain sealed: its value, or in body mode its payload member.
+
+    None when the record holds no payload to compare: a null value (a dead letter's empty
+    stand-in of one), or a reference dead letter's stand-in (the original was too large).
+    """
+    if value is None or DLQ_TRUNCATED_HEADER in header_names or DLQ_VALUE_HEADER in header_names:
+        return None
+    if value[:1] == b"{" and CHAIN_START in value:
+        # Body mode: the payload is the member after the signatures (a key inside a JSON
+        # string is escaped, so the first match after them is the member).
+        start = value.find(PAYLOAD_MEMBER, value.find(SIGNATURES))
+        if start < 0 or not value.endswith(b"}"):
+            return None
+        return value[start + len(PAYLOAD_MEMBER) : -1]
+    return value
 
 
 @dataclass(frozen=True)
@@ -202,7 +284,9 @@ def _sighting(record: Any, needle: str, keyring: Keyring | None) -> Sighting | N
         offset=record.offset,
         timestamp_ms=record.timestamp,
         envelope=envelope,
-        integrity=integrity_of(envelope, keyring) if envelope is not None else None,
+        integrity=None
+        if envelope is None
+        else integrity_of(envelope, keyring, payload_of(record.value, headers)),
         dead_letter=dead_letter,
         unreadable=unreadable,
     )
@@ -221,7 +305,7 @@ async def find_record(
     started = time.perf_counter()
     probe = needle.encode()
     partitions = await topic_partitions(bootstrap, topics, **(client_options or {}))
-    result.topics_scanned = len(topics)
+    result.topics_scanned = len({tp.topic for tp in partitions})  # those that exist
     if not partitions:
         # Nothing to read. (A consumer stopped right after it started can raise
         # CancelledError out of its coordinator: start none.)
@@ -285,9 +369,12 @@ def as_json(result: TraceResult) -> str:
                 if s.integrity is None
                 else {
                     "ok": s.integrity.ok,
+                    "chain_intact": s.integrity.chain_intact,
                     "broken_at": s.integrity.broken_at,
                     "code": s.integrity.code,
                     "detail": s.integrity.detail,
+                    "payload": s.integrity.payload.name.lower(),
+                    "payload_sealed_by": s.integrity.sealed_by,
                 },
                 "unreadable": s.unreadable,
                 "envelope": json.loads(s.envelope.model_dump_json()) if s.envelope else None,

@@ -4,6 +4,10 @@
 :class:`hopchain.testing.LocalKafka` on free ports with a temporary data directory the first time
 a test asks for it, and stops it when the session ends. A broker that cannot start fails the
 tests that need it; it never skips them (under CI or anywhere else).
+
+``schema_registry_url`` does the same for a schema registry (``$HOPCHAIN_SCHEMA_REGISTRY_URL``,
+else a :class:`hopchain.testing.LocalRegistry`). It needs Java 21+: without one its tests fail
+under CI=true and are skipped elsewhere, with the one line that says how to get one.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import os
 import shutil
 import signal
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,23 +25,27 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hopchain.exceptions import LocalKafkaError
+from hopchain.exceptions import LocalKafkaError, LocalRegistryError
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.testing import (
     LocalKafka,
     LocalPostgres,
     LocalPostgresError,
+    LocalRegistry,
     TopicFactory,
     probe_broker,
     unique_topic_name,
 )
 from hopchain.testing._provision import ENV_KAFKA_VERSION, find_kafka_home, pom_kafka_version
+from hopchain.testing.jdk import JavaRuntime
 from hopchain.testing.kcat import KcatSend, kcat_sender
+from hopchain.testing.registry import registry_java
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
 ENV_BOOTSTRAP = "HOPCHAIN_KAFKA_BOOTSTRAP"
+ENV_SCHEMA_REGISTRY_URL = "HOPCHAIN_SCHEMA_REGISTRY_URL"
 
 
 @dataclass
@@ -52,6 +62,7 @@ class BrokerReport:
 
 _BROKER_REPORT = pytest.StashKey[BrokerReport]()
 _POSTGRES_REPORT = pytest.StashKey[list[str]]()
+_REGISTRY_REPORT = pytest.StashKey[list[str]]()
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -86,11 +97,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    postgres = terminalreporter.config.stash.get(_POSTGRES_REPORT, None)
-    if postgres:
-        terminalreporter.section("postgres", sep="-")
-        for line in postgres:
-            terminalreporter.write_line(line)
+    for name, key in (("postgres", _POSTGRES_REPORT), ("schema registry", _REGISTRY_REPORT)):
+        lines = terminalreporter.config.stash.get(key, None)
+        if lines:
+            terminalreporter.section(name, sep="-")
+            for line in lines:
+                terminalreporter.write_line(line)
     report = terminalreporter.config.stash.get(_BROKER_REPORT, None)
     if report is None:
         return
@@ -179,6 +191,66 @@ def postgres_server(
         if failed:
             report.append(f"kept the server's data and log: {server.base_dir}")
         server.stop(keep_data=failed)
+
+
+@pytest.fixture(scope="session")
+def registry_java_runtime() -> JavaRuntime:
+    """The Java 21+ runtime the registry runs on. Missing: a failure under CI=true (the machines
+    CI runs on carry one), a skip elsewhere; either way the message says how to get one."""
+    try:
+        return registry_java()
+    except LocalRegistryError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc), pytrace=False)
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(
+    request: pytest.FixtureRequest, pytestconfig: pytest.Config
+) -> Iterator[str]:
+    """Base URL of Confluent's Schema Registry API on a real registry shared by the session.
+
+    ``$HOPCHAIN_SCHEMA_REGISTRY_URL`` when set; otherwise a :class:`LocalRegistry` on free ports,
+    started the first time a test asks for it. One that cannot start fails its tests.
+    """
+    external = os.environ.get(ENV_SCHEMA_REGISTRY_URL)
+    if external:
+        try:
+            with urllib.request.urlopen(f"{external}/subjects", timeout=10):  # noqa: S310 - the user's
+                pass
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            pytest.fail(
+                f"${ENV_SCHEMA_REGISTRY_URL}={external} is not usable: GET /subjects said {exc}",
+                pytrace=False,
+            )
+        pytestconfig.stash[_REGISTRY_REPORT] = [f"external registry at {external}"]
+        yield external
+        return
+    java = request.getfixturevalue("registry_java_runtime")
+    registry = LocalRegistry(java=java.path)
+    started = time.monotonic()
+    try:
+        registry.start()
+    except LocalRegistryError as exc:
+        pytest.fail(
+            f"the local schema registry did not start after {time.monotonic() - started:.1f} s: "
+            f"{exc}",
+            pytrace=False,
+        )
+    ready = (
+        f"Apicurio Registry {registry.version} at {registry.url} on {java.describe()}: ready "
+        f"{registry.startup_seconds:.1f} s after the JVM started (resolve "
+        f"{registry.resolve_seconds:.1f} s)"
+    )
+    report = pytestconfig.stash[_REGISTRY_REPORT] = [ready]
+    try:
+        yield registry.url
+    finally:
+        failed = request.session.testsfailed > 0
+        if failed:
+            report.append(f"kept the registry's log: {registry.log_path}")
+        registry.stop(keep_data=failed)
 
 
 @pytest.fixture

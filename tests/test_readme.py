@@ -1,4 +1,6 @@
-"""The README's code runs as written, against a real broker, so it cannot rot."""
+"""The code of the README and of the guides runs as written, against a real broker, so it
+cannot rot. The README's quick start is run whole, from a wheel, by test_quickstart.py; the
+FastStream guide's service, its metrics wiring and the failure-policy guide's stage run here."""
 
 from __future__ import annotations
 
@@ -17,11 +19,21 @@ from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+FASTSTREAM_GUIDE = ROOT / "docs" / "guides" / "faststream.md"
+POLICY_GUIDE = ROOT / "docs" / "guides" / "failure-policy.md"
+
+
+def _blocks_of(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
 
 
 def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    """The FastStream service, its metrics wiring, and the declared stage, in that order."""
+    service, metrics = _blocks_of(FASTSTREAM_GUIDE)
+    (stage,) = _blocks_of(POLICY_GUIDE)
+    return [service, metrics, stage]
 
 
 async def _first_record(bootstrap: str, topic: str) -> Any:
@@ -33,13 +45,28 @@ async def _first_record(bootstrap: str, topic: str) -> Any:
         await consumer.stop()
 
 
-def test_the_readme_has_the_snippets_this_test_runs() -> None:
+def test_the_readme_and_the_guides_have_the_snippets_this_test_runs() -> None:
+    (quick_start,) = _blocks_of(README)
+    assert quick_start.startswith("# shop.py\n")
     blocks = _python_blocks()
-    assert len(blocks) == 3
     assert "Hopchain" in blocks[0]
     assert "middleware.app(broker)" in blocks[0]
+    assert "listener=middleware.listener()" in blocks[0]
     assert "middleware.app(broker)" in blocks[1]
     assert "pipeline.stage(" in blocks[2]
+
+
+def test_the_quick_start_service_is_wired_as_the_readme_says() -> None:
+    (quick_start,) = _blocks_of(README)
+    namespace: dict[str, Any] = {"__name__": "shop"}
+    exec(compile(quick_start, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    from faststream import AckPolicy, FastStream  # noqa: PLC0415
+
+    assert isinstance(namespace["app"], FastStream)
+    assert namespace["middleware"].ack_policy is AckPolicy.MANUAL
+    (subscriber,) = namespace["broker"].subscribers
+    assert [topic.name for topic in subscriber.topics] == ["orders"]
+    assert namespace["contracts"].get("orders").owner == "shop-team"
 
 
 @pytest.mark.kafka
@@ -51,7 +78,7 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
     source = source.replace('"orders"', repr(orders)).replace('"invoices"', repr(invoices))
     await create_topics(kafka_bootstrap, orders, invoices, f"{orders}.dlq")
     namespace: dict[str, Any] = {"__name__": "readme_snippet"}
-    exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(source, str(FASTSTREAM_GUIDE), "exec"), namespace)  # noqa: S102 - our own docs
 
     app, middleware = namespace["app"], namespace["middleware"]
     feeder_runtime = Hopchain(namespace["contracts"], component="checkout")
@@ -88,16 +115,16 @@ async def test_the_wrap_snippet_validates_appends_and_parks(kafka_bootstrap: str
 def test_the_policy_snippet_declares_a_stage() -> None:
     first, _, second = _python_blocks()
     namespace: dict[str, Any] = {"__name__": "readme_snippet"}
-    exec(compile(first + "\n" + second, "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(first + "\n" + second, str(POLICY_GUIDE), "exec"), namespace)  # noqa: S102
     stage = namespace["price"]
     assert isinstance(stage, Stage)
     assert (stage.contract_retries, stage.owner) == (1, "billing-team")
 
 
-def test_the_rollout_snippet_exposes_the_metrics_and_prepares_dead_letter_topics() -> None:
+def test_the_metrics_snippet_exposes_the_metrics_and_prepares_dead_letter_topics() -> None:
     first, rollout, _ = _python_blocks()
     namespace: dict[str, Any] = {"__name__": "readme_snippet"}
-    exec(compile(first + "\n" + rollout, "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(first + "\n" + rollout, str(FASTSTREAM_GUIDE), "exec"), namespace)  # noqa: S102
     from faststream import AckPolicy, FastStream  # noqa: PLC0415
 
     app = namespace["app"]

@@ -6,8 +6,11 @@ dead-letter stack, Rich) is imported when the command runs, so ``--help`` stays 
 
 from __future__ import annotations
 
-import os
+import logging
 import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -15,12 +18,18 @@ import typer
 from hopchain.__about__ import __version__
 from hopchain.cli import dev, dlq, policy, schema, trace
 from hopchain.cli.common import ExitCode, group
+from hopchain.excepthook import DEBUG_VARIABLE, debugging, one_line
 from hopchain.exceptions import ConfigurationError, HopchainError
+from hopchain.logs import LOGGER_NAME
 
-__all__ = ["app", "main"]
+__all__ = ["DEBUG_VARIABLE", "app", "main"]
 
-DEBUG_VARIABLE = "HOPCHAIN_DEBUG"
-"""Set to 1 to see the traceback of an unexpected error instead of its one-line summary."""
+
+class _Debug:
+    """Whether ``--debug`` was given: errors then end with their traceback."""
+
+    given = False
+
 
 app = group("Typed, validated, append-only failure contracts for Kafka services.")
 app.info.name = "hopchain"
@@ -39,8 +48,9 @@ def _print_version(value: bool) -> None:  # noqa: FBT001 - Click passes the flag
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     *,
-    version: Annotated[
+    version: Annotated[  # noqa: ARG001 - answered by its eager callback
         bool,
         typer.Option(
             "--version",
@@ -49,8 +59,35 @@ def _root(
             is_eager=True,
         ),
     ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help=f"Show the traceback of an error, not only its one line ({DEBUG_VARIABLE}=1 "
+            "does the same).",
+        ),
+    ] = False,
 ) -> None:
     """Typed, validated, append-only failure contracts for Kafka services."""
+    _Debug.given = debug
+    if debug or debugging():
+        ctx.with_resource(_tracebacks_of_handled_errors())
+
+
+@contextmanager
+def _tracebacks_of_handled_errors() -> Iterator[None]:
+    """The traceback of a hopchain error that a command ended on with its one line.
+
+    Commands catch hopchain's errors and end with ``fail()``: its line, then ``typer.Exit``
+    raised while handling the error, which is thus the Exit's context. Registered on the root
+    command's context, this sees that Exit leave (Click hands a resource the exception).
+    """
+    try:
+        yield
+    except typer.Exit as ended:
+        if isinstance(ended.__context__, HopchainError):
+            traceback.print_exception(ended.__context__)
+        raise
 
 
 def _error(message: str, code: int) -> None:
@@ -58,20 +95,32 @@ def _error(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Run the ``hopchain`` command line; every error is one line on stderr.
+def _hopchain_error(exc: HopchainError) -> None:
+    """End with hopchain's own error: its line, or its traceback with ``--debug``."""
+    code = ExitCode.USAGE if isinstance(exc, ConfigurationError) else ExitCode.FAILURE
+    if _Debug.given or debugging():
+        traceback.print_exception(exc)
+        sys.exit(code)
+    _error(one_line(exc) if isinstance(exc, ConfigurationError) else str(exc), code)
 
-    Usage errors say what was wrong and where the help is (exit 2). An unexpected error is
-    summarised on one line too (exit 1); HOPCHAIN_DEBUG=1 shows its traceback.
+
+def main(args: list[str] | None = None) -> None:
+    """Run the ``hopchain`` command line; every error is one line on stderr (exit 2, 1).
+
+    Usage and configuration errors say what was wrong and how to fix it (exit 2). An
+    unexpected error is summarised on one line too (exit 1). ``--debug`` or HOPCHAIN_DEBUG=1
+    adds the traceback of either.
     """
+    _Debug.given = False
+    # A command prints its own results: hopchain's INFO lines are a service's. Its level
+    # follows the root logger's again, which `dlq serve --log-level` sets.
+    logging.getLogger(LOGGER_NAME).setLevel(logging.NOTSET)
     try:
         code = app(args=args, prog_name="hopchain", standalone_mode=False)
     except typer.Abort:
         _error("aborted", 130)
-    except ConfigurationError as exc:
-        _error(str(exc), ExitCode.USAGE)
     except HopchainError as exc:
-        _error(str(exc), ExitCode.FAILURE)
+        _hopchain_error(exc)
     except ModuleNotFoundError:
         raise  # the entry point names the extra to install
     except (SystemExit, KeyboardInterrupt):
@@ -79,10 +128,10 @@ def main(args: list[str] | None = None) -> None:
     except BaseException as exc:  # also asyncio's CancelledError from a Kafka client
         if isinstance(exc, Exception):
             _command_line_error(exc)
-        if os.environ.get(DEBUG_VARIABLE) == "1":
+        if _Debug.given or debugging():
             raise
         _error(
-            f"unexpected {type(exc).__name__}: {exc} ({DEBUG_VARIABLE}=1 shows the traceback)",
+            f"unexpected {type(exc).__name__}: {exc} (--debug shows the traceback)",
             ExitCode.FAILURE,
         )
     sys.exit(code if isinstance(code, int) else ExitCode.OK)

@@ -112,7 +112,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     """The command line was wrong (Click's own code)."""
     NOT_RUNNING = 3
-    """A status command found the service it reports on not running."""
+    """The service or broker a command reports on or needs is not running."""
     NOT_FOUND = 4
     """Nothing has the given id (or nothing matched the filter)."""
     REFUSED = 5

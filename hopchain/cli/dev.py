@@ -2,7 +2,9 @@
 
 ``hopchain dev kafka start|stop|status`` runs a real Apache Kafka broker on 127.0.0.1 (see
 :class:`hopchain.testing.LocalKafka`). ``start`` returns once the broker is ready and leaves it
-running in the background; ``stop`` and ``status`` find it through its data directory.
+running in the background; its last line on stdout is the ``export`` line that points clients
+at it. Every command finds the broker by its data folder: ``--data-dir``, else the default one.
+When none runs there but others do, the message names their folders.
 ``hopchain dev kafka tool NAME [ARGS]...`` runs one of Kafka's own command-line tools (see
 :mod:`hopchain.testing.kafka_tools`) against it.
 """
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hopchain.cli.common import ExitCode, HelpCommand, fail, group
+from hopchain.cli.dev_registry import registry_app
 from hopchain.exceptions import LocalKafkaError
 
 if TYPE_CHECKING:
@@ -30,12 +33,15 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "kafka_app"]
 
+EXPORT_LINE = "export HOPCHAIN_KAFKA_BOOTSTRAP={bootstrap}"
+"""The last line ``start`` prints on stdout: a shell can ``eval`` it, a person copy it."""
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 19093  # 9093 is Alertmanager's default
 
 app = group("Development tools: a local Kafka broker.")
 kafka_app = group("A real Apache Kafka broker (KRaft, one node) on 127.0.0.1, for development.")
 app.add_typer(kafka_app, name="kafka")
+app.add_typer(registry_app, name="registry")
 
 DataDirOption = Annotated[
     Path | None,
@@ -68,6 +74,25 @@ def _data_dir(data_dir: Path | None) -> Path:
         return (data_dir or default_run_dir()).expanduser().resolve()
     except LocalKafkaError as exc:
         fail(str(exc))
+
+
+def _folder_flag(folder: Path) -> str:
+    """`` --data-dir FOLDER`` for a folder other than the default one, else nothing."""
+    from hopchain.testing.kafka import default_run_dir  # noqa: PLC0415 - see the imports
+
+    return "" if folder == default_run_dir().resolve() else f" --data-dir {folder}"
+
+
+def _elsewhere(folder: Path, command: str) -> str:
+    """What to run for each broker running from another folder than ``folder``, if any."""
+    from hopchain.testing.broker_state import running_brokers  # noqa: PLC0415
+
+    others = [state for state in running_brokers() if Path(state.data_dir) != folder]
+    return "".join(
+        f"; one runs at {state.bootstrap} from {state.data_dir}: "
+        f"hopchain dev kafka {command}{_folder_flag(Path(state.data_dir))}"
+        for state in others
+    )
 
 
 def _state_json(status: BrokerStatus, data_dir: Path, state: BrokerState | None) -> str:
@@ -154,7 +179,12 @@ def start(
     ] = 120.0,
     json_output: JsonOption = False,
 ) -> None:
-    """Start the broker in the background and print its bootstrap address."""
+    """Start the broker in the background; the last line printed is the export line to copy.
+
+    That line is `export HOPCHAIN_KAFKA_BOOTSTRAP=127.0.0.1:PORT`, alone on stdout's last line
+    (so `eval "$(hopchain dev kafka start | tail -n 1)"` points this shell's clients at it).
+    With --json, stdout is one JSON object instead.
+    """
     from hopchain.testing.broker_state import (  # noqa: PLC0415 - see the imports
         BrokerStatus,
         broker_status,
@@ -165,12 +195,13 @@ def start(
     folder = _data_dir(data_dir)
     status, state = broker_status(folder)
     if status is BrokerStatus.RUNNING and state is not None:
+        if port not in (None, 0, state.port):
+            typer.echo(f"note: --port {port} ignored; stop the broker first to move it", err=True)
         if json_output:
             typer.echo(_state_json(status, folder, state))
         else:
             _console().print(f"Kafka {state.kafka_version} already running at {state.bootstrap}")
-        if port not in (None, 0, state.port):
-            typer.echo(f"note: --port {port} ignored; stop the broker first to move it", err=True)
+            typer.echo(EXPORT_LINE.format(bootstrap=state.bootstrap))
         return
     previous = None if fresh else formatted_ports(folder)
     if port is None:
@@ -200,7 +231,8 @@ def start(
         f"(pid {state.pid}, ready in {state.startup_seconds:.1f} s)"
     )
     _console().print(f"log: {state.log_path}")
-    _console().print("stop it with: hopchain dev kafka stop")
+    _console().print(f"stop it with: hopchain dev kafka stop{_folder_flag(folder)}")
+    typer.echo(EXPORT_LINE.format(bootstrap=state.bootstrap))  # stdout's last line, as is
 
 
 @kafka_app.command("stop")
@@ -226,14 +258,14 @@ def stop(
     except LocalKafkaError as exc:
         fail(str(exc))
     if pid is None:
-        _console().print(f"no broker running from {folder}")
+        _console().print(f"no broker running from {folder}{_elsewhere(folder, 'stop')}")
     else:
         _console().print(f"stopped the Kafka broker (pid {pid})")
 
 
 @kafka_app.command("status")
 def status(*, data_dir: DataDirOption = None, json_output: JsonOption = False) -> None:
-    """Report whether the broker runs; exit 0 if it does, 3 if it does not."""
+    """Report whether the broker of the data folder runs; exit 0 if it does, 3 if it does not."""
     from hopchain.testing.broker_state import (  # noqa: PLC0415 - see the imports
         BrokerStatus,
         broker_status,
@@ -246,6 +278,8 @@ def status(*, data_dir: DataDirOption = None, json_output: JsonOption = False) -
     else:
         _print_table(current, folder, state)
     if current is not BrokerStatus.RUNNING:
+        if elsewhere := _elsewhere(folder, "status"):
+            typer.echo(f"note: no broker running from {folder}{elsewhere}", err=True)
         raise typer.Exit(ExitCode.NOT_RUNNING)
 
 
@@ -263,8 +297,9 @@ class _ToolCommand(HelpCommand):
     "tool",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     help="Run one of Kafka's command-line tools; the arguments after NAME go to the tool. "
-    "Tools that talk to a broker get --bootstrap-server of the running local broker unless "
-    "the arguments name one. Put -- before the tool's own --help: "
+    "Tools that talk to a broker get --bootstrap-server of the broker running from the data "
+    "folder (--data-dir, else the default one) unless the arguments name one; with no broker "
+    "running there, the command says so and exits 3. Put -- before the tool's own --help: "
     "`hopchain dev kafka tool topics -- --help`. Exits with the tool's exit status.",
     cls=_ToolCommand,
 )
@@ -284,13 +319,29 @@ def tool(
     """Run one of Kafka's command-line tools (see the command's help)."""
     import subprocess  # noqa: PLC0415 - see the imports
 
-    from hopchain.testing.broker_state import broker_status  # noqa: PLC0415 - see the imports
+    from hopchain.testing.broker_state import (  # noqa: PLC0415 - see the imports
+        BrokerStatus,
+        broker_status,
+    )
     from hopchain.testing.kafka import cached_kafka_version  # noqa: PLC0415
-    from hopchain.testing.kafka_tools import kafka_tool_command, resolve_tool  # noqa: PLC0415
+    from hopchain.testing.kafka_tools import kafka_tool_command, needs_broker  # noqa: PLC0415
 
-    _, state = broker_status(_data_dir(data_dir))
+    folder = _data_dir(data_dir)
+    current, state = broker_status(folder)
     try:
-        resolve_tool(name)  # an unknown name fails before anything is resolved
+        # An unknown name fails before anything is resolved.
+        if needs_broker(name, ctx.args) and state is None:
+            found = (
+                f"the broker of {folder} is still starting"
+                if current is BrokerStatus.STARTING
+                else f"no broker running from {folder}"
+            )
+            fail(
+                f"{found}, and the arguments name no --bootstrap-server; start one with "
+                f"`hopchain dev kafka start{_folder_flag(folder)}`"
+                f"{_elsewhere(folder, 'tool ' + name)}",
+                ExitCode.NOT_RUNNING,
+            )
         if cached_kafka_version() is None:
             typer.echo(
                 "resolving the Kafka jars with Maven (once; this can take a minute)", err=True

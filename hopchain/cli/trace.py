@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from hopchain.cli.common import BootstrapOption, ExitCode, fail
+from hopchain.cli.common import BootstrapOption, ContractsOption, ExitCode, fail
 
 __all__ = ["trace_command"]
 
@@ -30,26 +30,37 @@ def trace_command(
             "--topic",
             "-t",
             metavar="TOPIC",
-            help="A topic to search too (repeatable).",
+            help="Search only this topic (repeatable); without it, every topic the "
+            "contracts name and every dead-letter topic.",
             show_default=False,
         ),
     ] = None,
     *,
     dead_letters: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--dead-letters/--no-dead-letters",
-            help="Also search every topic whose name ends in .dlq.",
+            help="Also search every topic whose name ends in .dlq. Default: on, unless "
+            "--topic names the topics.",
+            show_default=False,
         ),
-    ] = True,
+    ] = None,
+    contracts: ContractsOption = None,
     bootstrap: BootstrapOption = None,
     as_json_output: Annotated[
         bool, typer.Option("--json", help="Print JSON for tools instead of tables.")
     ] = False,
 ) -> None:
-    """Show a record's path hop by hop, verify its chain, and say where it is now.
+    """Show a record's path hop by hop, verify its chain and payload, and say where it is now.
 
-    Exit codes: 0 found and intact, 4 not found, 6 found with a broken chain.
+    The search covers every topic the contracts name (sources, outputs and their dead-letter
+    topics) and every topic ending in .dlq; --topic narrows it to the topics named. Each
+    record found is judged twice: "chain" says whether every hop's link and seal verify,
+    "payload" whether the record's payload is the one its chain sealed (the digest of the
+    latest hop that sealed one: a hop that parks a record seals none).
+
+    Exit codes: 0 found and intact, 4 not found, 6 found with a broken chain or a payload
+    that is not as sealed.
     """
     if not record_id.strip():
         fail(
@@ -62,7 +73,8 @@ def trace_command(
         run_trace(
             record_id,
             list(topics or []),
-            dead_letters=dead_letters,
+            dead_letters=not topics if dead_letters is None else dead_letters,
+            contracts=contracts,
             bootstrap=bootstrap,
             as_json_output=as_json_output,
         )

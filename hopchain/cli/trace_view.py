@@ -19,10 +19,19 @@ from rich.text import Text
 from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
 from hopchain.cli.output import console as whole_value_console
 from hopchain.exceptions import ConfigurationError
-from hopchain.lookup import Sighting, TraceResult, as_json, find_record, hop_facts
-from hopchain.schemas import DEAD_LETTER_SUFFIX, Hop
+from hopchain.loading import load_registry
+from hopchain.lookup import (
+    Integrity,
+    PayloadState,
+    Sighting,
+    TraceResult,
+    as_json,
+    find_record,
+    hop_facts,
+)
+from hopchain.schemas import DEAD_LETTER_SUFFIX, ContractRegistry, Hop
 
-__all__ = ["render", "run_trace"]
+__all__ = ["contract_topics", "render", "run_trace"]
 
 
 async def _dead_letter_topics(bootstrap: str, client_options: dict[str, Any]) -> list[str]:
@@ -33,6 +42,14 @@ async def _dead_letter_topics(bootstrap: str, client_options: dict[str, Any]) ->
     finally:
         await admin.close()
     return sorted(name for name in names if name.endswith(DEAD_LETTER_SUFFIX))
+
+
+def contract_topics(registry: ContractRegistry) -> list[str]:
+    """Every topic the contracts name: each contract's topic, then its dead-letter topic."""
+    names: list[str] = []
+    for contract in registry:
+        names += [contract.topic, contract.dead_letter_topic]
+    return list(dict.fromkeys(names))
 
 
 def _when(value: datetime | None) -> str:
@@ -54,6 +71,34 @@ def _hop_table(sighting: Sighting) -> Table:
 
 
 _INTEGRITY_STYLE = {"ok": "green", "BROKEN": "bold red", "unverified": "yellow"}
+_PAYLOAD_STYLE = {
+    PayloadState.AS_SEALED: "green",
+    PayloadState.NOT_AS_SEALED: "bold red",
+    PayloadState.NOT_SEALED: "yellow",
+    PayloadState.UNVERIFIED: "yellow",
+}
+
+
+def _verdict(integrity: Integrity) -> Text:
+    """Two facts, each on its own: whether the chain verifies, whether the payload is as sealed."""
+    if integrity.chain_intact:
+        chain = Text("chain intact", style="green")
+        chain.append(": every hop's link and seal verify", style="default")
+    else:
+        chain = Text(f"chain broken at hop {integrity.broken_at}: {integrity.code}", "bold red")
+        chain.append(f" - {integrity.detail}", style="default")
+    payload = Text(f"payload {integrity.payload_text}", _PAYLOAD_STYLE[integrity.payload])
+    why = {
+        PayloadState.AS_SEALED: "its SHA-256 is the digest that hop sealed",
+        PayloadState.NOT_AS_SEALED: "its SHA-256 is not the digest that hop sealed: the "
+        "payload was replaced or altered after it was written",
+        PayloadState.NOT_SEALED: "no hop sealed a payload digest (schema-1 hops seal none)",
+        PayloadState.UNVERIFIED: "the chain is broken, so its digests vouch for nothing"
+        if not integrity.chain_intact
+        else "the record holds no payload to compare",
+    }[integrity.payload]
+    payload.append(f": {why}", style="default")
+    return Text("\n").join([chain, payload])
 
 
 def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
@@ -88,13 +133,10 @@ def render(result: TraceResult, console: Console) -> None:
             f"v{env.contract_version}"
         )
         console.print(_hop_table(path))
-        if path.integrity and not path.integrity.ok:
-            console.print(
-                f"[bold red]integrity broken at hop {path.integrity.broken_at}: "
-                f"{path.integrity.code}[/] - {path.integrity.detail}"
-            )
+        if path.integrity is not None:
+            console.print(_verdict(path.integrity))
     where = Table(title="where it is now")
-    for column in ("topic", "partition", "offset", "hops", "dead letter", "integrity"):
+    for column in ("topic", "partition", "offset", "hops", "dead letter", "chain", "payload"):
         where.add_column(column)
     for s in result.sightings:
         where.add_row(
@@ -106,9 +148,10 @@ def render(result: TraceResult, console: Console) -> None:
             f"owner {s.dead_letter.owner})"
             if s.dead_letter
             else "-",
-            "ok"
-            if s.integrity and s.integrity.ok
-            else (s.unreadable or f"broken at hop {s.integrity.broken_at}" if s.integrity else "-"),
+            s.integrity.chain_text if s.integrity else (s.unreadable or "-"),
+            Text(s.integrity.payload_text, _PAYLOAD_STYLE[s.integrity.payload])
+            if s.integrity
+            else "-",
         )
     console.print(where)
 
@@ -118,21 +161,31 @@ def run_trace(
     topics: list[str],
     *,
     dead_letters: bool,
+    contracts: str | None,
     bootstrap: str | None,
     as_json_output: bool,
 ) -> ExitCode:
-    """Search, print, and return the exit status (0 intact, 4 not found, 6 broken)."""
-    settings = load_config(kafka_bootstrap=("--bootstrap", bootstrap))
+    """Search, print, and return the exit status (0 intact, 4 not found, 6 broken).
+
+    ``topics`` given, only they are searched (and, with ``dead_letters``, the dead-letter
+    topics); else every topic the contracts name, and the dead-letter topics.
+    """
+    settings = load_config(
+        kafka_bootstrap=("--bootstrap", bootstrap), contracts=("--contracts", contracts)
+    )
     quiet_kafka_client()
     server = settings.kafka_bootstrap
     try:
         options = settings.client_kwargs()
         keyring = settings.keyring()
+        registry = load_registry(settings.contracts) if settings.contracts else None
     except ConfigurationError as exc:
         fail(str(exc), ExitCode.USAGE)
 
     async def run() -> TraceResult:
         names = list(topics)
+        if not names and registry is not None:
+            names = contract_topics(registry)
         if dead_letters:
             names += [t for t in await _dead_letter_topics(server, options) if t not in names]
         return await find_record(server, record_id, names, keyring=keyring, client_options=options)
@@ -146,10 +199,16 @@ def run_trace(
     elif result.sightings:
         render(result, whole_value_console())
     if not result.sightings:
+        only = " (dead-letter topics only)" if registry is None and not topics else ""
+        hint = (
+            "name the contracts with --contracts, or topics with --topic"
+            if registry is None and not topics
+            else "name other topics with --topic"
+        )
         fail(
             f"{record_id!r} not found: no envelope, trace, intent or dead-letter id matched in "
-            f"{result.topics_scanned} topic(s) ({result.records_scanned} records read); "
-            "name more topics with --topic",
+            f"{result.topics_scanned} topic(s){only}, {result.records_scanned} records read; "
+            f"{hint}",
             ExitCode.NOT_FOUND,
         )
     if any(s.integrity is not None and not s.integrity.ok for s in result.sightings):

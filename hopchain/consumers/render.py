@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Any
 
 from rich.console import RenderableType
@@ -19,6 +20,7 @@ from hopchain.consumers.foreign import ForeignFailure
 from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
+from hopchain.schemas.hop import Hop
 
 __all__ = [
     "detail_view",
@@ -121,28 +123,62 @@ def _number(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
+def _failure_facts(detail: DeadLetterDetail) -> list[tuple[str, str]]:
+    """The failure, each fact once: its type, the reason, what the component said.
+
+    A boundary's description only restates the reason's code and path; it is left out then.
+    """
+    letter, info = detail.letter, detail.info
+    failure = info.failure if info is not None else None
+    resolvable = ""
+    if failure is not None:
+        resolvable = (
+            ", locally resolvable" if failure.locally_resolvable else ", not locally resolvable"
+        )
+    facts = [("error type", letter.error_type + resolvable)]
+    issues = list(failure.validation_errors) if failure is not None else []
+    stated = ""
+    if letter.reason is not None:
+        path = info.path if info is not None and info.path else None
+        stated = letter.reason + (f" at {path}" if path else "")
+        first = next((i for i in issues if i.code.value == letter.reason and i.path == path), None)
+        if first is not None:
+            issues.remove(first)
+        facts.append(("reason", stated + (f": {first.message}" if first is not None else "")))
+    facts += [("also", f"{i.code.value} at {i.path}: {i.message}") for i in issues]
+    if failure is None:
+        return facts
+    if failure.description and not (stated and stated in failure.description):
+        facts.append(("description", failure.description))
+    if info is not None and failure.component != info.component:
+        facts.append(("failed in", failure.component))
+    if failure.attempts:
+        kinds = Counter(attempt.kind.value for attempt in failure.attempts)
+        counted = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+        facts.append(("attempts", f"{len(failure.attempts)} ({counted})"))
+    if failure.effects:
+        done = ", ".join(f"{e.kind.value} {e.target}={e.identifier}" for e in failure.effects)
+        facts.append(("effects", done))
+    if failure.recovery_hint:
+        facts.append(("hint", f"{failure.recovery_hint} (only a hint, not a directive)"))
+    return facts
+
+
 def _facts(detail: DeadLetterDetail) -> list[tuple[str, str]]:
-    """Every labelled fact ``dlq show`` prints above the hop chain, in order."""
+    """Every labelled fact ``dlq show`` prints above the hop chain, in order, each once."""
     letter, info = detail.letter, detail.info
     facts = [
         ("id", letter.dead_letter_id),
         ("status", resolution_text(detail.resolution)),
         ("owner", letter.owner),
-        ("error type", letter.error_type),
+        *_failure_facts(detail),
     ]
-    if letter.reason is not None:
-        path = f" at {info.path}" if info is not None and info.path else ""
-        facts.append(("reason", letter.reason + path))
     if info is not None:
         source = (
             f"{info.source_topic}[{info.source_partition}]@{info.source_offset} "
             f"(group {info.group or '-'})"
         )
-        facts += [
-            ("failure", describe_failure(info.failure)),
-            ("source", source),
-            ("parked by", info.component),
-        ]
+        facts += [("source", source), ("parked by", info.component)]
     if letter.reference is not None:
         facts.append(("reference", describe_reference(letter.reference)))
     if letter.foreign is not None:
@@ -156,54 +192,99 @@ def _facts(detail: DeadLetterDetail) -> list[tuple[str, str]]:
         ("trace", letter.trace_id or "-"),
         ("intent key", letter.intent_key or "-"),
         ("redriven", f"{letter.redrive_count} time(s) before"),
+        ("record", _record_text(detail)),
     ]
     return facts
 
 
-def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableType]:
-    """The facts, the hop chain as a timeline, and the record, for people."""
-    parts: list[RenderableType] = []
-    facts = Table(show_header=False, box=None, pad_edge=False)
-    facts.add_column(style="bold")
-    facts.add_column()
-    for label, value in _facts(detail):
-        facts.add_row(label, Text(value))
-    parts.append(facts)
-    parts.append("")
-    rows = detail.timeline()
-    if rows:
-        chain = Table(title="hop chain", title_justify="left", header_style="bold", box=None)
-        for column in ("#", "DECIDED AT (UTC)", "COMPONENT", "DECISION", "DETAIL"):
-            chain.add_column(column)
-        for row in rows:
-            chain.add_row(
-                str(row.seq),
-                f"{row.at:%Y-%m-%d %H:%M:%S.%f}"[:-3],
-                Text(row.component) + Text("\n" + row.instance, style="dim"),
-                row.decision,
-                Text(row.detail),
-            )
-        parts.append(chain)
-    else:
-        parts.append(Text.assemble(("hop chain: ", "bold"), f"none ({detail.envelope_problem})"))
-    parts.extend(_record_parts(detail, payload=payload))
-    return parts
-
-
-def _record_parts(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableType]:
-    """The record's size and header names, and (with ``payload``) its key and value."""
+def _record_text(detail: DeadLetterDetail) -> str:
+    """The record's size and the names of its original headers."""
     record = detail.record
     names = ", ".join(name for name, _ in record.headers if not name.startswith("hopchain-dlq-"))
     size = "null" if record.value is None else f"{len(record.value)} bytes"
     if detail.letter.reference is not None:
         size += " (the stand-in; the original is at its source, see reference above)"
-    parts: list[RenderableType] = [
-        Text.assemble("\n", ("record: ", "bold"), f"value {size}; headers: {names or 'none'}")
-    ]
+    return f"value {size}; headers: {names or 'none'}"
+
+
+def _hop_text(hop: Hop, detail: DeadLetterDetail) -> str:
+    """What one hop says, leaving out what the facts above already said."""
+    parts = []
+    if hop.received_from is not None:
+        where = hop.received_from
+        parts.append(f"from {where.topic}[{where.partition}]@{where.offset}")
+    if hop.destination is not None:
+        parts.append(f"to {hop.destination}")
+    letter = detail.letter
+    failure = detail.info.failure if detail.info is not None else None
+    # The parking hop's own line names the owner and error type shown above.
+    if hop.observation and hop.observation != f"parked for {letter.owner}: {letter.error_type}":
+        parts.append(hop.observation)
+    if hop.failure is not None:
+        parts.append(
+            "the failure above" if hop.failure == failure else describe_failure(hop.failure)
+        )
+    elif hop.attempts:
+        parts.append(f"{len(hop.attempts)} attempt(s)")
+    if hop.effects and hop.failure is None:
+        parts.append(
+            "effects: "
+            + ", ".join(f"{e.kind.value} {e.target}={e.identifier}" for e in hop.effects)
+        )
+    if hop.degradation is not None:
+        parts.append(
+            f"DEGRADED by {hop.degradation.stage} ({hop.degradation.error_type.value}): "
+            f"{hop.degradation.reason}"
+        )
+    if hop.signature is not None:
+        parts.append("signed")
+    return "; ".join(parts)
+
+
+def _grid() -> Table:
+    """Two columns: a bold label that never wraps, and a value that wraps, folding long words.
+
+    On a terminal the value wraps at its width; into a pipe every value is whole on its line.
+    """
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    return table
+
+
+def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableType]:
+    """The facts, the hop chain as a timeline, and (with ``payload``) the record's key and value."""
+    facts = _grid()
+    for label, value in _facts(detail):
+        facts.add_row(label, Text(value))
+    parts: list[RenderableType] = [facts, ""]
+    envelope = detail.envelope
+    if envelope is not None and envelope.chain:
+        chain = Table(
+            title="hop chain", title_justify="left", header_style="bold", box=None, pad_edge=False
+        )
+        chain.add_column("#", no_wrap=True, justify="right")
+        chain.add_column("DECIDED AT (UTC)", no_wrap=True)
+        chain.add_column("HOP", overflow="fold")
+        for hop in envelope.chain:
+            said = Text.assemble(
+                (hop.decision.value, "bold"), f" by {hop.component} ", (f"({hop.instance})", "dim")
+            )
+            text = _hop_text(hop, detail)
+            if text:
+                said.append("\n" + text)
+            chain.add_row(str(hop.seq), f"{hop.decided_at:%Y-%m-%d %H:%M:%S.%f}"[:-3], said)
+        parts.append(chain)
+    else:
+        none = _grid()
+        none.add_row("hop chain", Text(f"none: {detail.envelope_problem}"))
+        parts.append(none)
     if payload:
         body = detail.as_json(include_value=True)["record"]
-        parts.append(Text(f"key: {body['key']}"))
-        parts.append(Text(body.get("value") or ""))
+        record = _grid()
+        record.add_row("key", Text("null" if body["key"] is None else body["key"]))
+        record.add_row("value", Text(body.get("value") or ""))
+        parts += ["", record]
     return parts
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "payload_digest",
     "recontracted",
     "reseal_last",
+    "sealed_payload",
     "settle_pending",
     "upgrade",
     "verify_wire",
@@ -68,6 +69,26 @@ _SPELLED = frozenset({"decided_at", "received_at"})
 def payload_digest(payload: bytes) -> str:
     """SHA-256 of the payload's JSON bytes as written, lowercase hex."""
     return hashlib.sha256(payload).hexdigest()
+
+
+def sealed_payload(envelope: Envelope) -> tuple[int, str] | None:
+    """The latest hop that sealed a payload's digest: its ``seq``, and that digest.
+
+    A hop that parks a record seals none (the dead letter keeps the payload the hop before it
+    sealed), so the search goes back from the last hop. None for schema 1, whose hops seal no
+    payload, and for a chain none of whose hops sealed one.
+    """
+    wire = wire_of(envelope)
+    if wire is None:
+        return None
+    for index in range(len(wire.hops) - 1, -1, -1):
+        try:
+            hop = msgspec.json.decode(wire.hops[index], type=HopWire)
+        except msgspec.DecodeError:
+            continue  # the chain's check says what is wrong with it
+        if hop.payload_digest is not None:
+            return wire.legacy + index, hop.payload_digest
+    return None
 
 
 def _dump(model: BaseModel | None) -> Any:

@@ -26,7 +26,7 @@ from hopchain.schemas.codec_v2 import (
     read_v2,
     seal_for_topic,
 )
-from hopchain.schemas.contracts import ContractRegistry, TopicContract, WireMode
+from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import (
     DEGRADED_HEADER,
@@ -125,8 +125,8 @@ class EnvelopeCodec:
             schema: the envelope schema written: 2 (hops sealed as bytes, ``SPEC.md``), or 1
                 for readers that know no other. Both are read.
             full_check: deprecated, and ignored: every hop of every record read is parsed
-                and checked (there is one reading). Accepted so that callers written for
-                hopchain 2.x before it keep working; passing it warns.
+                and checked (there is one reading). Accepted so that callers written
+                before it keep working; passing it warns.
         """
         if full_check is not None:
             warnings.warn(
@@ -219,8 +219,7 @@ class EnvelopeCodec:
             if envelope_header is None:
                 raise EnvelopeError(
                     ReasonCode.MISSING_HEADER,
-                    f"no {ENVELOPE_HEADER} header; was this record sent by a producer that does "
-                    "not use hopchain?",
+                    f"no {ENVELOPE_HEADER} header; {BARE_RECORD_HINT}",
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
             envelope_bytes = envelope_header  # as received (checked to be UTF-8 when read)

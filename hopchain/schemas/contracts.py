@@ -15,9 +15,21 @@ from hopchain.exceptions import ConfigurationError, DecodeError, ReasonCode, Unk
 from hopchain.schemas.envelope import BodyEnvelope
 from hopchain.schemas.wire import NAME_PATTERN, TOPIC_PATTERN
 
-__all__ = ["DEAD_LETTER_SUFFIX", "ContractRegistry", "TopicContract", "WireMode"]
+__all__ = [
+    "BARE_RECORD_HINT",
+    "DEAD_LETTER_SUFFIX",
+    "ContractRegistry",
+    "TopicContract",
+    "WireMode",
+]
 
 DEAD_LETTER_SUFFIX = ".dlq"
+BARE_RECORD_HINT = (
+    "if its producer has not adopted hopchain, TopicContract(..., adopt_bare=True) admits "
+    "such records with a marked origin"
+)
+"""The fix a ``missing_header`` refusal suggests: plain records are most often a producer's
+that does not use hopchain yet, and ``adopt_bare`` is the contract option that admits them."""
 _TOPIC_NAME = re.compile(TOPIC_PATTERN)
 _NAME = re.compile(NAME_PATTERN)
 _NAME_LENGTH = 200

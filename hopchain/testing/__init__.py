@@ -4,7 +4,9 @@
 :func:`create_topics` and :func:`unique_topic_name` keep tests apart on a shared broker;
 :func:`synthetic_dead_letter` makes dead letters shaped as the middleware parks them;
 :func:`kafka_tool_command` runs Kafka's own command-line tools from the same jars;
-:class:`LocalPostgres` starts a real PostgreSQL server for the shared dedupe store's tests.
+:class:`LocalPostgres` starts a real PostgreSQL server for the shared dedupe store's tests;
+:class:`LocalRegistry` starts a real schema registry (Apicurio Registry) that speaks Confluent's
+Schema Registry API.
 """
 
 from hopchain.testing.admin import (
@@ -38,6 +40,13 @@ from hopchain.testing.kafka import (
 from hopchain.testing.kafka_tools import KAFKA_TOOLS, kafka_tool_command
 from hopchain.testing.postgres import LocalPostgres, LocalPostgresError
 from hopchain.testing.records import partitions_of, read_to_end
+from hopchain.testing.registry import (
+    LocalRegistry,
+    RegistryState,
+    RegistryStatus,
+    registry_status,
+    stop_registry,
+)
 from hopchain.testing.spans import capture_spans, parent_span_id, span_id_of, spans_by_id
 
 __all__ = [
@@ -48,6 +57,9 @@ __all__ = [
     "LocalKafka",
     "LocalPostgres",
     "LocalPostgresError",
+    "LocalRegistry",
+    "RegistryState",
+    "RegistryStatus",
     "SyntheticDeadLetter",
     "TopicFactory",
     "broker_metadata",
@@ -65,9 +77,11 @@ __all__ = [
     "probe_broker",
     "produce_dead_letters",
     "read_to_end",
+    "registry_status",
     "span_id_of",
     "spans_by_id",
     "stop_broker",
+    "stop_registry",
     "synthetic_dead_letter",
     "unique_topic_name",
     "wait_for_broker",

@@ -37,6 +37,7 @@ __all__ = [
     "cached_jars",
     "check_port_free",
     "default_cache_dir",
+    "exclusive",
     "find_kafka_home",
     "free_port",
     "pom_kafka_version",
@@ -171,7 +172,8 @@ def cached_jars(home: Path, cache_dir: Path, version: str | None = None) -> Reso
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: Path) -> Iterator[None]:
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (made if missing): one resolver at a time."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -191,7 +193,7 @@ def resolve_jars(home: Path, cache_dir: Path, version: str | None = None) -> Res
     if found is not None:
         return found
     folder, wanted = _version_dir(home, cache_dir, version)
-    with _exclusive(folder / ".lock"):
+    with exclusive(folder / ".lock"):
         found = cached_jars(home, cache_dir, version)
         if found is not None:
             return found

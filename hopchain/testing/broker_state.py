@@ -32,6 +32,7 @@ __all__ = [
     "read_format",
     "read_state",
     "remove_run_files",
+    "running_brokers",
     "signal_group",
     "status_and_pid",
     "stop_broker",
@@ -178,6 +179,34 @@ def _live_pid(data_dir: Path) -> int | None:
         return pid  # no /proc here: trust the pid file
     properties = str(data_dir.resolve() / "server.properties").encode()
     return pid if b"kafka.Kafka" in cmdline and properties in cmdline else None
+
+
+def running_brokers() -> list[BrokerState]:
+    """Every broker a :class:`~hopchain.testing.LocalKafka` runs on this machine, by data folder.
+
+    Found through the process table (``/proc``): a broker JVM names its data folder's
+    ``server.properties``, and that folder's ``broker.json`` says what it is. Empty where
+    there is no ``/proc``.
+    """
+    found: list[BrokerState] = []
+    try:
+        pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        if b"kafka.Kafka" not in arguments:
+            continue
+        for argument in arguments:
+            if argument.endswith(b"/server.properties"):
+                data_dir = Path(os.fsdecode(argument)).parent
+                status, state = broker_status(data_dir)
+                if status is BrokerStatus.RUNNING and state is not None and state.pid == pid:
+                    found.append(state)
+    return sorted(found, key=lambda state: state.data_dir)
 
 
 def pid_alive(pid: int) -> bool:

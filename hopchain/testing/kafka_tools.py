@@ -27,7 +27,7 @@ from hopchain.testing._provision import (
     resolve_jars,
 )
 
-__all__ = ["KAFKA_TOOLS", "KafkaTool", "kafka_tool_command", "resolve_tool"]
+__all__ = ["KAFKA_TOOLS", "KafkaTool", "kafka_tool_command", "needs_broker", "resolve_tool"]
 
 _TOOLS = "org.apache.kafka.tools."
 _BOOTSTRAP_OPTIONS = ("--bootstrap-server", "--bootstrap-controller", "--broker-list")
@@ -85,6 +85,22 @@ def resolve_tool(name: str) -> KafkaTool:
         f"no Kafka tool called {name!r}; use one of {', '.join(sorted(KAFKA_TOOLS))}, "
         "or a main class such as org.apache.kafka.tools.TopicCommand"
     )
+
+
+def needs_broker(name: str, arguments: Sequence[str]) -> bool:
+    """Whether tool ``name`` run with ``arguments`` needs the local broker's address.
+
+    It does if it takes ``--bootstrap-server``, the arguments name no address, and they do not
+    only ask for the tool's help or version (which need no broker).
+
+    Raises:
+        LocalKafkaError: ``name`` is neither a known short name nor a class name.
+    """
+    if not resolve_tool(name).takes_bootstrap:
+        return False
+    if any(arg.split("=", 1)[0] in _BOOTSTRAP_OPTIONS for arg in arguments):
+        return False
+    return not any(arg in {"--help", "-h", "--version"} for arg in arguments)
 
 
 def kafka_tool_command(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import textwrap
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,6 +71,26 @@ async def _count(bootstrap: str, topic: str) -> int:
         await consumer.stop()
 
 
+def _contracts(folder: Path, names: list[str]) -> str:
+    """``MODULE:ATTR`` of a module in ``folder`` declaring the pipeline's contracts."""
+    module = f"trace_contracts_{uuid.uuid4().hex}"
+    (folder / f"{module}.py").write_text(
+        textwrap.dedent(f"""
+            from pydantic import BaseModel
+            from hopchain.schemas import ContractRegistry, TopicContract
+            class Claim(BaseModel):
+                claim_id: str
+                text: str
+            registry = ContractRegistry(
+                TopicContract(topic=name, model=Claim, owner=f"owner-{{i}}")
+                for i, name in enumerate({names!r})
+            )
+        """),
+        encoding="utf-8",
+    )
+    return f"{module}:registry"
+
+
 async def _pipeline(bootstrap: str, names: list[str]) -> tuple[ContractRegistry, list[KafkaBroker]]:
     registry = ContractRegistry(
         [TopicContract(topic=name, model=Claim, owner=f"owner-{i}") for i, name in enumerate(names)]
@@ -103,7 +125,7 @@ async def _pipeline(bootstrap: str, names: list[str]) -> tuple[ContractRegistry,
 
 
 async def test_trace_shows_every_hop_and_one_connected_trace(
-    kafka_bootstrap: str, new_topic: TopicFactory
+    kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spans = capture_spans()
     intent = f"ik-{uuid.uuid4().hex}"
@@ -127,15 +149,20 @@ async def test_trace_shows_every_hop_and_one_connected_trace(
         for broker in [*brokers, feeder]:
             await broker.stop()
 
+    monkeypatch.chdir(tmp_path)  # where --contracts finds its module
+    contracts = _contracts(tmp_path, names)
+    # No --topic: every topic the contracts name, forwarded ones too, and the dead letters.
     result = await _invoke(
-        app,
-        ["trace", intent, "--bootstrap", kafka_bootstrap, "--json"]
-        + [arg for name in names for arg in ("--topic", name)],
+        app, ["trace", intent, "--bootstrap", kafka_bootstrap, "--json", "--contracts", contracts]
     )
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
     where = [(s["topic"], len(s["envelope"]["chain"])) for s in document["sightings"]]
     assert where == [(names[0], 1), (names[1], 2), (names[2], 3), (f"{names[2]}.dlq", 4)]
+    search = ["trace", intent, "--bootstrap", kafka_bootstrap, "--json", "--contracts", contracts]
+    narrowed = await _invoke(app, [*search, "--topic", names[1]])
+    assert narrowed.exit_code == 0, narrowed.output
+    assert [s["topic"] for s in json.loads(narrowed.output)["sightings"]] == [names[1]]
     parked_copy = document["sightings"][-1]
     chain = parked_copy["envelope"]["chain"]
     assert [(h["component"], h["decision"]) for h in chain] == [
@@ -161,7 +188,7 @@ async def test_trace_shows_every_hop_and_one_connected_trace(
     people = await _invoke(
         app,
         ["trace", intent, "--bootstrap", kafka_bootstrap]
-        + [arg for name in names for arg in ("--topic", name)],
+        + [arg for name in [*names, f"{names[2]}.dlq"] for arg in ("--topic", name)],
         env={"COLUMNS": "200"},
     )
     assert people.exit_code == 0, people.output
@@ -248,7 +275,9 @@ async def test_a_tampered_record_shows_the_hop_where_integrity_breaks(
         env={"COLUMNS": "200"},
     )
     assert result.exit_code == 6, result.output
-    assert "integrity broken at hop 1: bad_digest" in result.output
+    assert "chain broken at hop 1: bad_digest" in result.output
+    # A broken chain's digests vouch for nothing: the payload is not judged by them.
+    assert "payload unverified: the chain is broken" in result.output
 
 
 async def test_an_unknown_id_exits_4(kafka_bootstrap: str, new_topic: TopicFactory) -> None:
@@ -353,3 +382,77 @@ async def test_a_redriven_record_shows_the_redrive_hop_and_stays_in_its_trace(
     assert redrive_span.context is not None
     assert format(redrive_span.context.trace_id, "032x") == trace_id
     assert parent_span_id(redrive_span) == chain[-2]["span_id"]
+
+
+async def test_an_intact_chain_with_another_payload_is_shown_as_not_as_sealed(
+    kafka_bootstrap: str, new_topic: TopicFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    intent = f"ik-{uuid.uuid4().hex}"
+    names = [await new_topic() for _ in range(3)]
+    registry, brokers = await _pipeline(kafka_bootstrap, names)
+    feeder = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
+    )
+    # Only the first stage runs: the record stops on the second topic with two hops.
+    for broker in (brokers[0], feeder):
+        await broker.start()
+    try:
+        with origin(run_id="run-10", work_item_id="claim-10", intent_key=intent):
+            await feeder.publish(Claim(claim_id="c10", text="hail"), names[0])
+
+        async def forwarded() -> bool:
+            return await _count(kafka_bootstrap, names[1]) == 1
+
+        await _eventually(forwarded)
+    finally:
+        for broker in (brokers[0], feeder):
+            await broker.stop()
+    consumer = AIOKafkaConsumer(
+        names[1], bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        record = await asyncio.wait_for(consumer.getone(), 15)
+    finally:
+        await consumer.stop()
+    # The same headers, byte for byte, with a payload the contract accepts but nobody sealed.
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            names[1], b'{"claim_id":"c10","text":"paid in full"}', headers=list(record.headers)
+        )
+    finally:
+        await producer.stop()
+    monkeypatch.chdir(tmp_path)
+    flags = ["--bootstrap", kafka_bootstrap, "--contracts", _contracts(tmp_path, names)]
+
+    found = await _invoke(app, ["trace", intent, *flags, "--json"])
+    people = await _invoke(
+        app, ["trace", intent, *flags, "--topic", names[1]], env={"COLUMNS": "200"}
+    )
+
+    assert found.exit_code == 6, found.output
+    verdicts = [
+        (s["topic"], s["offset"], s["integrity"]["chain_intact"], s["integrity"]["payload"])
+        for s in json.loads(found.output)["sightings"]
+    ]
+    assert verdicts == [
+        (names[0], 0, True, "as_sealed"),
+        (names[1], 0, True, "as_sealed"),
+        (names[1], 1, True, "not_as_sealed"),
+    ]
+    assert people.exit_code == 6, people.output
+    # The path shown is the latest copy with the longest chain: the one with the new payload.
+    assert "chain intact: every hop's link and seal verify" in people.output
+    assert "payload NOT as sealed (hop 1): its SHA-256 is not the digest" in people.output
+    cells = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in people.output.splitlines()
+        if line.startswith("│")
+    ]
+    where = {(row[0], row[2]): (row[5], row[6]) for row in cells if len(row) == 7}
+    assert where == {
+        (names[1], "0"): ("intact", "as sealed (hop 1)"),
+        (names[1], "1"): ("intact", "NOT as sealed (hop 1)"),
+    }

@@ -9,9 +9,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from console_browser import Browser, browser_session, pipeline_dead_letter
 from dlq_helpers import (
     SettingsFactory,
@@ -21,11 +23,21 @@ from dlq_helpers import (
     settings_factory,
     wait_until,
 )
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker
+from pydantic import BaseModel
 from selenium import webdriver
 
+from hopchain import Hopchain, HopchainMiddleware, origin
 from hopchain.consumers import DeadLetterService, ResolutionKind
 from hopchain.lookup import find_record
-from hopchain.schemas import ENVELOPE_HEADER, Decision, ErrorType
+from hopchain.schemas import (
+    ENVELOPE_HEADER,
+    ContractRegistry,
+    Decision,
+    ErrorType,
+    TopicContract,
+)
 from hopchain.schemas.deadletter import REDRIVE_COUNT_HEADER
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics, unique_topic_name
@@ -413,7 +425,7 @@ async def test_a_broken_chain_and_the_loop_guard_are_shown_and_refused_as_by_the
         await browser.sign_in(token)
 
         await browser.open(f"/ui/dead-letters/{quote(tampered.dead_letter_id)}")
-        assert "integrity broken at hop 1" in await browser.text("#integrity-broken")
+        assert "chain broken at hop 1" in await browser.text("#integrity-broken")
         assert await browser.texts("#timeline .mark") == ["ok", "BROKEN", "unverified"]
 
         await browser.open("/ui/bulk?action=redrive&owner=ops")
@@ -490,3 +502,83 @@ async def test_with_a_token_every_page_asks_for_it_before_showing_a_dead_letter(
         forged = cookie.replace(cookie.split("hopchain_csrf=")[1][:64], "b" * 64)
         status, _, _ = await asyncio.to_thread(fetch, f"{service.url}/ui", None, forged)
         assert status == 401
+
+
+async def test_a_dead_letter_with_an_intact_chain_and_another_payload_shows_both_verdicts(
+    dlq_settings: SettingsFactory, kafka_bootstrap: str
+) -> None:
+
+    class Quote(BaseModel):
+        quote_id: str
+        amount: int
+
+    source, output = unique_topic_name("quotes"), unique_topic_name("priced")
+    await create_topics(kafka_bootstrap, source, output, f"{source}.dlq")
+    registry = ContractRegistry(
+        [TopicContract(topic=name, model=Quote, owner="ops") for name in (source, output)]
+    )
+    feeder = KafkaBroker(
+        kafka_bootstrap, middlewares=[HopchainMiddleware(Hopchain(registry, component="feeder"))]
+    )
+    stage = KafkaBroker(
+        kafka_bootstrap,
+        middlewares=[HopchainMiddleware(Hopchain(registry, component="pricing"))],
+        ack_policy=AckPolicy.ACK,
+    )
+
+    async def price(quote: Quote) -> Quote:
+        return quote
+
+    stage.subscriber(source, group_id=unique_topic_name("g"), auto_offset_reset="earliest")(
+        stage.publisher(output)(price)
+    )
+    await feeder.start()
+    await stage.start()
+    try:
+        with origin(run_id="run-q", work_item_id="quote-1", intent_key=unique_topic_name("ik")):
+            await feeder.publish(Quote(quote_id="q1", amount=100), source)
+        [sealed] = await wait_until_read(kafka_bootstrap, source)
+        # The same headers, byte for byte, with another payload the contract accepts.
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(
+                source, b'{"quote_id":"q1","amount":1}', headers=list(sealed.headers)
+            )
+        finally:
+            await producer.stop()
+        [parked] = await wait_until_read(kafka_bootstrap, f"{source}.dlq")
+    finally:
+        await stage.stop()
+        await feeder.stop()
+    assert dict(parked.headers)["hopchain-dlq-reason"] == b"payload_mismatch"
+    dead_letter_id = dict(parked.headers)["hopchain-dlq-id"].decode()
+
+    async with DeadLetterService(dlq_settings(dlq_topics={f"{source}.dlq": "ops"})) as service:
+        await wait_until(lambda: len(service.index) == 1, what="one indexed")
+        status, _, page = await asyncio.to_thread(
+            fetch, f"{service.url}/ui/dead-letters/{quote(dead_letter_id)}"
+        )
+
+    assert status == 200
+    assert '<span class="badge ok" id="chain-intact">chain intact</span>' in page
+    assert 'class="badge bad">payload NOT as sealed (hop 0)</span>' in page
+    # Where the record is now: the sealed original, and the copy with the other payload.
+    rows = [row.split("</tr>")[0] for row in page.split('<td class="mono">')[1:]]
+    sealed_row = next(row for row in rows if row.startswith(f"{source}</td>") and ">0<" in row)
+    assert '<td class="payload">as sealed (hop 0)</td>' in sealed_row
+    assert '<td class="chain">intact</td>' in sealed_row
+    parked_row = next(row for row in rows if row.startswith(f"{source}.dlq</td>"))
+    assert '<td class="payload">NOT as sealed (hop 0)</td>' in parked_row
+    assert '<td class="chain">intact</td>' in parked_row
+
+
+async def wait_until_read(bootstrap: str, topic: str, count: int = 1) -> list[Any]:
+    """The first ``count`` records of ``topic``, once it holds that many."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        records = await read_topic(bootstrap, topic)
+        if len(records) >= count:
+            return records[:count]
+        await asyncio.sleep(0.3)
+    pytest.fail(f"{topic} did not hold {count} record(s) within 30 s")

@@ -11,6 +11,8 @@ import pytest
 import yaml
 from deploy_tools import DEPLOY_DIR, tool
 
+from hopchain.__about__ import __version__
+
 RUNBOOKS = DEPLOY_DIR.parent / "docs" / "runbooks"
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -129,3 +131,11 @@ def test_every_runbook_section_belongs_to_an_alert() -> None:
         for match in re.finditer(r"^## (\S+)$", path.read_text(), re.MULTILINE)
     }
     assert headings == names
+
+
+def test_the_kubernetes_manifests_name_the_image_of_this_version() -> None:
+    manifest = (DEPLOY_DIR / "kubernetes" / "deployment.yaml").read_text(encoding="utf-8")
+    guide = (DEPLOY_DIR / "kubernetes" / "README.md").read_text(encoding="utf-8")
+
+    assert re.findall(r"image: hopchain-dlq:(\S+)", manifest) == [__version__]
+    assert set(re.findall(r"hopchain-dlq:([0-9][^\s]*)", guide)) == {__version__}

@@ -80,7 +80,7 @@ async def test_a_3_mb_record_is_parked_whole_on_5_mb_topics_and_as_a_reference_b
     await create_topics(kafka_bootstrap, f"{whole}.dlq", f"{capped}.dlq", configs=room)
     value = b'{"id": 1, "text": "' + b"x" * THREE_MB + b'"}'
 
-    with caplog.at_level(logging.INFO, logger="hopchain"):
+    with caplog.at_level(logging.DEBUG, logger="hopchain"):
         parked = await park_one(kafka_bootstrap, whole, value, HopchainConfig())
     assert parked.value == value
     assert parked.key == b"big"

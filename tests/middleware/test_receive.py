@@ -490,13 +490,17 @@ def test_a_report_only_refusal_is_logged_counted_and_handed_on(
 async def test_a_parked_record_is_logged_with_where_it_went(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="hopchain")
+    caplog.set_level(logging.INFO, logger="hopchain")
     runtime = engine()
     received = runtime.receive(consumed(TOPIC, b"{}", offset=8), group="g")
     info = await runtime.park(received, group="g", writer=MemoryWriter())
-    [line] = [r for r in caplog.records if getattr(r, "hopchain_event", None) == "rejected"]
+    [line] = [r for r in caplog.records if r.name == "hopchain"]
+    assert line.hopchain_event == "rejected"  # type: ignore[attr-defined]
+    assert line.levelno == logging.WARNING
     assert line.getMessage() == (
-        f"rejected {TOPIC}[0]@8: missing_header at $.headers.hopchain-envelope; parking in {DLQ}"
+        f"rejected {TOPIC}[0]@8: missing_header at $.headers.hopchain-envelope; parking in {DLQ} "
+        "(if its producer has not adopted hopchain, TopicContract(..., adopt_bare=True) admits "
+        "such records with a marked origin)"
     )
     assert line.dead_letter_topic == DLQ  # type: ignore[attr-defined]
     fields = {n: getattr(line, n) for n in ("topic", "partition", "path", "component")}
@@ -513,6 +517,9 @@ async def test_a_parked_record_is_logged_with_where_it_went(
     assert info.failure.description == (
         "refused at the consumer boundary: missing_header at $.headers.hopchain-envelope"
     )
+    assert info.failure.recovery_hint is not None
+    assert "adopt_bare=True" in info.failure.recovery_hint
+    assert "adopt_bare=True" in info.failure.validation_errors[0].message
     assert rejected(runtime, "missing_header") == 1
 
 

@@ -32,7 +32,7 @@ from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.records import UNKNOWN, original_headers
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
-from hopchain.lookup import TraceResult, find_record, hop_facts, integrity_of
+from hopchain.lookup import TraceResult, find_record, hop_facts, integrity_of, payload_of
 from hopchain.schemas import DEAD_LETTER_SUFFIX
 from hopchain.schemas.vocabulary import ErrorType
 
@@ -198,7 +198,10 @@ def _hops(detail: DeadLetterDetail, backend: HttpBackend) -> dict[str, Any] | No
     envelope = detail.envelope
     if envelope is None:
         return None
-    integrity = integrity_of(envelope, backend.keyring)
+    record = detail.record
+    integrity = integrity_of(
+        envelope, backend.keyring, payload_of(record.value, {name for name, _ in record.headers})
+    )
     rows = [{"hop": hop, "facts": hop_facts(hop, integrity.broken_at)} for hop in envelope.chain]
     return {"envelope": envelope, "integrity": integrity, "rows": rows}
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
+from typing import Any, NoReturn
 
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError, ReasonCode
 from hopchain.middleware.context import HopContext, reset_current_hop, set_current_hop
@@ -29,6 +30,7 @@ from hopchain.schemas import (
     ValidationIssue,
     WireMode,
 )
+from hopchain.schemas.contracts import BARE_RECORD_HINT
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import HopSpan, consume_span, rejection_span
@@ -38,6 +40,8 @@ __all__ = ["Receiver", "close_quietly", "closing", "internal_error"]
 logger = logging.getLogger("hopchain")
 
 _INTERNAL_CODES = frozenset({ReasonCode.READER_ERROR, ReasonCode.CONTRACT_ERROR})
+_HINTS = {ReasonCode.MISSING_HEADER: BARE_RECORD_HINT}
+"""The fix a refusal suggests, in its log line and as the dead letter's recovery hint."""
 
 
 def internal_error(record: ConsumedRecord, exc: BaseException, *, step: str) -> DecodeError:
@@ -297,7 +301,7 @@ class Receiver:
             payload_read=decoded.payload_read,
         )
 
-    async def reject(
+    def reject(
         self,
         record: ConsumedRecord,
         error: DecodeError,
@@ -305,45 +309,43 @@ class Receiver:
         group: str,
         writer: RecordWriter,
         cause: BaseException | None = None,
-    ) -> DeadLetterInfo:
+    ) -> Coroutine[Any, Any, DeadLetterInfo]:
         """Park a record that failed validation, byte for byte, with the reason.
+
+        The refusal is counted and logged (once, at WARNING) when this is called, before a
+        client logs anything of the record; the dead letter is written when the result is
+        awaited, so an adapter that does not wait for it still logs in the record's order.
 
         ``cause``: the exception that made hopchain refuse it (``reader_error``); its text
         goes into the dead letter when exception capture is on.
 
         Raises:
-            DeadLetterWriteError: it could not be parked; do not commit its offset. Raised
-                too when building the dead letter itself failed: the record is read again.
+            DeadLetterWriteError: when awaited: it could not be parked; do not commit its
+                offset. Raised too when building the dead letter itself failed: the record
+                is read again.
         """
         try:
-            return await self._park(record, error, group=group, writer=writer, cause=cause)
-        except DeadLetterWriteError:
-            raise
-        except Exception as exc:
-            logger.exception("parking %s failed in hopchain itself", record.describe())
-            contract = self.parts.registry.get(record.topic)
-            raise DeadLetterWriteError(
-                source_topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                dead_letter_topic=contract.dead_letter_topic,
-            ) from exc
+            info, dead_letter_topic = self._refuse(record, error, group=group, cause=cause)
+        except Exception as exc:  # noqa: BLE001 - raised when awaited, as a failed write is
+            return self._unparked(record, exc)
+        return self._write(record, error, info, dead_letter_topic, writer)
 
-    async def _park(
+    def _refuse(
         self,
         record: ConsumedRecord,
         error: DecodeError,
         *,
         group: str,
-        writer: RecordWriter,
         cause: BaseException | None,
-    ) -> DeadLetterInfo:
+    ) -> tuple[DeadLetterInfo, str]:
+        """The dead letter of a refused record and its topic; the refusal counted and logged."""
         parts = self.parts
         contract = parts.registry.get(record.topic)
         issue = ValidationIssue(code=error.code, message=error.detail[:1000], path=error.path)
         # A record hopchain or the contract failed on is not known to be malformed: the
         # component's owner has a bug to fix (internal), not the producer's owner.
         internal = error.code in _INTERNAL_CODES
+        hint = _HINTS.get(error.code)
         failure = Failure(
             component=parts.component,
             error_type=ErrorType.INTERNAL if internal else ErrorType.MALFORMED,
@@ -352,6 +354,7 @@ class Receiver:
             else f"refused at the consumer boundary: {error.code.value} at {error.path}",
             locally_resolvable=False,
             validation_errors=(issue,),
+            recovery_hint=hint,
         )
         info = dead_letter_info(
             parts, record, failure, group=group, owner=contract.owner, error=error
@@ -359,12 +362,15 @@ class Receiver:
         if cause is not None:
             info = dataclasses.replace(info, exception=parts.exception_text(cause))
         parts.metrics.rejected.labels(record.topic, "consume", error.code.value).inc()
-        logger.error(
-            "rejected %s: %s at %s; parking in %s",
+        # A warning, not an error: the record is kept and the service carries on; what to
+        # fix is the producer's (or the contract's), and the line says which.
+        logger.warning(
+            "rejected %s: %s at %s; parking in %s%s",
             record.describe(),
             error.code.value,
             error.path,
             contract.dead_letter_topic,
+            f" ({hint})" if hint else "",
             extra={
                 "hopchain_event": "rejected",
                 "topic": record.topic,
@@ -377,8 +383,38 @@ class Receiver:
                 "dead_letter_id": info.dead_letter_id,
             },
         )
-        with rejection_span(
-            record, code=error.code.value, path=error.path, component=parts.component, parked=True
-        ):
-            await parts.dead_letters.park(record, info, contract.dead_letter_topic, writer)
+        return info, contract.dead_letter_topic
+
+    async def _write(
+        self,
+        record: ConsumedRecord,
+        error: DecodeError,
+        info: DeadLetterInfo,
+        dead_letter_topic: str,
+        writer: RecordWriter,
+    ) -> DeadLetterInfo:
+        parts = self.parts
+        try:
+            with rejection_span(
+                record,
+                code=error.code.value,
+                path=error.path,
+                component=parts.component,
+                parked=True,
+            ):
+                await parts.dead_letters.park(record, info, dead_letter_topic, writer)
+        except DeadLetterWriteError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - hopchain's own failure: read it again
+            await self._unparked(record, exc)
         return info
+
+    async def _unparked(self, record: ConsumedRecord, exc: Exception) -> NoReturn:
+        logger.error("parking %s failed in hopchain itself", record.describe(), exc_info=exc)
+        contract = self.parts.registry.get(record.topic)
+        raise DeadLetterWriteError(
+            source_topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            dead_letter_topic=contract.dead_letter_topic,
+        ) from exc

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from datetime import datetime
 from typing import Any
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from hopchain.config import HopchainConfig
 from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
-from hopchain.loading import load_registry
+from hopchain.loading import LoadError, load_registry
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
 from hopchain.middleware.engine.abort import AbortState
@@ -115,7 +115,11 @@ class Hopchain:
                     "no topic contracts: pass Hopchain(registry, ...) or set HOPCHAIN_CONTRACTS "
                     "to MODULE:ATTRIBUTE of a ContractRegistry"
                 )
-            registry = load_registry(self.config.contracts)
+            try:
+                registry = load_registry(self.config.contracts)
+            except LoadError as exc:
+                # Name the setting: the module was not named in the code the user reads.
+                raise LoadError(exc.spec, f"HOPCHAIN_CONTRACTS={exc.spec}: {exc}") from exc
         keys = keyring if keyring is not None else self.config.keyring()
         metrics = MiddlewareMetrics(metrics_registry)
         self.parts = EngineParts(
@@ -253,14 +257,20 @@ class Hopchain:
         """Park a refused record byte for byte (see :meth:`Receiver.reject`)."""
         return await self.receiver.reject(record, error, group=group, writer=writer, cause=cause)
 
-    async def park(self, received: Received, *, group: str, writer: RecordWriter) -> DeadLetterInfo:
+    def park(
+        self, received: Received, *, group: str, writer: RecordWriter
+    ) -> Coroutine[Any, Any, DeadLetterInfo]:
         """Park a record whose verdict is ``PARK``, as :meth:`receive` decided.
 
+        The refusal is logged now; the dead letter is written when the result is awaited
+        (see :meth:`Receiver.reject`).
+
         Raises:
-            DeadLetterWriteError: it could not be parked; do not commit its offset.
+            DeadLetterWriteError: when awaited: it could not be parked; do not commit its
+                offset.
         """
         assert received.error is not None  # noqa: S101 - every PARK verdict carries one
-        return await self.receiver.reject(
+        return self.receiver.reject(
             received.record, received.error, group=group, writer=writer, cause=received.cause
         )
 

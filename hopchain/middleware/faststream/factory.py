@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from aiokafka.errors import KafkaConnectionError
 from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
@@ -320,6 +321,23 @@ class HopchainMiddleware:
         if not running:
             await broker.stop()
 
+    def _unreachable(self) -> str:
+        """Where the dead-letter topics were to be made, and which setting said so."""
+        if self.broker_connection is None:
+            described = getattr(getattr(self._broker, "specification", None), "url", None) or []
+            where, setting = ",".join(described) or "the broker's address", "KafkaBroker(...)"
+        else:
+            where = str(self.connection_kwargs()["bootstrap_servers"])
+            setting = (
+                "HOPCHAIN_KAFKA_BOOTSTRAP (or HopchainConfig(kafka_bootstrap=...))"
+                if "kafka_bootstrap" in self.hopchain.config.model_fields_set
+                else "the address given to KafkaBroker(...)"
+            )
+        return (
+            f"cannot connect to Kafka at {where} to make the dead-letter topics ready: is the "
+            f"broker running, and is {setting} its address?"
+        )
+
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.
 
@@ -336,17 +354,26 @@ class HopchainMiddleware:
         :mod:`~hopchain.middleware.topics`).
 
         Raises:
-            ConfigurationError: the broker refused to create one (one line, with the reason).
+            ConfigurationError: the broker refused to create one, or could not be reached
+                (one line, with the reason).
         """
-        await self._broker_connected()
         registry = self.hopchain.registry
-        topics = await ensure_dead_letter_topics(self.connection_kwargs(), registry, self.topics)
+        try:
+            await self._broker_connected()
+            topics = await ensure_dead_letter_topics(
+                self.connection_kwargs(), registry, self.topics
+            )
+        except KafkaConnectionError as exc:
+            # At start-up a broker out of reach is a setting to fix (or a broker to start),
+            # not a traceback to read: say where hopchain looked, and why there.
+            raise ConfigurationError(self._unreachable()) from exc
         sizes = topics.sizes
         self._prepared.update(sizes)
         if self._owned is not None and sizes:
             largest = max(sizes.values())
             size = await self._owned.fit(largest)
-            logger.info(
+            # A detail for whoever tunes sizes: start-up stays one line for the rest.
+            logger.debug(
                 "dead letters up to %d bytes are parked whole, larger ones as references "
                 "(max.message.bytes of %s%s)",
                 size,

@@ -1,9 +1,10 @@
-"""Envelope schema 1 (``SPEC.md`` section 6): read for the whole 2.x series, and written on request.
+"""Envelope schema 1 (``SPEC.md`` section 6): still read, and written on request.
 
 Schema-1 envelopes are pretty JSON whose hops carry their own ``digest``, ``prev_digest``,
 ``seq`` and ``signature``. Everything that knows that format lives in this package; the rest of
 hopchain reaches it only through the names below, each use marked ``Schema 1`` where it is
-made, so that deleting this folder (and those uses) removes schema 1 when the series ends.
+made, so that deleting this folder (and those uses) removes schema 1 when it is retired (a
+breaking change).
 """
 
 from hopchain.schemas.v1.chain import append_hop, verify_chain
