@@ -20,6 +20,7 @@ import base64
 import binascii
 import re
 import ssl
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_RESOLUTIONS_TOPIC",
     "DEFAULT_TOPIC_PATTERN",
     "ENV_PREFIX",
+    "LOGIN_ARGUMENTS",
     "MIN_KEY_BYTES",
     "HopchainConfig",
     "parse_hmac_keys",
@@ -42,6 +44,27 @@ MIN_KEY_BYTES = 16
 DEFAULT_RESOLUTIONS_TOPIC = "hopchain.dlq.resolutions"
 DEFAULT_TOPIC_PATTERN = ".*" + re.escape(DEAD_LETTER_SUFFIX)
 _SECRET_FIELDS = frozenset({"hmac_keys", "kafka_sasl_password", "dlq_token", "dlq_resolution_key"})
+_SECURITY_FIELDS = frozenset(
+    {
+        "kafka_security_protocol",
+        "kafka_sasl_mechanism",
+        "kafka_sasl_username",
+        "kafka_sasl_password",
+    }
+)
+LOGIN_ARGUMENTS = frozenset(
+    {
+        "security_protocol",
+        "ssl_context",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+    }
+)
+"""The keyword arguments of an aiokafka client that say how it logs in."""
 _KAFKA_DEFAULT_REQUEST_BYTES = 1048576
 
 
@@ -122,8 +145,10 @@ class HopchainConfig(BaseSettings):
     # -- Kafka connection ----------------------------------------------------------------------
 
     kafka_bootstrap: str = "127.0.0.1:9092"
-    """``host:port[,host:port...]`` of the Kafka cluster (HOPCHAIN_KAFKA_BOOTSTRAP). The
-    middleware writes dead letters there with a producer of its own."""
+    """``host:port[,host:port...]`` of the Kafka cluster (HOPCHAIN_KAFKA_BOOTSTRAP), for the
+    command line and the dead-letter service. The middleware and the wrappers connect where
+    the broker or client they wrap connects, with its login; set this (and the security
+    settings) only to park dead letters on another cluster: given, it overrides theirs."""
 
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     """The listener's protocol (HOPCHAIN_KAFKA_SECURITY_PROTOCOL)."""
@@ -222,7 +247,8 @@ class HopchainConfig(BaseSettings):
 
     dlq_create_topics: bool = True
     """Create missing dead-letter topics (retention.ms=-1, retention.bytes=-1) and the
-    resolutions topic (cleanup.policy=compact) at start-up (HOPCHAIN_DLQ_CREATE_TOPICS)."""
+    resolutions topic (cleanup.policy=compact) at start-up, and raise the max.message.bytes
+    of a dead-letter topic its source outgrew (HOPCHAIN_DLQ_CREATE_TOPICS)."""
 
     dlq_topic_partitions: int = Field(default=1, ge=1)
     """Partitions of a dead-letter or resolutions topic the service creates
@@ -432,3 +458,28 @@ class HopchainConfig(BaseSettings):
                 sasl_plain_password=password,
             )
         return kwargs
+
+    def connection_kwargs(self, client: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Where and how an aiokafka client of hopchain's connects, beside ``client``.
+
+        ``client``: the aiokafka keyword arguments of the client or broker hopchain wraps
+        (``bootstrap_servers`` and its login). The servers come from ``kafka_bootstrap`` when
+        it was given (as an argument or HOPCHAIN_KAFKA_BOOTSTRAP), else from ``client``; the
+        login from the security settings when any of them was given, else from ``client``.
+        With no ``client``, both come from this configuration (defaults included).
+
+        Raises:
+            ConfigurationError: a SASL protocol without a mechanism, user name or password.
+        """
+        given = self.model_fields_set
+        wrapped = dict(client or {})
+        servers = wrapped.get("bootstrap_servers")
+        if "kafka_bootstrap" in given or not servers:
+            servers = self.kafka_bootstrap
+        elif not isinstance(servers, str):
+            servers = ",".join(str(server) for server in servers)
+        if client is None or given & _SECURITY_FIELDS:
+            login = self.client_kwargs()
+        else:
+            login = {name: value for name, value in wrapped.items() if name in LOGIN_ARGUMENTS}
+        return {"bootstrap_servers": servers, **login}

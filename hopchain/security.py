@@ -33,7 +33,7 @@ from aiokafka.protocol.admin import SaslHandShakeRequest
 from faststream.kafka.security import parse_security
 from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
 
-from hopchain.config import HopchainConfig
+from hopchain.config import LOGIN_ARGUMENTS, HopchainConfig
 from hopchain.exceptions import KafkaLoginError
 
 __all__ = [
@@ -48,18 +48,6 @@ __all__ = [
 Security = BaseSecurity | Mapping[str, Any] | None
 """A FastStream security object, aiokafka keyword arguments, or None for PLAINTEXT."""
 
-_CONNECTION_ARGUMENTS = frozenset(
-    {
-        "security_protocol",
-        "ssl_context",
-        "sasl_mechanism",
-        "sasl_plain_username",
-        "sasl_plain_password",
-        "sasl_kerberos_service_name",
-        "sasl_kerberos_domain_name",
-        "sasl_oauth_token_provider",
-    }
-)
 _PROBE_MECHANISM = "PLAIN"
 _DEFAULT_PORT = 9092
 _ERROR_NONE = 0
@@ -133,7 +121,7 @@ async def _diagnose_one(host: str, port: int, kwargs: Mapping[str, Any]) -> Kafk
     protocol = str(kwargs.get("security_protocol", "PLAINTEXT"))
     mechanism = kwargs.get("sasl_mechanism")
     username = kwargs.get("sasl_plain_username")
-    arguments = {name: value for name, value in kwargs.items() if name in _CONNECTION_ARGUMENTS}
+    arguments = {name: value for name, value in kwargs.items() if name in LOGIN_ARGUMENTS}
     try:
         conn = await create_conn(host, port, **arguments)
     except SaslAuthenticationFailed as exc:

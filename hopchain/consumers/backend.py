@@ -29,6 +29,8 @@ class HttpBackend:
         token: the bearer token of the mutating endpoints, or None to disable them.
         operation_timeout: seconds a redrive or discard may take.
         dead_letter_topics: the dead-letter topics read (searched for a record's path).
+        topic_fixes: per dead-letter topic too small for its source, the command that
+            fixes it (shown on its source topic's rows).
         keyring: keys to verify hop signatures with (None: digests only).
         trace_url: a link template with ``{trace_id}`` into the user's tracing UI.
         clock: Unix time, for ages (the clock the metrics use, so pages equal scrapes).
@@ -42,6 +44,7 @@ class HttpBackend:
     token: SecretStr | None
     operation_timeout: float = 60.0
     dead_letter_topics: Callable[[], list[str]] = list
+    topic_fixes: Callable[[], dict[str, str]] = dict
     keyring: Keyring | None = None
     trace_url: str | None = None
     clock: Callable[[], float] = time.time

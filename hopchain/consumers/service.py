@@ -36,19 +36,24 @@ from hopchain.consumers.resolutions import Resolution
 from hopchain.consumers.store import LetterStore
 from hopchain.consumers.store_rows import fingerprint
 from hopchain.consumers.topics import (
-    DEAD_LETTER_HEADROOM_BYTES,
     RESOLUTIONS_TOPIC_CONFIG,
     TopicPlan,
     create_missing_topics,
     plan_topics,
     retention_problems,
-    size_problems,
     timestamp_problems,
 )
 from hopchain.consumers.triage import Triage
 from hopchain.schemas import DEAD_LETTER_SUFFIX
 from hopchain.schemas.contracts import ContractRegistry
-from hopchain.topic_checks import dead_letter_topic_config, max_message_bytes
+from hopchain.topic_checks import (
+    broker_message_bytes,
+    dead_letter_sizes,
+    dead_letter_topic_config,
+    fix_command,
+    grow_dead_letter_topics,
+    max_message_bytes,
+)
 
 __all__ = ["DeadLetterService", "serve"]
 
@@ -89,6 +94,8 @@ class DeadLetterService:
         self.metrics = DlqMetrics(self.index, registry, clock=self.clock)
         self.retention: dict[str, list[str]] = {}
         self.sizes: dict[str, list[str]] = {}
+        self.size_fixes: dict[str, str] = {}
+        """The command that makes each too-small dead-letter topic safe (the console shows it)."""
         self.timestamps: dict[str, list[str]] = {}
         self.plan: TopicPlan | None = None
         self._admin: AIOKafkaAdminClient | None = None
@@ -127,6 +134,7 @@ class DeadLetterService:
                     replication_factor=settings.dlq_replication_factor,
                     timeout_ms=int(settings.dlq_request_timeout_seconds * 1000),
                 )
+                await self.grow_topics()
             await asyncio.to_thread(self.index.open, fingerprint(settings, self.plan))
             self._reader = IndexReader(settings, self.plan, self.index, self.metrics, self._admin)
             await self._reader.start()
@@ -274,6 +282,7 @@ class DeadLetterService:
             token=self.settings.dlq_token,
             operation_timeout=self.settings.dlq_request_timeout_seconds * 2,
             dead_letter_topics=lambda: sorted(self.reader.dead_letter_topics),
+            topic_fixes=lambda: dict(self.size_fixes),
             keyring=self.settings.keyring(),
             trace_url=self.settings.dlq_trace_url,
             clock=self.metrics.collector.clock,
@@ -337,28 +346,79 @@ class DeadLetterService:
         """Check every ``<source>.dlq`` topic's ``max.message.bytes`` against its source's.
 
         Each topic too small to park its source's largest records is logged at ERROR when
-        first found (and when its problems change) and sets ``hopchain_dlq_size_unsafe``.
+        first found (and when its problems change), with the whole command that fixes it,
+        and sets ``hopchain_dlq_size_unsafe``; the console shows the command on its row.
         """
         if self._admin is None:
             return {}
-        found = await size_problems(self._admin, self.reader.dead_letter_topics)
-        for topic, problems in found.items():
-            self.metrics.size_unsafe.labels(topic).set(1 if problems else 0)
+        sizes = await dead_letter_sizes(self._admin, self.reader.dead_letter_topics)
+        found: dict[str, list[str]] = {}
+        fixes: dict[str, str] = {}
+        for topic, size in sizes.items():
+            found[topic] = [] if size.safe else [size.problem()]
+            self.metrics.size_unsafe.labels(topic).set(0 if size.safe else 1)
             key = f"size:{topic}"
-            if problems and self._reported.get(key) != problems:
-                logger.error(
-                    "dead-letter topic %s cannot hold every record of its source: %s. Fix it "
-                    "with: kafka-configs.sh --alter --entity-type topics --entity-name %s "
-                    "--add-config max.message.bytes=<source's + %d>",
-                    topic,
-                    "; ".join(problems),
-                    topic,
-                    DEAD_LETTER_HEADROOM_BYTES,
-                    extra={"hopchain_event": "size_unsafe", "topic": topic},
+            if not size.safe:
+                fixes[topic] = fix_command(
+                    self.settings.kafka_bootstrap, topic, {"max.message.bytes": str(size.needed)}
                 )
-            self._reported[key] = problems
+                if self._reported.get(key) != found[topic]:
+                    logger.error(
+                        "dead-letter topic %s cannot hold every record of its source: %s. Fix "
+                        "it with: %s",
+                        topic,
+                        size.problem(),
+                        fixes[topic],
+                        extra={"hopchain_event": "size_unsafe", "topic": topic},
+                    )
+            self._reported[key] = found[topic]
         self.sizes = found
+        self.size_fixes = fixes
         return found
+
+    async def grow_topics(self) -> list[str]:
+        """Raise the ``max.message.bytes`` of the dead-letter topics their sources outgrew.
+
+        Only that setting is changed. A topic the broker refuses to change (no
+        ``ALTER_CONFIGS`` permission, a policy) is left to :meth:`check_sizes` to report,
+        with the command a human can run. Returns the topics grown.
+        """
+        assert self._admin is not None  # noqa: S101 - started by the caller
+        assert self.plan is not None  # noqa: S101 - planned by the caller
+        existing = set(await self._admin.list_topics())
+        topics = self.plan.matching(existing)
+        sizes = await dead_letter_sizes(self._admin, sorted(topics))
+        undersized = [size for size in sizes.values() if not size.safe]
+        settings = self.settings
+        connection = {
+            **settings.client_kwargs(),
+            "bootstrap_servers": settings.kafka_bootstrap,
+            "client_id": "hopchain-dlq-admin",
+        }
+        answers = await grow_dead_letter_topics(connection, undersized)
+        grown = []
+        for size in undersized:
+            why = answers.get(size.topic, "no answer from the broker")
+            if why is None:
+                grown.append(size.topic)
+                logger.info(
+                    "grew dead-letter topic %s to max.message.bytes=%d (was %d): %s now "
+                    "allows %d-byte records",
+                    size.topic,
+                    size.needed,
+                    size.size,
+                    size.source,
+                    size.source_size,
+                    extra={"hopchain_event": "dead_letter_topic_grown", "topic": size.topic},
+                )
+            else:
+                logger.warning(
+                    "could not raise max.message.bytes of dead-letter topic %s to %d: %s",
+                    size.topic,
+                    size.needed,
+                    why,
+                )
+        return grown
 
     async def _dead_letter_topic_configs(self) -> dict[str, dict[str, str]]:
         """How each named dead-letter topic is created: sized from its source when known."""
@@ -370,8 +430,12 @@ class DeadLetterService:
             if topic.endswith(DEAD_LETTER_SUFFIX)
         }
         sizes = await max_message_bytes(self._admin, sorted(set(sources.values())))
+        # A source made later without a limit of its own takes the broker's.
+        broker_bytes = (
+            await broker_message_bytes(self._admin) if set(sources.values()) - set(sizes) else None
+        )
         return {
-            topic: dead_letter_topic_config(sizes.get(sources.get(topic, "")))
+            topic: dead_letter_topic_config(sizes.get(sources.get(topic, ""), broker_bytes))
             for topic in self.plan.named
         }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -60,13 +60,18 @@ class KafkaWriter:
     """Writes through a producer of its own, built from the configuration's connection.
 
     Args:
-        config: where the cluster is (``HOPCHAIN_KAFKA_BOOTSTRAP``) and how to log in.
+        config: where the cluster is (``HOPCHAIN_KAFKA_BOOTSTRAP``) and how to log in, when
+            no ``connection`` is given.
+        connection: called when the producer starts, for its ``bootstrap_servers`` and login
+            (aiokafka keyword arguments); the FastStream middleware passes its broker's,
+            overridden by what ``config`` was explicitly given
+            (:meth:`~hopchain.config.HopchainConfig.connection_kwargs`).
         client_id: the producer's client id, as the broker logs and quotas see it.
         max_request_size: the largest record the producer sends, in bytes (record batch
             overhead included, as ``max.message.bytes`` counts it). Default: 1 MiB, or
             ``HOPCHAIN_DEAD_LETTER_MAX_BYTES`` when lower; :meth:`fit` changes it.
-        options: further ``AIOKafkaProducer`` arguments; they override the login settings
-            of ``config`` (e.g. those of ``hopchain.security.client_security(security)``).
+        options: further ``AIOKafkaProducer`` arguments; they override the connection
+            (e.g. those of ``hopchain.security.client_security(security)``).
         before_first_write: awaited once per topic before the first record is written to it
             (the FastStream middleware creates a missing dead-letter topic there, with
             unlimited retention, rather than leave it to the broker's auto-creation). A
@@ -77,12 +82,14 @@ class KafkaWriter:
         self,
         config: HopchainConfig,
         *,
+        connection: Callable[[], Mapping[str, Any]] | None = None,
         client_id: str = "hopchain",
         max_request_size: int | None = None,
         before_first_write: Callable[[str], Awaitable[object]] | None = None,
         **options: Any,
     ) -> None:
         self.config = config
+        self.connection = connection if connection is not None else config.connection_kwargs
         self.before_first_write = before_first_write
         self._prepared: set[str] = set()
         self.client_id = client_id
@@ -96,12 +103,11 @@ class KafkaWriter:
         async with self._lock:
             if self._producer is None:
                 producer = AIOKafkaProducer(
-                    bootstrap_servers=self.config.kafka_bootstrap,
                     client_id=self.client_id,
                     acks="all",
                     enable_idempotence=True,
                     max_request_size=self.max_request_size,
-                    **{**self.config.client_kwargs(), **self.options},
+                    **{**self.connection(), **self.options},
                 )
                 try:
                     await producer.start()

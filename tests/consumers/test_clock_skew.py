@@ -365,7 +365,7 @@ async def test_topics_stamped_by_their_writers_clocks_are_reported_at_start_up(
     contracts = ContractRegistry([TopicContract(topic=source, model=Order, owner="billing")])
     caplog.clear()
     topics = await ensure_dead_letter_topics(
-        HopchainConfig(kafka_bootstrap=kafka_bootstrap), contracts, [source]
+        HopchainConfig(kafka_bootstrap=kafka_bootstrap).connection_kwargs(), contracts, [source]
     )
     assert topics.created == []
     [line] = [

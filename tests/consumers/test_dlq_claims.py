@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from dlq_helpers import (
     SettingsFactory,
     call,
@@ -37,7 +35,7 @@ from hopchain.consumers.resolutions import (
     encode_resolution,
     is_clock_probe,
 )
-from hopchain.consumers.topics import DEAD_LETTER_HEADROOM_BYTES, DEAD_LETTER_TOPIC_CONFIG
+from hopchain.consumers.topics import DEAD_LETTER_TOPIC_CONFIG
 from hopchain.consumers.triage import Redriven, Triage
 from hopchain.testing import create_topics
 from hopchain.testing.deadletters import (
@@ -288,21 +286,17 @@ async def test_a_3_mb_dead_letter_is_redriven_when_the_request_size_setting_allo
     dead_letter_topic = f"{source}.dlq"
     value = b'{"blob": "' + b"x" * (3 * 1024 * 1024) + b'"}'
     [letter] = letters_for(source, 1, value=value)
-    # Created beforehand with the broker's default size: too small for its source.
-    await create_topics(kafka_bootstrap, dead_letter_topic)
+    # Created beforehand with the broker's default size: too small for its source. The
+    # service's start grows it (max.message.bytes alone; the retention stays unlimited).
+    await create_topics(kafka_bootstrap, dead_letter_topic, configs=DEAD_LETTER_TOPIC_CONFIG)
     settings = dlq_settings(dlq_topics={dead_letter_topic: "billing"})
 
     async with DeadLetterService(settings) as service:
-        assert service.sizes[dead_letter_topic] != []
-        assert (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_size_unsafe"] == {
-            (("topic", dead_letter_topic),): 1.0
-        }
-    await alter_max_message_bytes(
-        kafka_bootstrap, dead_letter_topic, int(five_mb) + DEAD_LETTER_HEADROOM_BYTES
-    )
-    async with DeadLetterService(settings) as service:
         assert service.sizes[dead_letter_topic] == []
         assert service.retention[dead_letter_topic] == []
+        assert (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_size_unsafe"] == {
+            (("topic", dead_letter_topic),): 0.0
+        }
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, max_request_size=6 << 20)
     await producer.start()
     try:
@@ -344,14 +338,3 @@ async def test_a_dead_letter_topic_the_service_creates_has_room_for_its_sources_
         assert (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_size_unsafe"] == {
             (("topic", dead_letter_topic),): 0.0
         }
-
-
-async def alter_max_message_bytes(bootstrap: str, topic: str, size: int) -> None:
-    """Set the topic's size limit (AlterConfigs replaces every override: keep retention)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        configs = {**DEAD_LETTER_TOPIC_CONFIG, "max.message.bytes": str(size)}
-        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs)])
-    finally:
-        await admin.close()

@@ -27,6 +27,7 @@ from middleware_helpers import (
     Doc,
     MalformedFactory,
     Summary,
+    admin_client,
     contract,
     doc,
     header,
@@ -54,6 +55,7 @@ from hopchain.schemas import ENVELOPE_HEADER, Decision, ErrorType, TopicContract
 from hopchain.schemas.deadletter import DLQ_EXCEPTION_HEADER, read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import LocalKafka, TopicFactory, create_topics, unique_topic_name
+from hopchain.topic_checks import DEAD_LETTER_HEADROOM_BYTES
 
 pytestmark = pytest.mark.kafka
 
@@ -431,8 +433,21 @@ async def test_an_existing_dead_letter_topic_that_would_lose_letters_is_reported
     assert f"{dlq} can lose, refuse or misdate dead letters" in text
     assert f"retention.ms={week} (needs -1)" in text
     assert "message.timestamp.type=CreateTime (needs LogAppendTime" in text
-    # The source allows the broker's default record size; parking adds headers on top.
-    assert "max.message.bytes=1048588 (needs at least" in text
+    # The whole command, every setting it needs; the size was raised by hopchain itself (the
+    # source allows the broker's default record size, parking adds headers on top).
+    assert text.endswith(
+        f"Fix it with: kafka-configs.sh --bootstrap-server {kafka_bootstrap} --alter "
+        f"--entity-type topics --entity-name {dlq} --add-config cleanup.policy=delete,"
+        "retention.ms=-1,retention.bytes=-1,message.timestamp.type=LogAppendTime"
+    )
+    assert "max.message.bytes" not in text
+    async with admin_client(kafka_bootstrap) as admin:
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, dlq, {"max.message.bytes": None})]
+        )
+    [resource] = response.to_object()["resources"]
+    [entry] = resource["config_entries"]
+    assert entry["config_value"] == str(1048588 + DEAD_LETTER_HEADROOM_BYTES)
 
 
 # -- 5. exception text, opt-in -------------------------------------------------------------------

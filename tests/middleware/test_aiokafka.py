@@ -764,3 +764,35 @@ async def test_an_output_refused_by_hopchain_is_a_contract_violation(
     assert (issue.code, issue.path) == (ReasonCode.PAYLOAD_INVALID, "$.payload.id")
     assert fake.commits == [{TopicPartition("orders", 0): 1}]
     assert [topic for topic, _, _ in parked.sent] == ["orders.dlq"]
+
+
+async def test_with_hopchain_kafka_bootstrap_unset_the_wrapper_parks_through_the_clients_cluster(
+    kafka_bootstrap: str, new_topic: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The README's plain service names the broker (on a free port, never 9092) to its clients
+    # alone: dead letters go through its producer, to its cluster.
+    monkeypatch.delenv("HOPCHAIN_KAFKA_BOOTSTRAP")
+    assert not kafka_bootstrap.endswith(":9092")
+    topic, group = await new_topic(), unique_topic_name("wrapped")
+    runtime = Hopchain(registry(contract(topic)), component="wrapped")
+    bad = b'{"id": "not a number"}'
+    async with (
+        raw_producer(kafka_bootstrap) as producer,
+        envelope_consumer_client(kafka_bootstrap, topic, group) as consumer,
+    ):
+        await producer.send_and_wait(topic, bad, key=b"k", headers=[("h", b"\xff")])
+        records = EnvelopeConsumer(consumer, producer, runtime, group=group)
+
+        async def handle(hop: HopContext) -> None:
+            raise AssertionError(f"a bad record was handed over: {hop}")
+
+        loop = asyncio.create_task(consume_until_cancelled(records, handle))
+        try:
+            await wait_until(lambda: record_count(kafka_bootstrap, f"{topic}.dlq"), within=60)
+        finally:
+            loop.cancel()
+            await asyncio.gather(loop, return_exceptions=True)
+    [parked] = await read_topic(kafka_bootstrap, f"{topic}.dlq")
+    assert parked.value == bad
+    assert parked.key == b"k"
+    assert parked.headers[0] == ("h", b"\xff")

@@ -33,6 +33,7 @@ from hopchain.consumers.records import UNKNOWN, original_headers
 from hopchain.consumers.reference import describe_reference
 from hopchain.consumers.resolutions import Resolution
 from hopchain.lookup import TraceResult, find_record, hop_facts, integrity_of, payload_of
+from hopchain.schemas import DEAD_LETTER_SUFFIX
 from hopchain.schemas.vocabulary import ErrorType
 
 __all__ = ["BULK_PREVIEW_ROWS", "ConsoleState", "console_state", "render"]
@@ -102,10 +103,21 @@ async def overview(request: Request) -> Response:
     sort = request.query_params.get("sort", "age")
     descending = request.query_params.get("order", "desc") != "asc"
     rows = overview_rows(backend.index, _now(backend), sort, descending=descending)
+    # A dead-letter topic too small for its source: the command on its source topic's rows.
+    fixes = {
+        topic.removesuffix(DEAD_LETTER_SUFFIX): command
+        for topic, command in backend.topic_fixes().items()
+    }
     return render(
         request,
         "overview.html",
         rows=rows,
+        topic_fixes=fixes,
+        unlisted_fixes={
+            topic: command
+            for topic, command in sorted(fixes.items())
+            if all(row.source_topic != topic for row in rows)
+        },
         sort=sort,
         descending=descending,
         counts=backend.index.counts(),

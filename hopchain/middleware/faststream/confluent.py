@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -37,8 +38,8 @@ from faststream.confluent.response import KafkaPublishCommand
 
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.confluent.client import read_message
-from hopchain.middleware.confluent.reread import Rereader
-from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
+from hopchain.middleware.confluent.reread import Rereader, aiokafka_connection
+from hopchain.middleware.faststream.family import UNSAFE_ACKS, UNUSABLE_LOGIN, decodable
 from hopchain.schemas.deadletter import undecodable_name_bytes
 from hopchain.schemas.record import ConsumedRecord, confluent_headers
 
@@ -240,12 +241,23 @@ class ConfluentFamily:
             )
         if "enable.idempotence" not in settings and not started:
             connection.raw_producer_config["enable_idempotence"] = True
-        seen(
-            {
-                "bootstrap_servers": producer.get("bootstrap.servers"),
-                "client_id": producer.get("client.id"),
-            }
-        )
+        seen(_aiokafka_options(producer))
+
+
+def _aiokafka_options(producer: Mapping[str, Any]) -> dict[str, Any]:
+    """The producer's librdkafka settings as an aiokafka client's (dead letters use aiokafka)."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": producer.get("bootstrap.servers"),
+        "client_id": producer.get("client.id"),
+    }
+    try:
+        login = aiokafka_connection(producer)
+    except (ConfigurationError, OSError, ssl.SSLError) as exc:
+        options[UNUSABLE_LOGIN] = str(exc)
+    else:
+        login.pop("client_id", None)
+        options.update(login)
+    return options
 
 
 class ConfluentRereading:

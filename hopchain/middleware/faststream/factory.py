@@ -15,11 +15,12 @@ from aiokafka.errors import KafkaConnectionError
 from faststream import AckPolicy, BaseMiddleware, ContextRepo, FastStream
 from faststream.kafka import KafkaBroker, KafkaRouter
 
+from hopchain.config import LOGIN_ARGUMENTS
 from hopchain.exceptions import ConfigurationError
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.engine import Hopchain, RecordWriter
 from hopchain.middleware.faststream.commits import BatchedCommits, CommitOnRevoke
-from hopchain.middleware.faststream.family import BrokerFamily, Rereading
+from hopchain.middleware.faststream.family import UNUSABLE_LOGIN, BrokerFamily, Rereading
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.kafka import KAFKA
 from hopchain.middleware.faststream.message import RecordMiddleware
@@ -70,6 +71,7 @@ class HopchainMiddleware:
         self._owned = (
             KafkaWriter(
                 hopchain.config,
+                connection=self.connection_kwargs,
                 client_id=f"hopchain-{hopchain.component}",
                 before_first_write=self._prepare_dead_letter_topic,
             )
@@ -93,6 +95,12 @@ class HopchainMiddleware:
         self.server_address: str | None = None
         """The broker's bootstrap servers, seen when it connects (labels the send spans)."""
         self.client_id: str | None = None
+        self.broker_connection: dict[str, Any] | None = None
+        """The checked broker's servers and login as aiokafka arguments, once seen."""
+        self._unusable_login: str | None = None
+        self._broker: Any = None
+        self._prepared: set[str] = set()
+        """Dead-letter topics :meth:`prepare` made ready (the first write skips them)."""
         self.family: BrokerFamily = KAFKA
         """How the records of the checked broker's family are read (see :meth:`check`)."""
         self.rereading: Rereading | None = None
@@ -217,6 +225,8 @@ class HopchainMiddleware:
                 f"the {family.name} broker a HopchainMiddleware of its own"
             )
         self.family = family
+        if callable(getattr(broker, "connect", None)):
+            self._broker = broker  # a router has no connection of its own
         family.prepare(broker, self._connecting, started=bool(getattr(broker, "running", False)))
         if self.rereading is None:
             self.rereading = family.rereader(broker)
@@ -267,6 +277,66 @@ class HopchainMiddleware:
         self.server_address = servers if isinstance(servers, str) else None
         client_id = options.get("client_id")
         self.client_id = client_id if isinstance(client_id, str) else None
+        unusable = options.get(UNUSABLE_LOGIN)
+        self._unusable_login = unusable if isinstance(unusable, str) else None
+        self.broker_connection = {
+            name: value
+            for name, value in options.items()
+            if name == "bootstrap_servers" or name in LOGIN_ARGUMENTS
+        }
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """Where and how the dead-letter producer and topic set-up connect.
+
+        The checked broker's servers and login, each overridden by what the configuration
+        was explicitly given (:meth:`~hopchain.config.HopchainConfig.connection_kwargs`).
+
+        Raises:
+            ConfigurationError: aiokafka cannot log in as the broker does, and no
+                HOPCHAIN_KAFKA_* security settings say how.
+        """
+        config = self.hopchain.config
+        options = config.connection_kwargs(self.broker_connection)
+        if self._unusable_login is not None and options.get("security_protocol") is None:
+            raise ConfigurationError(
+                "hopchain writes dead letters with aiokafka, which cannot log in as this "
+                f"broker does ({self._unusable_login}); give it a login it can use with "
+                "HOPCHAIN_KAFKA_SECURITY_PROTOCOL and HOPCHAIN_KAFKA_SASL_*"
+            )
+        return options
+
+    async def _broker_connected(self) -> None:
+        """Connect the checked broker once, so its connection options are seen (aiokafka's).
+
+        FastStream hands them over only as the broker connects, and the dead-letter topics
+        must be ready before its subscribers start. A broker that was not running is
+        disconnected again at once (``broker.start()`` connects it anew), so nothing is left
+        open when it never starts.
+        """
+        broker = self._broker
+        if self.broker_connection is not None or broker is None:
+            return
+        running = getattr(broker, "running", False)
+        await broker.connect()
+        if not running:
+            await broker.stop()
+
+    def _unreachable(self) -> str:
+        """Where the dead-letter topics were to be made, and which setting said so."""
+        if self.broker_connection is None:
+            described = getattr(getattr(self._broker, "specification", None), "url", None) or []
+            where, setting = ",".join(described) or "the broker's address", "KafkaBroker(...)"
+        else:
+            where = str(self.connection_kwargs()["bootstrap_servers"])
+            setting = (
+                "HOPCHAIN_KAFKA_BOOTSTRAP (or HopchainConfig(kafka_bootstrap=...))"
+                if "kafka_bootstrap" in self.hopchain.config.model_fields_set
+                else "the address given to KafkaBroker(...)"
+            )
+        return (
+            f"cannot connect to Kafka at {where} to make the dead-letter topics ready: is the "
+            f"broker running, and is {setting} its address?"
+        )
 
     async def prepare(self) -> list[str]:
         """Create the dead-letter topics of the checked subscribers; return those created.
@@ -277,22 +347,28 @@ class HopchainMiddleware:
         dead-letter topics' ``max.message.bytes`` (the largest; ``HOPCHAIN_DEAD_LETTER_MAX_BYTES``
         can lower it): a record that fits is parked whole, a larger one as a reference.
 
+        It connects the checked broker once first, to learn where and how it connects: the
+        topics are made there, with its login, unless
+        HOPCHAIN_KAFKA_BOOTSTRAP or the security settings were given. A dead-letter topic
+        whose source now allows larger records is grown (see
+        :mod:`~hopchain.middleware.topics`).
+
         Raises:
             ConfigurationError: the broker refused to create one, or could not be reached
                 (one line, with the reason).
         """
-        config, registry = self.hopchain.config, self.hopchain.registry
+        registry = self.hopchain.registry
         try:
-            topics = await ensure_dead_letter_topics(config, registry, self.topics)
+            await self._broker_connected()
+            topics = await ensure_dead_letter_topics(
+                self.connection_kwargs(), registry, self.topics
+            )
         except KafkaConnectionError as exc:
             # At start-up a broker out of reach is a setting to fix (or a broker to start),
-            # not a traceback to read: say where hopchain looked.
-            raise ConfigurationError(
-                f"cannot connect to Kafka at {config.kafka_bootstrap} to make the dead-letter "
-                "topics ready: is the broker running, and is HOPCHAIN_KAFKA_BOOTSTRAP (or "
-                "HopchainConfig(kafka_bootstrap=...)) its address?"
-            ) from exc
+            # not a traceback to read: say where hopchain looked, and why there.
+            raise ConfigurationError(self._unreachable()) from exc
         sizes = topics.sizes
+        self._prepared.update(sizes)
         if self._owned is not None and sizes:
             largest = max(sizes.values())
             size = await self._owned.fit(largest)
@@ -313,6 +389,8 @@ class HopchainMiddleware:
         So a service that never ran :meth:`prepare` does not park into a topic the broker
         auto-created with its default retention (often 7 days).
         """
+        if topic in self._prepared:
+            return  # checked (and reported) by prepare() already
         registry = self.hopchain.registry
         sources = [
             contract.topic
@@ -321,7 +399,7 @@ class HopchainMiddleware:
             and not registry.is_dead_letter_topic(contract.topic)
         ]
         if sources:
-            await ensure_dead_letter_topics(self.hopchain.config, registry, sources[:1])
+            await ensure_dead_letter_topics(self.connection_kwargs(), registry, sources[:1])
 
     async def close(self) -> None:
         """Commit what is settled (batched mode), then stop the dead-letter producer.

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "UNSAFE_ACKS",
+    "UNUSABLE_LOGIN",
     "BrokerFamily",
     "KafkaCommand",
     "PartitionControl",
@@ -39,6 +40,11 @@ KafkaCommand: TypeAlias = Union["AiokafkaPublishCommand", "ConfluentPublishComma
 UNSAFE_ACKS = (0, 1, "0", "1")
 """Producer ``acks`` hopchain refuses: an output the leader alone acknowledged is lost with it,
 and the offset of the record that made it would already be committed."""
+
+
+UNUSABLE_LOGIN = "hopchain_unusable_login"
+"""The key, among the connection options a family hands ``seen``, of why aiokafka (which
+writes the dead letters) cannot log in as the broker's clients do."""
 
 
 class PartitionControl(Protocol):
@@ -127,8 +133,10 @@ class BrokerFamily(Protocol):
     def prepare(self, broker: Any, seen: Any, *, started: bool) -> None:
         """Check and set the broker's client settings hopchain relies on.
 
-        ``seen`` is given the producer's connection options; ``started``: the broker's
-        clients are already built (only checks are possible).
+        ``seen`` is given the producer's connection options as aiokafka keyword arguments
+        (``bootstrap_servers``, ``client_id`` and the login; or :data:`UNUSABLE_LOGIN`), now
+        or when the broker connects; ``started``: the broker's clients are already built
+        (only checks are possible).
 
         Raises:
             ConfigurationError: a setting that could lose records, in one line.

@@ -14,6 +14,7 @@ from aiokafka import TopicPartition
 from faststream import StreamMessage
 from faststream.kafka import KafkaBroker
 from faststream.kafka.response import KafkaPublishCommand
+from faststream.kafka.security import parse_security
 
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
@@ -98,10 +99,24 @@ class KafkaFamily:
         return
 
     @staticmethod
-    def prepare(broker: Any, seen: Any, *, started: bool) -> None:  # noqa: ARG004 - the protocol's
-        """Have the broker's producer write with ``acks="all"`` and idempotence."""
+    def prepare(broker: Any, seen: Any, *, started: bool) -> None:
+        """Have the broker's producer write with ``acks="all"`` and idempotence.
+
+        A broker that connected before it was checked no longer shows its connection
+        options: its servers and security are then taken from its public description
+        (``KafkaBroker(..., security=...)``; ``specification_url`` when one is given).
+        """
         if isinstance(broker, KafkaBroker):
+            hooked = getattr(broker.config.broker_config.connect, "hopchain_checked", False)
             require_safe_producer(broker, seen)
+            if started and not hooked:
+                described = broker.specification
+                seen(
+                    {
+                        "bootstrap_servers": ",".join(described.url),
+                        **parse_security(described.security),
+                    }
+                )
 
 
 KAFKA = KafkaFamily()
