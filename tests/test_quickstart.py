@@ -32,6 +32,7 @@ BACKGROUND_WAIT_SECONDS = 60.0
 _ID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")  # a dead letter's id (a ULID)
 _AGE = re.compile(r"(?<![\w.])(?:\d+[dhms])+(?![\w.])")  # 3s, 1m05s, 2h10m
 _SECONDS = re.compile(r"\bin \d+\.\d+ s\b")
+_LOG_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\b")  # a log line's time
 
 
 def build_wheel(into: Path) -> Path:
@@ -88,6 +89,7 @@ def _command(line: str) -> str:
 def normalised(line: str) -> str:
     """What may differ from run to run replaced, and runs of spaces (table padding) collapsed."""
     line = _SECONDS.sub("in <t> s", _AGE.sub("<age>", _ID.sub("<id>", line)))
+    line = _LOG_TIME.sub("<time>", line)
     return " ".join(line.split())
 
 
