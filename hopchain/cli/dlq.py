@@ -132,9 +132,14 @@ def serve(
         dlq_port=("--port", port),
         dlq_create_topics=("--create-topics", create_topics),
     )
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from hopchain.logs import LogSettings  # noqa: PLC0415 - only the service logs
+
+    handler = logging.StreamHandler()
+    if LogSettings().line_format == "json":  # HOPCHAIN_LOG_FORMAT, as for the middleware
+        handler.setFormatter(LogSettings().formatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     raise typer.Exit(dlq_actions.serve(settings))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -66,6 +67,50 @@ async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigte
             code = await process.wait()
     assert code == 0, (log + rest).decode()
     assert f"created topic {topic}".encode() in log
+
+
+SERVING_JSON = re.compile(r"serving on (http://127\.0\.0\.1:\d+)")
+
+
+@pytest.mark.kafka
+async def test_serve_writes_json_lines_with_hopchain_log_format_json(kafka_bootstrap: str) -> None:
+    """A log shipper reads the service's lines as it reads the middleware's: one object each."""
+    topic = unique_topic_name("serve-json") + ".dlq"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "hopchain.cli",
+        "dlq",
+        "serve",
+        f"--bootstrap={kafka_bootstrap}",
+        f"--dlq-topic={topic}=team-a",
+        f"--resolutions-topic={unique_topic_name('resolutions')}",
+        "--port=0",
+        stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "HOPCHAIN_DLQ_TOKEN": "", "HOPCHAIN_LOG_FORMAT": "json"},
+    )
+    assert process.stderr is not None
+    lines: list[dict[str, object]] = []
+    try:
+        async with asyncio.timeout(60):
+            while not any(SERVING_JSON.search(str(line["message"])) for line in lines):
+                raw = await process.stderr.readline()
+                assert raw, f"serve exited early after {lines}"
+                lines.append(json.loads(raw))  # every line is one JSON object
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            rest = await process.stderr.read()
+            code = await process.wait()
+    lines += [json.loads(raw) for raw in rest.splitlines() if raw.strip()]
+    assert code == 0, lines
+    created = [line for line in lines if str(line["message"]).startswith(f"created topic {topic}")]
+    assert len(created) == 1
+    assert created[0]["level"] == "INFO"
+    assert str(created[0]["logger"]).startswith("hopchain")
+    assert {"ts", "level", "logger", "message"} <= set(created[0])
 
 
 def test_serve_refuses_a_dlq_topic_without_a_name() -> None:
