@@ -192,6 +192,13 @@ class HopchainConfig(BaseSettings):
     when it cannot be read); this only lowers that size. A record that does not fit is parked
     as a reference: its key, headers, size, SHA-256 and source position, without the value."""
 
+    grow_dead_letter_topics: bool = True
+    """Let the FastStream middleware's ``prepare()`` raise the ``max.message.bytes`` of a
+    dead-letter topic whose source now allows larger records, changing nothing else
+    (HOPCHAIN_GROW_DEAD_LETTER_TOPICS). Turn it off where topics are managed elsewhere: a
+    topic too small is then reported (an ERROR line with the command that fixes it) and left
+    as it is. The dead-letter service follows HOPCHAIN_DLQ_CREATE_TOPICS instead."""
+
     transport_retries: int = Field(default=3, ge=0)
     """Retries in place of a ``transient`` failure of a handler that declares no stage
     (HOPCHAIN_TRANSPORT_RETRIES); a declared stage uses its own budget."""

@@ -264,7 +264,15 @@ async def _run(args: argparse.Namespace, bootstrap: str, run_dir: Path) -> int:
             iter(result.parked_envelopes.values()), None
         )
         if traced is not None:
-            _hopchain("trace", traced, "--bootstrap", bootstrap, *_topic_args())
+            # Every topic the contracts name, dead-letter topics included.
+            _hopchain(
+                "trace",
+                traced,
+                "--bootstrap",
+                bootstrap,
+                "--contracts",
+                "examples.claims.pipeline:registry",
+            )
         if not agree:
             exit_code = 1
         if result.accounted != report.sent:
@@ -276,10 +284,6 @@ async def _run(args: argparse.Namespace, bootstrap: str, run_dir: Path) -> int:
         codes = processes.stop()
         console.print(f"stopped the services: {codes}")
     return exit_code
-
-
-def _topic_args() -> list[str]:
-    return [arg for topic in TOPICS for arg in ("--topic", topic)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,12 +67,17 @@ class DeadLetterTopics:
 
 
 async def ensure_dead_letter_topics(
-    connection: Mapping[str, Any], registry: ContractRegistry, source_topics: Iterable[str]
+    connection: Mapping[str, Any],
+    registry: ContractRegistry,
+    source_topics: Iterable[str],
+    *,
+    grow: bool = True,
 ) -> DeadLetterTopics:
     """Create the missing dead-letter topics of ``source_topics``; check and grow the others.
 
     ``connection``: aiokafka keyword arguments, ``bootstrap_servers`` and the login (see
-    :meth:`~hopchain.config.HopchainConfig.connection_kwargs`).
+    :meth:`~hopchain.config.HopchainConfig.connection_kwargs`). ``grow=False`` reports a
+    topic too small for its source instead of raising its size.
 
     Raises:
         ConfigurationError: the broker refused to create one (named, with the reason).
@@ -91,7 +96,9 @@ async def ensure_dead_letter_topics(
         missing = {dlq: source for dlq, source in wanted.items() if dlq not in existing}
         created = await _create(admin, missing, existing) if missing else []
         present = sorted(set(wanted) & {*existing, *created})
-        grown, unsafe = await _grow_and_check(admin, connection, sorted(set(wanted) & existing))
+        grown, unsafe = await _grow_and_check(
+            admin, connection, sorted(set(wanted) & existing), grow=grow
+        )
         sizes = await max_message_bytes(admin, present)
     finally:
         await admin.close()
@@ -139,7 +146,7 @@ async def _create(
 
 
 async def _grow_and_check(
-    admin: AIOKafkaAdminClient, connection: Mapping[str, Any], topics: list[str]
+    admin: AIOKafkaAdminClient, connection: Mapping[str, Any], topics: list[str], *, grow: bool
 ) -> tuple[list[str], dict[str, list[str]]]:
     """Grow the existing dead-letter topics whose sources outgrew them; log what stays unsafe.
 
@@ -147,7 +154,7 @@ async def _grow_and_check(
     """
     if not topics:
         return [], {}
-    grown, refused = await _grow(admin, connection, topics)
+    grown, refused = await _grow(admin, connection, topics, grow=grow)
     problems: dict[str, list[str]] = {}
     fixes: dict[str, dict[str, str]] = {}
     for topic, found in (await retention_problems(admin, topics)).items():
@@ -155,9 +162,7 @@ async def _grow_and_check(
             problems.setdefault(topic, []).extend(found)
             fixes.setdefault(topic, {}).update(_RETENTION_FIX)
     for size, why in refused:
-        problems.setdefault(size.topic, []).append(
-            f"{size.problem()}; the broker refused to raise it: {why}"
-        )
+        problems.setdefault(size.topic, []).append(f"{size.problem()}; {why}")
         fixes.setdefault(size.topic, {})["max.message.bytes"] = str(size.needed)
     for topic, found in (await timestamp_problems(admin, topics)).items():
         if found:
@@ -175,18 +180,21 @@ async def _grow_and_check(
 
 
 async def _grow(
-    admin: AIOKafkaAdminClient, connection: Mapping[str, Any], topics: list[str]
+    admin: AIOKafkaAdminClient, connection: Mapping[str, Any], topics: list[str], *, grow: bool
 ) -> tuple[list[str], list[tuple[DeadLetterSize, str]]]:
     """Raise the dead-letter topics too small for their sources: those grown, those refused."""
     undersized = [
         size for size in (await dead_letter_sizes(admin, topics)).values() if not size.safe
     ]
+    if not grow:
+        off = "not raised: HOPCHAIN_GROW_DEAD_LETTER_TOPICS is off"
+        return [], [(size, off) for size in undersized]
     answers = await grow_dead_letter_topics(connection, undersized)
     grown, refused = [], []
     for size in undersized:
         why = answers.get(size.topic, "no answer from the broker")
         if why is not None:
-            refused.append((size, why))
+            refused.append((size, f"the broker refused to raise it: {why}"))
             continue
         grown.append(size.topic)
         logger.info(

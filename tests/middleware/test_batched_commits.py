@@ -41,15 +41,24 @@ if TYPE_CHECKING:
     from hopchain.testing import TopicFactory
 
 
+# These tests make dead-letter topics too small on purpose, so that a write fails: the
+# middleware must leave them as they are, not grow them for their sources.
 def batched(**values: float) -> HopchainConfig:
     return HopchainConfig(
-        commits="batched", dead_letter_attempts=2, dead_letter_backoff_seconds=0.01, **values
+        commits="batched",
+        dead_letter_attempts=2,
+        dead_letter_backoff_seconds=0.01,
+        grow_dead_letter_topics=False,
+        **values,
     )
 
 
 def per_record() -> HopchainConfig:
     return HopchainConfig(
-        commits="record", dead_letter_attempts=2, dead_letter_backoff_seconds=0.01
+        commits="record",
+        dead_letter_attempts=2,
+        dead_letter_backoff_seconds=0.01,
+        grow_dead_letter_topics=False,
     )
 
 

@@ -361,7 +361,10 @@ class HopchainMiddleware:
         try:
             await self._broker_connected()
             topics = await ensure_dead_letter_topics(
-                self.connection_kwargs(), registry, self.topics
+                self.connection_kwargs(),
+                registry,
+                self.topics,
+                grow=self.hopchain.config.grow_dead_letter_topics,
             )
         except KafkaConnectionError as exc:
             # At start-up a broker out of reach is a setting to fix (or a broker to start),
@@ -399,7 +402,12 @@ class HopchainMiddleware:
             and not registry.is_dead_letter_topic(contract.topic)
         ]
         if sources:
-            await ensure_dead_letter_topics(self.connection_kwargs(), registry, sources[:1])
+            await ensure_dead_letter_topics(
+                self.connection_kwargs(),
+                registry,
+                sources[:1],
+                grow=self.hopchain.config.grow_dead_letter_topics,
+            )
 
     async def close(self) -> None:
         """Commit what is settled (batched mode), then stop the dead-letter producer.
