@@ -132,6 +132,12 @@ def writer_seeds() -> list[bytes]:
         hop = json.dumps(case["hop"], **compact).encode()
         fields = [case["received"].encode(), hop, case["payload"].encode()]
         seeds.append(seed(keyring_of(case), *fields))
+    # And every envelope text of the vectors, with the first fixture's hop and payload.
+    first = json.loads((FIXTURES / "append.json").read_text(encoding="utf-8"))[0]
+    hop = json.dumps(first["hop"], **compact).encode()
+    for envelope in envelope_seeds():
+        settings, text = envelope[0], envelope[1:]
+        seeds.append(seed(settings, text, hop, first["payload"].encode()))
     for case in json.loads((FIXTURES / "originate.json").read_text(encoding="utf-8")):
         identity = json.dumps(case["identity"], **compact).encode()
         hop = json.dumps(case["hop"], **compact).encode()
