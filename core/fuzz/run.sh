@@ -8,9 +8,9 @@
 #   FUZZ_RUNS=10000000 FUZZ_SECONDS=0 core/fuzz/run.sh record   # 10 million executions
 #
 # FUZZ_SECONDS: seconds per target (0: no bound); FUZZ_RUNS: executions per target (0: no
-# bound); FUZZ_JOBS: cargo's build jobs (1); FUZZ_ARGS: more libFuzzer options. The corpus
-# each run grows is kept in corpus/<target> (ignored by git); the seeds are written again
-# from the vectors by seeds.py.
+# bound); FUZZ_JOBS: cargo's build jobs (cargo's default when unset); FUZZ_ARGS: more
+# libFuzzer options. The corpus each run grows is kept in corpus/<target> (ignored by git);
+# the seeds are written again from the vectors by seeds.py.
 set -eu
 
 cd "$(dirname "$0")"
@@ -30,7 +30,7 @@ RUSTFLAGS="-Cpasses=sancov-module \
 -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares \
 --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
-    cargo build --quiet --release --locked --target "$TRIPLE" --bins -j "${FUZZ_JOBS:-1}"
+    cargo build --quiet --release --locked --target "$TRIPLE" --bins ${FUZZ_JOBS:+-j "$FUZZ_JOBS"}
 
 status=0
 for target in $TARGETS; do
