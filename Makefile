@@ -16,12 +16,13 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 CARGO ?= cargo
 CORE := --manifest-path core/Cargo.toml
+FUZZ := --manifest-path core/fuzz/Cargo.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install lint docs test core-lint core-test core-python soak bench kafka kafka-stop kafka-status demo clean distclean
+.PHONY: help venv install lint docs test core-lint core-test core-python core-fuzz core-fuzz-soak soak bench kafka kafka-stop kafka-status demo clean distclean
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,20 +48,33 @@ docs: install ## Build the documentation site into site/ (MkDocs, Material, API 
 	$(MKDOCS) build --strict
 
 # HOPCHAIN_CORE_DIFF=1: tests/core holds the built extension to the Python reader's verdicts.
-test: install core-test core-python ## core-test, core-python, then the tests; a real Kafka broker is started and stopped by the session
+test: install core-test core-python core-fuzz ## core-test, core-python, core-fuzz, then the tests; a real Kafka broker is started and stopped by the session
 	@start=$$(date +%s); status=0; \
 	HOPCHAIN_CORE_DIFF=1 $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
 	exit $$status
 
 # The compiled core: the Rust crate hopchain-core in core/ (SPEC.md's reader and writer).
-core-lint: ## cargo fmt --check and cargo clippy -D warnings on the crate in core/ (bindings too)
+core-lint: ## cargo fmt --check and cargo clippy -D warnings on the crate in core/ (bindings, fuzz targets too)
 	$(CARGO) fmt $(CORE) --check
 	$(CARGO) clippy $(CORE) --all-targets -- -D warnings
 	$(CARGO) clippy $(CORE) --all-targets --features python -- -D warnings
+	$(CARGO) fmt $(FUZZ) --check
+	$(CARGO) clippy $(FUZZ) --all-targets -- -D warnings
 
 core-test: ## cargo test on the crate in core/ (the vectors, fixtures and proptests)
 	$(CARGO) test $(CORE)
+
+# Coverage-guided fuzzing of the crate on stable Rust (libFuzzer; core/fuzz/run.sh): one target
+# per input path, seeded from tests/vectors. Exits non-zero on any crash, its input kept in
+# core/fuzz/artifacts. FUZZ_SECONDS is per target (5 targets).
+FUZZ_SECONDS ?= 4
+core-fuzz: ## Fuzz each input path of the crate for FUZZ_SECONDS (4) seconds; fails on a crash
+	FUZZ_SECONDS=$(FUZZ_SECONDS) core/fuzz/run.sh
+
+# 10 million executions per target: about 5 minutes for the record reader, 20 in all.
+core-fuzz-soak: ## Fuzz each input path of the crate for 10 million executions
+	FUZZ_RUNS=10000000 FUZZ_SECONDS=0 core/fuzz/run.sh
 
 # The product does not read through the extension yet; tests/core compares the two readers.
 core-python: install ## Build the crate's Python extension, hopchain._core, into the checkout (maturin)
@@ -70,7 +84,7 @@ core-python: install ## Build the crate's Python extension, hopchain._core, into
 # 20,000-document crash and broker-restart runs, 40,000 hostile records. See RELIABILITY.md.
 # And the read-path fuzzers of tests/fuzz at length: 400,000 coverage-guided executions,
 # 200,000 mutated records per reader, 20,000 hypothesis examples per test.
-soak: install ## The fault suite and the fuzzers at full scale (HOPCHAIN_SOAK=1); tens of minutes
+soak: install core-fuzz-soak ## core-fuzz-soak; the fault suite and the fuzzers at full scale (HOPCHAIN_SOAK=1); tens of minutes
 	@start=$$(date +%s); status=0; \
 	HOPCHAIN_SOAK=1 $(BIN)/pytest tests/reliability tests/fuzz $(PYTEST_ARGS) || status=$$?; \
 	echo "make soak: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
