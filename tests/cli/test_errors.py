@@ -119,6 +119,7 @@ INVALID: dict[str, str | None] = {
     "dead_letter_attempts": "0",
     "dead_letter_backoff_seconds": "-1",
     "dead_letter_max_bytes": "12",
+    "grow_dead_letter_topics": "maybe",
     "dlq_topics": "not json",
     "dlq_topic_pattern": "(unclosed",
     "dlq_resolutions_topic": None,  # any text is a topic name to Kafka's client
