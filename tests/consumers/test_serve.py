@@ -19,25 +19,30 @@ from hopchain.testing import unique_topic_name
 SERVING = re.compile(rb"serving on (http://127\.0\.0\.1:\d+)")
 
 
-@pytest.mark.kafka
-async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigterm(
-    kafka_bootstrap: str,
-) -> None:
-    topic = unique_topic_name("serve") + ".dlq"
-    process = await asyncio.create_subprocess_exec(
+async def _serve(bootstrap: str, topic: str, **environment: str) -> asyncio.subprocess.Process:
+    """``hopchain dlq serve`` of ``topic`` on a free port, its log on a pipe."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "hopchain.cli",
         "dlq",
         "serve",
-        f"--bootstrap={kafka_bootstrap}",
+        f"--bootstrap={bootstrap}",
         f"--dlq-topic={topic}=team-a",
         f"--resolutions-topic={unique_topic_name('resolutions')}",
         "--port=0",
         stderr=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "HOPCHAIN_DLQ_TOKEN": ""},
+        env={**os.environ, "HOPCHAIN_DLQ_TOKEN": "", **environment},
     )
+
+
+@pytest.mark.kafka
+async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigterm(
+    kafka_bootstrap: str,
+) -> None:
+    topic = unique_topic_name("serve") + ".dlq"
+    process = await _serve(kafka_bootstrap, topic)
     assert process.stderr is not None
     log = b""
     try:
@@ -69,32 +74,16 @@ async def test_serve_creates_its_topics_reports_ready_and_stops_cleanly_on_sigte
     assert f"created topic {topic}".encode() in log
 
 
-SERVING_JSON = re.compile(r"serving on (http://127\.0\.0\.1:\d+)")
-
-
 @pytest.mark.kafka
 async def test_serve_writes_json_lines_with_hopchain_log_format_json(kafka_bootstrap: str) -> None:
     """A log shipper reads the service's lines as it reads the middleware's: one object each."""
     topic = unique_topic_name("serve-json") + ".dlq"
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hopchain.cli",
-        "dlq",
-        "serve",
-        f"--bootstrap={kafka_bootstrap}",
-        f"--dlq-topic={topic}=team-a",
-        f"--resolutions-topic={unique_topic_name('resolutions')}",
-        "--port=0",
-        stderr=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        env={**os.environ, "HOPCHAIN_DLQ_TOKEN": "", "HOPCHAIN_LOG_FORMAT": "json"},
-    )
+    process = await _serve(kafka_bootstrap, topic, HOPCHAIN_LOG_FORMAT="json")
     assert process.stderr is not None
     lines: list[dict[str, object]] = []
     try:
         async with asyncio.timeout(60):
-            while not any(SERVING_JSON.search(str(line["message"])) for line in lines):
+            while not any(SERVING.search(str(line["message"]).encode()) for line in lines):
                 raw = await process.stderr.readline()
                 assert raw, f"serve exited early after {lines}"
                 lines.append(json.loads(raw))  # every line is one JSON object
