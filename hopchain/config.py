@@ -291,7 +291,7 @@ class HopchainConfig(BaseSettings):
     """Base64 key (at least 16 bytes) that signs every resolution and claim written to the
     resolutions topic (HOPCHAIN_DLQ_RESOLUTION_KEY). With one, a resolution without a valid
     signature (written by anyone else who can write the topic) is ignored and counted in
-    ``hopchain_dlq_resolutions_rejected_total``; give every service replica and CLI the same
+    ``hopchain_dlq_resolutions_ignored_total``; give every service replica and CLI the same
     key. Without one, resolutions are neither signed nor checked."""
 
     dlq_claim_seconds: float = Field(default=120.0, gt=0)
