@@ -4,12 +4,12 @@ The core is total by design, but should one of its bindings ever panic, PyO3 rai
 ``PanicException``, a ``BaseException``: an ``except Exception`` would let it end the
 consumer. Here it is raised where the product would meet it, on the real broker: in the
 codec's ``decode`` for one record, in FastStream on aiokafka (a per-record and a batch
-subscriber, both commit modes), hopchain's aiokafka consumer (one by one and in batches) and
-its confluent-kafka consumer; and, in FastStream, in a handler and in the codec's ``encode``
-of an output. What a user relies on is checked: the record is in the dead-letter topic byte
-for byte with its reason and its counter moved by exactly one (or, for the output, the
-record is handled again and its output sent), the next record of the partition reached the
-handler and the offset passed both.
+subscriber, both commit modes), hopchain's aiokafka consumer (one by one, in batches and
+transactional) and its confluent-kafka consumer; and, in FastStream, in a handler and in
+the codec's ``encode`` of an output. What a user relies on is checked: the record is in the
+dead-letter topic byte for byte with its reason and its counter moved by exactly one (or,
+for the output, the record is handled again and its output sent), the next record of the
+partition reached the handler and the offset passed both.
 
 ``KeyboardInterrupt``, ``SystemExit`` and ``asyncio.CancelledError`` raised at the same place
 still end the read: nothing is parked and nothing is committed past the record.
@@ -47,6 +47,7 @@ from hopchain import (
     Hopchain,
     HopchainConfig,
     HopchainMiddleware,
+    TransactionalConsumer,
     current_hop,
 )
 from hopchain.exceptions import UNEXPECTED, ReasonCode
@@ -300,7 +301,12 @@ async def read_in_batches(stage: EnvelopeConsumer, case: Scene) -> None:
 @asynccontextmanager
 async def plain(case: Scene, runtime: Hopchain, *, adapter: str) -> AsyncIterator[None]:
     """A plain consumer's read loop, run in a task that must not end while the test runs."""
-    producer = AIOKafkaProducer(bootstrap_servers=case.bootstrap, acks="all")
+    transactional = adapter == "transactional"
+    producer = AIOKafkaProducer(
+        bootstrap_servers=case.bootstrap,
+        acks="all",
+        **({"transactional_id": f"{case.group}-0"} if transactional else {}),
+    )
     await producer.start()
     try:
         if adapter == "confluent":
@@ -311,11 +317,21 @@ async def plain(case: Scene, runtime: Hopchain, *, adapter: str) -> AsyncIterato
                 yield
             return
         async with envelope_consumer_client(case.bootstrap, case.source, case.group) as client:
-            stage = EnvelopeConsumer(client, producer, runtime, group=case.group)
-            send = EnvelopeProducer(producer, runtime).send
+            stage: EnvelopeConsumer
+            send: Callable[..., Any]
+            if transactional:
+                in_transactions = TransactionalConsumer(client, producer, runtime, group=case.group)
+                stage, send = in_transactions, in_transactions.send
+            else:
+                stage = EnvelopeConsumer(client, producer, runtime, group=case.group)
+                send = EnvelopeProducer(producer, runtime).send
             loop = read_in_batches(stage, case) if adapter == "batches" else None
-            async with alive(loop or read_one_by_one(stage, case, send)):
-                yield
+            try:
+                async with alive(loop or read_one_by_one(stage, case, send)):
+                    yield
+            finally:
+                if isinstance(stage, TransactionalConsumer):
+                    await stage.close()
     finally:
         await producer.stop()
 
@@ -353,6 +369,7 @@ ADAPTERS = [
     ("faststream_batch", "batched"),
     ("aiokafka", "record"),
     ("batches", "record"),
+    ("transactional", "record"),
     ("confluent", "record"),
 ]
 
