@@ -18,13 +18,18 @@ Hierarchy::
     ├── RecordTooLargeError         a record is too large for its topic: parked as a reference
     ├── LocalKafkaError             the development broker could not be provisioned or run
     └── LocalRegistryError          the development schema registry could not be set up or run
+
+:data:`UNEXPECTED` is what hopchain's last-resort handlers catch: every ``Exception``, and the
+``PanicException`` the compiled core would raise if one of its bindings ever panicked.
 """
 
 from __future__ import annotations
 
+import importlib
 from enum import StrEnum
 
 __all__ = [
+    "UNEXPECTED",
     "ConfigurationError",
     "DeadLetterWriteError",
     "DecodeError",
@@ -249,3 +254,29 @@ class LocalKafkaError(HopchainError):
 
 class LocalRegistryError(HopchainError):
     """The local development schema registry could not be provisioned, started or stopped."""
+
+
+def _core_panic() -> tuple[type[BaseException], ...]:
+    """PyO3's ``PanicException``, as ``hopchain._core`` exports it (none without the core).
+
+    It derives from ``BaseException``, not ``Exception``, so an ``except Exception`` would let
+    it end a consumer. The core is part of every install; only a checkout whose extension is
+    not built (or was built before it exported the type) has none, and then nothing of the
+    core runs to panic.
+    """
+    try:
+        core = importlib.import_module("hopchain._core")
+    except ImportError:
+        return ()
+    panic = getattr(core, "PanicException", None)
+    if isinstance(panic, type) and issubclass(panic, BaseException):
+        return (panic,)
+    return ()
+
+
+UNEXPECTED: tuple[type[BaseException], ...] = (Exception, *_core_panic())
+"""What a last-resort ``except`` catches: any ``Exception``, and a panic of the compiled core.
+
+``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` and ``asyncio.CancelledError`` are
+not in it: they still end what they interrupt.
+"""

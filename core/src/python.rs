@@ -585,5 +585,8 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     module.add("REASON_CODES", PyTuple::new(module.py(), codes)?)?;
+    // What a panic in a binding raises (a BaseException): named so the engine can park on it.
+    let panic = module.py().get_type::<pyo3::panic::PanicException>();
+    module.add("PanicException", panic)?;
     Ok(())
 }

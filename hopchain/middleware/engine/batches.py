@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from hopchain.exceptions import ConfigurationError
+from hopchain.exceptions import UNEXPECTED, ConfigurationError
 from hopchain.middleware.engine.batch import (
     Batch,
     BatchClient,
@@ -271,7 +271,7 @@ class Batches:
             hop = self.hopchain.open(
                 record, decoded, group=group, span_id=span.span_id, received_at=received_at
             )
-        except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+        except UNEXPECTED as exc:  # nothing read may end unparked
             received.verdict = Verdict.PARK
             received.error = internal_error(record, exc, step="open")
             received.cause = exc

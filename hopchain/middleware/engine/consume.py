@@ -15,7 +15,13 @@ from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError, ReasonCode
+from hopchain.exceptions import (
+    UNEXPECTED,
+    ConfigurationError,
+    DeadLetterWriteError,
+    DecodeError,
+    ReasonCode,
+)
 from hopchain.middleware.context import HopContext, reset_current_hop, set_current_hop
 from hopchain.middleware.engine.adopt import adopt, is_bare
 from hopchain.middleware.engine.parts import EngineParts, dead_letter_info
@@ -80,7 +86,7 @@ def close_quietly(scope: ExitStack, record: ConsumedRecord | None) -> None:
     """Close the hops' spans and contexts; a failure here is logged, the record is settled."""
     try:
         scope.close()
-    except Exception:
+    except UNEXPECTED:
         logger.exception(
             "closing the hop of %s failed", record.describe() if record else "a record"
         )
@@ -133,7 +139,7 @@ class Receiver:
             return self._refused(record, error, None)
         except ConfigurationError:
             raise
-        except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+        except UNEXPECTED as exc:  # nothing read may end unparked
             return self._refused(record, internal_error(record, exc, step="accept"), exc)
         received = Received(Verdict.HANDLE, record, decoded)
         if body and decoded.contract.mode is WireMode.BODY:
@@ -141,14 +147,14 @@ class Receiver:
                 received.body = bytes(
                     decoded.payload.__pydantic_serializer__.to_json(decoded.payload)
                 )
-            except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+            except UNEXPECTED as exc:  # nothing read may end unparked
                 return self._refused(record, internal_error(record, exc, step="serialize"), exc)
         if scope is not None:
             try:
                 received.hop, received.span = scope.enter_context(
                     self.handling(record, decoded, group=group)
                 )
-            except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+            except UNEXPECTED as exc:  # nothing read may end unparked
                 refusal = internal_error(record, exc, step="open")
                 return Received(Verdict.PARK, record, error=refusal, cause=exc)
         return received
@@ -166,7 +172,7 @@ class Receiver:
         try:
             decoded = passed_on(self.parts, record, error)
             hop, span = scope.enter_context(self.handling(record, decoded, group=group))
-        except Exception as exc:  # noqa: BLE001 - nothing read may end unparked
+        except UNEXPECTED as exc:  # nothing read may end unparked
             refusal = internal_error(record, exc, step="report")
             return Received(Verdict.PARK, record, error=refusal, cause=exc)
         hop.reported = ValidationIssue(
@@ -182,7 +188,7 @@ class Receiver:
             return Received(Verdict.PARK, record, error=error, cause=cause)
         try:
             self.would_reject(record, error)
-        except Exception:  # a collaborator's failure must not stop the report
+        except UNEXPECTED:  # a collaborator's failure must not stop the report
             logger.exception("reporting %s failed; handing it on anyway", record.describe())
         return Received(Verdict.REPORT, record, error=error, cause=cause)
 
@@ -326,7 +332,7 @@ class Receiver:
         """
         try:
             info, dead_letter_topic = self._refuse(record, error, group=group, cause=cause)
-        except Exception as exc:  # noqa: BLE001 - raised when awaited, as a failed write is
+        except UNEXPECTED as exc:  # raised when awaited, as a failed write is
             return self._unparked(record, exc)
         return self._write(record, error, info, dead_letter_topic, writer)
 
@@ -405,11 +411,11 @@ class Receiver:
                 await parts.dead_letters.park(record, info, dead_letter_topic, writer)
         except DeadLetterWriteError:
             raise
-        except Exception as exc:  # noqa: BLE001 - hopchain's own failure: read it again
+        except UNEXPECTED as exc:  # hopchain's own failure: read it again
             await self._unparked(record, exc)
         return info
 
-    async def _unparked(self, record: ConsumedRecord, exc: Exception) -> NoReturn:
+    async def _unparked(self, record: ConsumedRecord, exc: BaseException) -> NoReturn:
         logger.error("parking %s failed in hopchain itself", record.describe(), exc_info=exc)
         contract = self.parts.registry.get(record.topic)
         raise DeadLetterWriteError(

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from hopchain.config import HopchainConfig
-from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, DecodeError
+from hopchain.exceptions import UNEXPECTED, ConfigurationError, DeadLetterWriteError, DecodeError
 from hopchain.loading import LoadError, load_registry
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore
@@ -383,7 +383,7 @@ class Hopchain:
             )
         except DeadLetterWriteError:
             raise
-        except Exception as failed:  # noqa: BLE001 - a failed record must still be parked
+        except UNEXPECTED as failed:  # a failed record must still be parked
             error = internal_error(hop.record, failed, step="settle")
             info = await self.receiver.reject(
                 hop.record, error, group=hop.group, writer=writer, cause=failed
@@ -423,7 +423,7 @@ class Hopchain:
         """
         try:
             self.settler.handled(hop)
-        except Exception:
+        except UNEXPECTED:
             logger.exception("accounting for handled %s failed", hop.record.describe())
 
     def consumed(self, topic: str, seconds: float, count: int = 1) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hopchain import propagation
-from hopchain.exceptions import DeadLetterWriteError, RecordTooLargeError
+from hopchain.exceptions import UNEXPECTED, DeadLetterWriteError, RecordTooLargeError
 from hopchain.middleware.metrics import MiddlewareMetrics
 from hopchain.schemas.deadletter import DeadLetterInfo, dead_letter_record, reference_record
 from hopchain.schemas.record import ConsumedRecord
@@ -113,7 +113,7 @@ class DeadLetterWriter:
                 parked = OutgoingRecord(topic, value, record.key, headers, parked.timestamp_ms)
                 referenced = True
                 attempt -= 1
-            except Exception as exc:  # noqa: BLE001 - any failure means "not parked"
+            except UNEXPECTED as exc:  # any failure means "not parked"
                 self.metrics.dead_letter_write_failures.labels(record.topic).inc()
                 logger.warning(
                     "could not park %s in %s (attempt %d of %d): %s",
@@ -155,7 +155,7 @@ class DeadLetterWriter:
         try:
             with propagation.sending():
                 await writer.write(OutgoingRecord(topic, value, record.key, headers))
-        except Exception as exc:
+        except UNEXPECTED as exc:
             raise DeadLetterWriteError(
                 source_topic=record.topic,
                 partition=record.partition,

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from faststream import StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage
 
-from hopchain.exceptions import ConfigurationError, DeadLetterWriteError
+from hopchain.exceptions import UNEXPECTED, ConfigurationError, DeadLetterWriteError
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
 from hopchain.middleware.engine.consume import close_quietly
@@ -99,7 +99,7 @@ class Batch:
             return await call_next(msg)
         except HandlerException:
             raise
-        except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
+        except UNEXPECTED as exc:  # every handler failure is typed and parked
             await self._park_all(exc)
 
     async def _park_all(self, exc: BaseException) -> NoReturn:

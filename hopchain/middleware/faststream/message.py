@@ -16,7 +16,12 @@ from typing import Any, NoReturn
 from faststream import BaseMiddleware, ContextRepo, StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage, RejectMessage
 
-from hopchain.exceptions import ConfigurationError, DeadLetterWriteError, EnvelopeRejected
+from hopchain.exceptions import (
+    UNEXPECTED,
+    ConfigurationError,
+    DeadLetterWriteError,
+    EnvelopeRejected,
+)
 from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.control import register_control_flow
 from hopchain.middleware.engine import Received, Verdict
@@ -183,7 +188,7 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             result = await self.hopchain.default_retry.run(hop, lambda: call_next(msg))
         except HandlerException:
             raise
-        except Exception as exc:  # noqa: BLE001 - every handler failure is typed and parked
+        except UNEXPECTED as exc:  # every handler failure is typed and parked
             await self._park_failure(hop, exc)
         self.hopchain.consumed(hop.record.topic, time.perf_counter() - self._started)
         return result
@@ -314,7 +319,7 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         incoming = self.hop if self.hop is not None else current_hop()
         try:
             return await send_one(self.owner, call_next, cmd, incoming, pending.get())
-        except Exception as exc:
+        except UNEXPECTED as exc:
             if incoming is not None:
                 # Seen again in after_processed: the record must not be committed unsent.
                 self._unsent = exc
