@@ -17,9 +17,13 @@ DEMO_ARGS ?=
 CARGO ?= cargo
 CORE := --manifest-path core/Cargo.toml
 FUZZ := --manifest-path core/fuzz/Cargo.toml
+# maturin finds zig (the ziglang package) through the interpreter first on PATH: the venv's.
+MATURIN := PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/maturin
+CORE_EXTENSION := hopchain/_core.abi3.so
+CORE_SOURCES := core/Cargo.toml core/Cargo.lock $(wildcard core/src/*.rs)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install lint docs test core-lint core-test core-python core-fuzz core-fuzz-soak soak bench kafka kafka-stop kafka-status demo clean distclean
+.PHONY: help venv install lint docs test wheel core-lint core-test core-python core-fuzz core-fuzz-soak soak bench kafka kafka-stop kafka-status demo clean distclean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,14 +31,25 @@ help: ## List the targets
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstalls only when the dependency declarations change.
-$(INSTALLED): pyproject.toml constraints.txt | $(PY)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
+# Reinstalls only when the dependency declarations (or the version, core/Cargo.toml's) change.
+# The editable install builds the crate's extension, hopchain/_core.abi3.so, into the checkout
+# (one release build); PIP_CONSTRAINT holds the build backend to constraints.txt as well.
+$(INSTALLED): pyproject.toml constraints.txt core/Cargo.toml core/Cargo.lock | $(PY)
+	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet -c constraints.txt -e '.[all,dev]'
+	@touch $@
+
+# After a change to the crate's sources: the extension rebuilt in place, incrementally.
+$(CORE_EXTENSION): $(CORE_SOURCES) | $(INSTALLED)
+	$(MATURIN) develop --release --skip-install --quiet
 	@touch $@
 
 venv: $(INSTALLED) ## Create .venv and install hopchain (editable) with every extra (all) and the dev tools
 
-install: $(INSTALLED) ## Install or update the dependencies in .venv
+install: $(INSTALLED) $(CORE_EXTENSION) ## Install or update .venv; build the crate's extension, hopchain._core, into the checkout
+
+# What users install: glibc 2.17 and later, CPython 3.11 and later (abi3), no Rust needed.
+wheel: install ## Build the manylinux2014 abi3 wheel into dist/ (zig as the linker)
+	$(MATURIN) build --release --zig --compatibility manylinux2014 --out dist
 
 lint: install core-lint ## core-lint; ruff check, ruff format --check, mypy --strict, the docs site built strictly
 	$(BIN)/ruff check .
@@ -48,7 +63,7 @@ docs: install ## Build the documentation site into site/ (MkDocs, Material, API 
 	$(MKDOCS) build --strict
 
 # HOPCHAIN_CORE_DIFF=1: tests/core holds the built extension to the Python reader's verdicts.
-test: install core-test core-python core-fuzz ## core-test, core-python, core-fuzz, then the tests; a real Kafka broker is started and stopped by the session
+test: install core-test core-fuzz ## core-test, core-fuzz, then the tests; a real Kafka broker is started and stopped by the session
 	@start=$$(date +%s); status=0; \
 	HOPCHAIN_CORE_DIFF=1 $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s in total (pytest exit status $$status)"; \
@@ -77,8 +92,7 @@ core-fuzz-soak: ## Fuzz each input path of the crate for 10 million executions
 	FUZZ_RUNS=10000000 FUZZ_SECONDS=0 core/fuzz/run.sh
 
 # The product does not read through the extension yet; tests/core compares the two readers.
-core-python: install ## Build the crate's Python extension, hopchain._core, into the checkout (maturin)
-	VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/maturin develop --release --quiet -m core/Cargo.toml
+core-python: $(CORE_EXTENSION) ## Rebuild hopchain._core into the checkout after a change to core/ (make install does too)
 
 # The fault suite of tests/reliability (part of `make test` at a small scale) at full scale:
 # 20,000-document crash and broker-restart runs, 40,000 hostile records. See RELIABILITY.md.

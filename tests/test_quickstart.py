@@ -1,6 +1,7 @@
 """The README's quick start works as written, for a new user with nothing but the wheel.
 
-The wheel is built from this checkout and installed into a fresh virtual environment; then,
+The wheel is the one ``make wheel`` builds (manylinux2014, abi3), built from this checkout once
+per session and installed into a fresh virtual environment with no Rust toolchain on PATH; then,
 in an empty folder, ``shop.py`` is saved from the README and each line of its shell block runs
 verbatim in bash, in order, with the shell state (exported variables) of the lines before.
 What each line prints is checked against the README's ``console`` block, where a line is
@@ -10,14 +11,18 @@ shown with ``$``. The broker gets a free port (``HOPCHAIN_KAFKA_PORT=0``, the va
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +40,55 @@ _SECONDS = re.compile(r"\bin \d+\.\d+ s\b")
 _LOG_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\b")  # a log line's time
 
 
+MANYLINUX_TAG = "cp311-abi3-manylinux2014_x86_64"
+OLDEST_GLIBC = (2, 17)
+"""manylinux2014's glibc: the extension may ask for no symbol version newer than this."""
+_GLIBC_VERSION = re.compile(rb"GLIBC_(\d+)\.(\d+)")
+RUST_TOOLS = ("cargo", "rustc", "rustup")
+
+
 def build_wheel(into: Path) -> Path:
-    """Build hopchain's wheel from this checkout into ``into``; the one place that knows how."""
-    subprocess.run(  # noqa: S603 - our interpreter, fixed arguments
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(into), str(ROOT)],
-        check=True,
+    """Build hopchain's wheel from this checkout into ``into`` as ``make wheel`` does; the one
+    place that knows how (maturin, zig as the linker for manylinux2014)."""
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    built = subprocess.run(  # noqa: S603 - the venv's maturin, fixed arguments
+        [
+            str(venv_bin / "maturin"),
+            "build",
+            "--release",
+            "--zig",
+            "--compatibility",
+            "manylinux2014",
+            "--out",
+            str(into),
+        ],
+        cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
+        check=False,
     )
+    assert built.returncode == 0, built.stderr
     (wheel,) = into.glob("hopchain-*.whl")
     return wheel
+
+
+def without_rust(path: str) -> str:
+    """``path`` less each folder that holds cargo, rustc or rustup: a machine without Rust."""
+    folders = path.split(os.pathsep)
+    return os.pathsep.join(
+        folder
+        for folder in folders
+        if not any(shutil.which(tool, path=folder) for tool in RUST_TOOLS)
+    )
+
+
+def crate_version() -> str:
+    """The version the build gives the wheel: the crate's, core/Cargo.toml."""
+    manifest = tomllib.loads((ROOT / "core" / "Cargo.toml").read_text(encoding="utf-8"))
+    version: str = manifest["package"]["version"]
+    return version
 
 
 @dataclass
@@ -157,19 +201,27 @@ def _contains_in_order(printed: list[str], expected: list[str]) -> bool:
     return all(any(line == want for line in remaining) for want in map(normalised, expected))
 
 
-def _new_user_environment(tmp_path: Path, venv: Path) -> dict[str, str]:
-    """A user's shell with the fresh venv active: nothing hopchain-, pip- or venv-specific
-    from the caller; pip may only look at the wheel's folder; the broker on a free port."""
+def _machine_without_rust() -> dict[str, str]:
+    """The caller's environment less anything hopchain-, pip- or venv-specific, and with no
+    Rust toolchain on PATH (and none for maturin to find): what a user's machine has."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("HOPCHAIN_", "PYTHON", "PIP_", "VIRTUAL_ENV"))
+        if not key.startswith(("HOPCHAIN_", "PYTHON", "PIP_", "VIRTUAL_ENV", "CARGO", "RUST"))
     }
+    env["PATH"] = without_rust(env.get("PATH", ""))
+    return env
+
+
+def _new_user_environment(tmp_path: Path, venv: Path, wheel: Path) -> dict[str, str]:
+    """A user's shell with the fresh venv active, on a machine without Rust: pip may only look
+    at the wheel's folder; the broker on a free port."""
+    env = _machine_without_rust()
     env.update(
-        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}",
         VIRTUAL_ENV=str(venv),
         PIP_NO_INDEX="1",
-        PIP_FIND_LINKS=str(tmp_path / "dist"),
+        PIP_FIND_LINKS=str(wheel.parent),
         PIP_DISABLE_PIP_VERSION_CHECK="1",
         PYTHONUNBUFFERED="1",  # the service's prints reach its log file as they happen
         HOPCHAIN_KAFKA_PORT="0",
@@ -180,28 +232,93 @@ def _new_user_environment(tmp_path: Path, venv: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def installed(tmp_path: Path) -> Path:
-    """A fresh venv with the wheel (and its ``testing`` extra) installed; yields the venv."""
-    wheel = build_wheel(tmp_path / "dist")
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The manylinux wheel, built once for the session (a release build takes minutes)."""
+    return build_wheel(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A fresh venv with the wheel (and its ``testing`` extra) installed by pip on a machine
+    without Rust, so nothing may need building; yields the venv. One serves the session:
+    the README's own ``pip install`` line finds it done and changes nothing."""
+    home = tmp_path_factory.mktemp("user")
+    venv = home / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)  # noqa: S603
-    subprocess.run(  # noqa: S603 - the venv's pip, fixed arguments
+    install = subprocess.run(  # noqa: S603 - the venv's pip, fixed arguments
         [
             str(venv / "bin" / "pip"),
             "install",
             "-q",
             "--no-compile",  # the harness's own install; the README's line then finds it done
             "--disable-pip-version-check",
+            "--only-binary=hopchain",
             "-c",
             str(ROOT / "constraints.txt"),
             f"{wheel}[testing]",
         ],
-        check=True,
+        cwd=home,
+        env=_machine_without_rust(),
         capture_output=True,
         text=True,
+        check=False,
     )
+    assert install.returncode == 0, install.stderr
     return venv
+
+
+def test_the_package_version_is_the_crates() -> None:
+    # The build takes the version from core/Cargo.toml; hopchain.__version__ is a literal.
+    # Here, the installed metadata is this checkout's editable install's.
+    from hopchain import __version__  # noqa: PLC0415
+
+    assert __version__ == importlib.metadata.version("hopchain") == crate_version()
+
+
+@pytest.mark.slow
+def test_the_wheel_is_manylinux2014_and_abi3(wheel: Path) -> None:
+    assert wheel.name == f"hopchain-{crate_version()}-{MANYLINUX_TAG}.manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        tags = archive.read(f"hopchain-{crate_version()}.dist-info/WHEEL").decode()
+        extension = archive.read("hopchain/_core.abi3.so")
+        names = archive.namelist()
+    assert f"Tag: {MANYLINUX_TAG}" in tags.splitlines()
+    wanted = {(int(major), int(minor)) for major, minor in _GLIBC_VERSION.findall(extension)}
+    assert wanted, "the extension names no glibc symbol version: not a dynamic glibc build"
+    assert max(wanted) <= OLDEST_GLIBC, sorted(wanted)
+    assert b"GLIBC_PRIVATE" not in extension
+    # The Python package and its data, none of the checkout's tests or crate sources.
+    assert "hopchain/py.typed" in names
+    assert "hopchain/consumers/openapi.json" in names
+    assert not [name for name in names if name.startswith(("tests/", "core/"))]
+
+
+@pytest.mark.slow
+def test_the_wheel_imports_its_compiled_core_on_a_machine_without_rust(
+    tmp_path: Path, wheel: Path, installed: Path
+) -> None:
+    env = _new_user_environment(tmp_path, installed, wheel)
+    assert not [tool for tool in RUST_TOOLS if shutil.which(tool, path=env["PATH"])]
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    code = (
+        "import importlib.metadata, json, hopchain, hopchain._core;"
+        "print(json.dumps([hopchain.__version__, importlib.metadata.version('hopchain'),"
+        " hopchain._core.__file__]))"
+    )
+    run = subprocess.run(  # noqa: S603 - the venv's interpreter, a fixed program
+        [str(installed / "bin" / "python"), "-c", code],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    version, metadata_version, core = json.loads(run.stdout)
+    assert version == metadata_version == crate_version()
+    assert Path(core).is_relative_to(installed), core  # the wheel's, not this checkout's
 
 
 def test_the_quick_start_has_a_service_a_shell_block_and_what_it_prints() -> None:
@@ -228,13 +345,15 @@ def test_the_docs_quick_start_shows_the_readmes_blocks() -> None:
 
 @pytest.mark.kafka
 @pytest.mark.slow
-def test_the_quick_start_runs_as_written_from_the_wheel(tmp_path: Path, installed: Path) -> None:
+def test_the_quick_start_runs_as_written_from_the_wheel(
+    tmp_path: Path, wheel: Path, installed: Path
+) -> None:
     start = quick_start(README.read_text(encoding="utf-8"))
     folder = tmp_path / "empty"
     folder.mkdir()
     for name, text in start.files.items():
         (folder / name).write_text(text, encoding="utf-8")
-    shell = Shell(folder, _new_user_environment(tmp_path, installed))
+    shell = Shell(folder, _new_user_environment(tmp_path, installed, wheel))
     hopchain = installed / "bin" / "hopchain"
     try:
         waiting: list[tuple[Path, list[str]]] = []  # background lines and what they print
