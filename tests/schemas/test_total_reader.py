@@ -27,9 +27,9 @@ from wire_support import (
     with_text,
 )
 
+from hopchain import _core
 from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
 from hopchain.schemas import Decision, append_hop, envelope_schema, text_v2
-from hopchain.schemas import codec as codec_module
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import wire_of, write_envelope_text
 from hopchain.schemas.text_v2 import read_envelope_text
@@ -223,19 +223,62 @@ def test_full_check_is_accepted_deprecated_and_changes_nothing() -> None:
     assert (caught.value.code, caught.value.path) == (code, path)
 
 
+class PanicException(BaseException):
+    """Stands for pyo3's PanicException: a BaseException, raised when Rust code panics."""
+
+
+PanicException.__module__ = "pyo3_runtime"
+
+
+@pytest.mark.parametrize(
+    "failure", [KeyError("digests"), PanicException("index out of bounds")], ids=type
+)
 def test_an_unexpected_failure_inside_the_reader_is_a_reader_error(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, failure: BaseException
 ) -> None:
     def broken(*args: object, **kwargs: object) -> None:
-        raise KeyError("digests")
+        raise failure
 
-    monkeypatch.setattr(codec_module, "read_v2", broken)
+    monkeypatch.setattr(_core, "read_batch", broken)
 
     with pytest.raises(DecodeError) as caught:
         v2_codec().decode(HEADERS_TOPIC, RECORD.value, list(RECORD.headers))
 
-    assert caught.value.code is ReasonCode.READER_ERROR
-    assert "KeyError" in caught.value.detail
+    assert (caught.value.code, caught.value.path) == (ReasonCode.READER_ERROR, "$")
+    assert type(failure).__name__ in caught.value.detail
+
+
+def test_a_reader_failure_in_a_batch_refuses_only_the_record_it_failed_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read_batch = _core.read_batch
+    poisoned = b"poison"
+
+    def failing_on_one(records: list[tuple[bytes, object]], *args: Any) -> object:
+        if any(value == poisoned for value, _ in records):
+            raise PanicException("index out of bounds")
+        return read_batch(records, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_core, "read_batch", failing_on_one)
+    record = (RECORD.value, list(RECORD.headers))
+
+    results = v2_codec().decode_batch(HEADERS_TOPIC, [record, (poisoned, []), record])
+
+    assert [type(result).__name__ for result in results] == ["Decoded", "DecodeError", "Decoded"]
+    assert isinstance(results[1], DecodeError)
+    assert results[1].code is ReasonCode.READER_ERROR
+
+
+def test_an_interrupt_inside_the_reader_is_not_taken_for_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_core, "read_batch", interrupted)
+
+    with pytest.raises(KeyboardInterrupt):
+        v2_codec().decode(HEADERS_TOPIC, RECORD.value, list(RECORD.headers))
 
 
 def test_every_hop_of_a_valid_record_is_read() -> None:
