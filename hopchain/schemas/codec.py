@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from hopchain import _core
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
-from hopchain.schemas.chain_v2 import upgrade
+from hopchain.schemas.chain_v2 import payload_digest, upgrade
 from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER, markers, seal_for_topic
 from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
@@ -232,10 +232,10 @@ class EnvelopeCodec:
         if verdict.kind == "refused_after_payload":
             raise _refusal(verdict)
         if verdict.source == "value":
-            envelope = received_envelope(value, start - len(PAYLOAD_MEMBER))
+            envelope = received_envelope(value, start - len(PAYLOAD_MEMBER), verdict.identity)
         else:
             text = next(raw for name, raw in headers if name == ENVELOPE_HEADER and raw)
-            envelope = received_envelope(text, len(text) - 1)
+            envelope = received_envelope(text, len(text) - 1, verdict.identity)
         assert verdict.traceparent is not None  # noqa: S101 - the core sets it on acceptance
         assert verdict.payload_digest is not None  # noqa: S101 - as above
         read = (contract.model, contract.lax_payloads, payload, verdict.payload_digest)
@@ -420,7 +420,7 @@ class EnvelopeCodec:
             wire = wire_of(envelope)
             if wire is not None and written_by_core(wire):
                 text, traceparent, degraded = self._write_with_core(
-                    contract, envelope, wire, payload_json
+                    contract, envelope, wire, payload_json, digest or payload_digest(payload_json)
                 )
                 return self._record(
                     contract,
@@ -453,7 +453,12 @@ class EnvelopeCodec:
         )
 
     def _write_with_core(
-        self, contract: TopicContract, envelope: Envelope, wire: Wire, payload_json: bytes
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        wire: Wire,
+        payload_json: bytes,
+        digest: str,
     ) -> tuple[bytes, str, str | None]:
         """The envelope text with its pending hop sealed over the payload, by the core.
 
@@ -491,7 +496,7 @@ class EnvelopeCodec:
             code, path, message = exc.args
             raise EnvelopeError(ReasonCode(code), message, path) from None
         text, traceparent, degraded = written
-        settle_written(wire, text)
+        settle_written(wire, text, digest)
         return text, traceparent, degraded
 
     def _record(

@@ -38,25 +38,38 @@ __all__ = [
 ]
 
 _DEGRADATION = b'"degradation":{'
+_NO_LEGACY = b',"legacy":null,'
+_NULL = msgspec.Raw(b"null")
 
 
-def received_envelope(raw: bytes, close: int, last_digest: str | None = None) -> Envelope:
+def received_envelope(
+    raw: bytes, close: int, identity_members: dict[str, Any] | None = None
+) -> Envelope:
     """The envelope of a text the core accepted; ``raw[close]`` is its closing brace.
 
     ``raw`` may go on after ``close`` (a body-mode value: the payload follows); the parts
     kept are views of it, and the writer copies them once, into the record it writes.
+    ``identity_members``: the identity as the core read it (``legacy`` left out).
     """
     start = raw.find(CHAIN_START)
     end = raw.rfind(CHAIN_END, start, close)
     middle = raw.find(b"]", end + len(CHAIN_END))
     identity = raw[:start] + b"}"
-    # Canonical text holds no raw line feed: the hops are the lines between the brackets.
-    hops = tuple(raw[start + len(CHAIN_START) : end].split(b",\n"))
-    digests: tuple[str, ...] = tuple(json.loads(raw[end + len(CHAIN_END) : middle + 1]))
-    signatures: tuple[str | None, ...] = tuple(
-        json.loads(raw[middle + 1 + len(SIGNATURES) : close])
+    chain = raw[start + len(CHAIN_START) : end]
+    # Canonical text holds no raw line feed: the hops are the lines between the brackets,
+    # and the digests are 64 hex digits each between quotes.
+    hops = tuple(chain.split(b",\n"))
+    digests = tuple(raw[end + len(CHAIN_END) + 2 : middle - 1].decode().split('","'))
+    signatures_text = raw[middle + 1 + len(SIGNATURES) : close]
+    signatures: tuple[str | None, ...] = (
+        (None,) * len(hops)
+        if signatures_text == b"[%s]" % b",".join([b"null"] * len(hops))
+        else tuple(json.loads(signatures_text))
     )
-    ident = msgspec.json.decode(identity, type=IdentityWire)
+    if identity_members is not None and _NO_LEGACY in identity:
+        ident = IdentityWire(legacy=_NULL, **identity_members)  # the core checked them
+    else:
+        ident = msgspec.json.decode(identity, type=IdentityWire)
     last = msgspec.json.decode(hops[-1], type=HopWire)
     wire = Wire(
         identity,
@@ -67,7 +80,7 @@ def received_envelope(raw: bytes, close: int, last_digest: str | None = None) ->
         signatures,
         legacy_hops=_legacy_hops(ident),
         last=last,
-        markers=_markers(hops),
+        markers=_markers(hops) if _DEGRADATION in chain else {},
         received=Received(raw, end, middle, len(hops), close),
     )
     state: dict[str, Any] = {
@@ -80,7 +93,7 @@ def received_envelope(raw: bytes, close: int, last_digest: str | None = None) ->
         "schema_version": ident.schema_version,
         "contract": last.contract,
         "contract_version": last.contract_version,
-        "head": last_digest or digests[-1],
+        "head": digests[-1],
     }
     return sealed_envelope(state, wire)
 
@@ -140,8 +153,11 @@ def received_text(wire: Wire) -> bytes:
     return received.text[: received.close] + b"}"
 
 
-def settle_written(wire: Wire, text: bytes) -> None:
-    """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop)."""
+def settle_written(wire: Wire, text: bytes, payload_digest: str) -> None:
+    """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop).
+
+    ``payload_digest``: the digest of the payload it was sealed over.
+    """
     pending = wire.pending
     assert pending is not None  # noqa: S101 - written_by_core said so
     end = text.rfind(CHAIN_END)
@@ -149,7 +165,7 @@ def settle_written(wire: Wire, text: bytes) -> None:
     hop = text[text.rfind(b"\n", 0, end) + 1 : end]
     digest = text[middle - 65 : middle - 1].decode()
     signature = json.loads(text[middle + 1 + len(SIGNATURES) : -1])[-1]
-    last = msgspec.json.decode(hop, type=HopWire)
+    last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
     if last.degradation is not None:
         wire.markers = {**wire.markers, len(wire.hops): last.degradation.stage}
     wire.hops = (*wire.hops, hop)
