@@ -15,17 +15,11 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 
+from hopchain import _core
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
-from hopchain.schemas.chain_v2 import upgrade
-from hopchain.schemas.codec_v2 import (
-    PAYLOAD_MEMBER,
-    check_last_hop,
-    is_v2,
-    markers,
-    read_v2,
-    seal_for_topic,
-)
+from hopchain.schemas.chain_v2 import payload_digest, upgrade
+from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER, markers, seal_for_topic
 from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import (
@@ -35,8 +29,16 @@ from hopchain.schemas.headers import (
     TRACESTATE_HEADER,
 )
 from hopchain.schemas.integrity import Keyring
+from hopchain.schemas.received import (
+    core_hop,
+    core_identity,
+    received_envelope,
+    received_text,
+    settle_written,
+    written_by_core,
+)
 from hopchain.schemas.refusals import from_validation, refuse_non_finite
-from hopchain.schemas.sealed import wire_of
+from hopchain.schemas.sealed import Wire, verify_wire_fields, wire_of
 from hopchain.schemas.traceparent import format_traceparent, hop_traceparent, usual_traceparent
 from hopchain.schemas.wire import WIRE_MAJOR
 
@@ -141,7 +143,9 @@ class EnvelopeCodec:
         self.schema = schema
         # The payload bytes read last, their model, strictness and digest: a payload written
         # on as it was read (same bytes, same model) was validated already.
-        self._read_payload: tuple[type[BaseModel], bool, bytes, str] | None = None
+        self._read_payload: PayloadRead | None = None
+        self._core_topics: dict[str, _core.Topic] = {}
+        self._core_keyring = keyring.core() if keyring else None
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -152,15 +156,119 @@ class EnvelopeCodec:
             DecodeError: the record breaks the contract; ``code`` says how.
             UnknownTopicError: the topic has no contract (a configuration error).
         """
-        contract = self.registry.get(topic)
-        try:
-            return self._decode(contract, value, headers)
-        except DecodeError:
-            raise
-        except EnvelopeError as exc:
-            raise DecodeError(exc.code, exc.detail, exc.path, topic=topic) from None
+        (read,) = self.decode_batch(topic, [(value, headers)])
+        if isinstance(read, DecodeError):
+            raise read
+        return read
 
-    def _decode(self, contract: TopicContract, value: bytes | None, headers: RawHeaders) -> Decoded:
+    def decode_batch(
+        self, topic: str, records: Sequence[tuple[bytes | None, RawHeaders]]
+    ) -> list[Decoded | DecodeError]:
+        """Read records of ``topic``, in one call to the core: one result each, in order.
+
+        Raises:
+            UnknownTopicError: the topic has no contract (a configuration error).
+        """
+        contract = self.registry.get(topic)
+        batch = [(value, tuple(headers)) for value, headers in records]
+        try:
+            verdicts = _core.read_batch(
+                batch,
+                self._core_topic(contract),
+                self._core_keyring,
+                self.limits.max_hops,
+                self.limits.max_record_bytes,
+            )
+        except BaseException as exc:  # noqa: BLE001 - pyo3's PanicException is one
+            _reraise_unless_reader_fault(exc)
+            if len(batch) > 1:  # one record at a time: only the one that failed is refused
+                return [read for record in batch for read in self.decode_batch(topic, [record])]
+            return [_reader_error(exc, topic)]
+        return [
+            self._result(contract, value, headers, verdict)
+            for (value, headers), verdict in zip(batch, verdicts, strict=True)
+        ]
+
+    def _result(
+        self,
+        contract: TopicContract,
+        value: bytes | None,
+        headers: RawHeaders,
+        verdict: _core.Verdict,
+    ) -> Decoded | DecodeError:
+        """The core's verdict on one record as the codec's result: a value, or the error."""
+        try:
+            return self._judge(contract, value, headers, verdict)
+        except DecodeError as exc:
+            exc.topic = contract.topic
+            return exc
+        except EnvelopeError as exc:
+            return DecodeError(exc.code, exc.detail, exc.path, topic=contract.topic)
+        except BaseException as exc:  # noqa: BLE001 - pyo3's PanicException is one
+            _reraise_unless_reader_fault(exc)
+            return _reader_error(exc, contract.topic)
+
+    def _judge(
+        self,
+        contract: TopicContract,
+        value: bytes | None,
+        headers: RawHeaders,
+        verdict: _core.Verdict,
+    ) -> Decoded:
+        """The record read; step 10, the payload's contract, is applied here.
+
+        It comes before a refusal the core made after it (steps 11 to 14). Schema 1 is left
+        to its own reader.
+        """
+        if verdict.kind == "schema1":
+            return self._decode_v1(contract, value, headers)
+        if verdict.kind == "refused" or value is None or verdict.payload is None:
+            raise _refusal(verdict)
+        start, end = verdict.payload
+        # pydantic reads JSON from bytes only (not a memoryview): headers mode hands it the
+        # value itself, body mode the payload's slice of it.
+        payload = value if (start, end) == (0, len(value)) else value[start:end]
+        model = self._validate_payload(contract, payload)
+        if verdict.kind == "refused_after_payload":
+            raise _refusal(verdict)
+        if verdict.source == "value":
+            envelope = received_envelope(value, start - len(PAYLOAD_MEMBER), verdict.identity)
+        else:
+            text = next(raw for name, raw in headers if name == ENVELOPE_HEADER and raw)
+            envelope = received_envelope(text, len(text) - 1, verdict.identity)
+        assert verdict.traceparent is not None  # noqa: S101 - the core sets it on acceptance
+        assert verdict.payload_digest is not None  # noqa: S101 - as above
+        read = (contract.model, contract.lax_payloads, payload, verdict.payload_digest)
+        self._read_payload = read
+        return Decoded(envelope, model, contract, verdict.traceparent, verdict.tracestate, read)
+
+    @staticmethod
+    def _validate_payload(contract: TopicContract, payload: bytes) -> BaseModel:
+        """SPEC.md section 5, step 10: the payload's bytes read by the topic's contract."""
+        try:
+            return contract.validate_payload(payload)
+        except ValidationError as exc:
+            raise from_validation(exc, prefix=("payload",)) from None
+
+    def _core_topic(self, contract: TopicContract) -> _core.Topic:
+        """The topic as the core knows it (made once per topic)."""
+        topic = self._core_topics.get(contract.topic)
+        if topic is None:
+            topic = _core.Topic(
+                contract.topic,
+                "body" if contract.mode is WireMode.BODY else "headers",
+                contract.name,
+                contract.version,
+                sorted(contract.writers),
+            )
+            self._core_topics[contract.topic] = topic
+        return topic
+
+    # Schema 1: read by hopchain.schemas.v1, after the core found no schema-2 envelope.
+
+    def _decode_v1(
+        self, contract: TopicContract, value: bytes | None, headers: RawHeaders
+    ) -> Decoded:
         if value is None:
             raise EnvelopeError(ReasonCode.TOMBSTONE, "the record value is null (a tombstone)")
         if not value:
@@ -173,60 +281,21 @@ class EnvelopeCodec:
                 f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         try:
-            value.isascii() or value.decode()  # most values are ASCII, told without decoding
+            value.decode()
         except UnicodeDecodeError as exc:
             raise EnvelopeError(
                 ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
             ) from None
-
-        # The envelope first: a record from a producer without hopchain is best told by
-        # its missing envelope, not by the trace context it also lacks.
-        self._read_payload = None  # set by a schema-2 payload read now
-        envelope, payload = self._read_value(contract, value, first.get(ENVELOPE_HEADER))
-        wire = wire_of(envelope)
-        last_span = wire.last.span_id if wire and wire.last else None
-        # The usual record: its first traceparent is hopchain's own (else every one is read).
-        traceparent = usual_traceparent(first.get(TRACEPARENT_HEADER), envelope.trace_id, last_span)
-        if traceparent is None:
-            traceparent = hop_traceparent(headers, envelope.trace_id, last_span)
-        degraded = _text(first.get(DEGRADED_HEADER))
-        # Schema 1: a codec writing schema 1 keeps a schema-1 envelope as it was read.
-        if degraded is not None and degraded != (
-            markers(envelope, wire) if wire is not None else v1.degraded_markers(envelope)
-        ):
-            raise EnvelopeError(
-                ReasonCode.INVALID_VALUE,
-                f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
-                f"$.headers.{DEGRADED_HEADER}",
-            )
-        tracestate = _text(first.get(TRACESTATE_HEADER))
-        return Decoded(envelope, payload, contract, traceparent, tracestate, self._read_payload)
-
-    def _read_value(
-        self,
-        contract: TopicContract,
-        value: bytes,
-        envelope_header: bytes | None,
-    ) -> tuple[Envelope, BaseModel]:
-        if contract.mode is WireMode.BODY and is_v2(value):
-            envelope, payload_bytes = self._read_v2(contract, value)
-            # Only the payload is searched: the envelope's objects are parsed strictly.
-            refuse_non_finite(payload_bytes or b"", "$.payload")
-            return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
         refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         envelope_bytes = None
         if contract.mode is WireMode.HEADERS:
-            if envelope_header is None:
+            envelope_bytes = first.get(ENVELOPE_HEADER)
+            if envelope_bytes is None:
                 raise EnvelopeError(
                     ReasonCode.MISSING_HEADER,
                     f"no {ENVELOPE_HEADER} header; {BARE_RECORD_HINT}",
                     f"$.headers.{ENVELOPE_HEADER}",
                 )
-            envelope_bytes = envelope_header  # as received (checked to be UTF-8 when read)
-            if is_v2(envelope_bytes):
-                envelope, _ = self._read_v2(contract, envelope_bytes)
-                return envelope, self._payload_v2(contract, envelope, value)
-        # Schema 1: read and checked by hopchain.schemas.v1.
         envelope, payload = v1.read_record(
             contract,
             value,
@@ -237,30 +306,18 @@ class EnvelopeCodec:
         if self.schema == WIRE_MAJOR:
             # Carried over: the received schema-1 hops travel on inside the identity.
             envelope = upgrade(envelope, keep=len(envelope.chain))
-        return envelope, payload
-
-    def _read_v2(self, contract: TopicContract, text: bytes) -> tuple[Envelope, bytes | None]:
-        try:
-            return read_v2(contract, text, keyring=self.keyring)
-        except EnvelopeError:
-            raise
-        except Exception as exc:
-            # A last line: the reader raises EnvelopeError only, for every input known.
+        traceparent = usual_traceparent(first.get(TRACEPARENT_HEADER), envelope.trace_id, None)
+        if traceparent is None:
+            traceparent = hop_traceparent(headers, envelope.trace_id, None)
+        degraded = _text(first.get(DEGRADED_HEADER))
+        if degraded is not None and degraded != v1.degraded_markers(envelope):
             raise EnvelopeError(
-                ReasonCode.READER_ERROR,
-                f"the schema-2 reader failed: {type(exc).__name__}: {exc}"[:500],
-                "$",
-            ) from exc
-
-    def _payload_v2(self, contract: TopicContract, envelope: Envelope, payload: bytes) -> BaseModel:
-        try:
-            model = contract.validate_payload(payload)
-        except ValidationError as exc:
-            raise from_validation(exc, prefix=("payload",)) from None
-        digest = check_last_hop(envelope, contract, payload)
-        self._check_hop_limit(envelope.hop_count, "has")
-        self._read_payload = (contract.model, contract.lax_payloads, payload, digest)
-        return model
+                ReasonCode.INVALID_VALUE,
+                f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
+                f"$.headers.{DEGRADED_HEADER}",
+            )
+        tracestate = _text(first.get(TRACESTATE_HEADER))
+        return Decoded(envelope, payload, contract, traceparent, tracestate)
 
     def _check_hop_limit(self, hops: int, verb: str) -> None:
         if hops > self.limits.max_hops:
@@ -360,6 +417,20 @@ class EnvelopeCodec:
             trace_id, sealed = envelope.trace_id, None
         else:
             self._check_hop_limit(envelope.hop_count, "would have")
+            wire = wire_of(envelope)
+            if wire is not None and written_by_core(wire):
+                text, traceparent, degraded = self._write_with_core(
+                    contract, envelope, wire, payload_json, digest or payload_digest(payload_json)
+                )
+                return self._record(
+                    contract,
+                    text,
+                    payload_json,
+                    traceparent=traceparent,
+                    tracestate=tracestate,
+                    degraded=degraded,
+                    sealed=envelope,
+                )
             sealed, wire, text = seal_for_topic(
                 envelope,
                 contract,
@@ -380,6 +451,53 @@ class EnvelopeCodec:
             degraded=degraded,
             sealed=sealed,
         )
+
+    def _write_with_core(
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        wire: Wire,
+        payload_json: bytes,
+        digest: str,
+    ) -> tuple[bytes, str, str | None]:
+        """The envelope text with its pending hop sealed over the payload, by the core.
+
+        The hop is sealed in ``wire`` as written, so the envelope shows what was sent.
+        """
+        verify_wire_fields(envelope, wire)
+        assert wire.pending is not None  # noqa: S101 - written_by_core said so
+        hop = wire.pending.hop
+        index = len(wire.hops)
+        if hop.contract != envelope.contract or hop.contract_version != envelope.contract_version:
+            raise EnvelopeError(
+                ReasonCode.CHAIN_REWRITTEN,
+                "the envelope's contract was changed after its last hop was sealed",
+                "$.contract",
+            )
+        if hop.destination != contract.topic:
+            raise EnvelopeError(
+                ReasonCode.TRUNCATED_CHAIN,
+                f"the last hop names destination {hop.destination!r}, but the record goes to "
+                f"{contract.topic!r}",
+                f"$.chain[{index}].destination",
+            )
+        keyring = self.keyring if self.keyring is not None else wire.pending.keyring
+        core_keyring = keyring.core() if keyring is not None else None
+        try:
+            if wire.received is not None:
+                written = _core.append_hop(
+                    received_text(wire), core_hop(wire), payload_json, core_keyring
+                )
+            else:
+                written = _core.originate_chain(
+                    core_identity(wire), core_hop(wire), payload_json, core_keyring
+                )
+        except ValueError as exc:
+            code, path, message = exc.args
+            raise EnvelopeError(ReasonCode(code), message, path) from None
+        text, traceparent, degraded = written
+        settle_written(wire, text, digest)
+        return text, traceparent, degraded
 
     def _record(
         self,
@@ -442,6 +560,42 @@ class EnvelopeCodec:
         except ValidationError as exc:
             raise from_validation(exc, prefix=("payload",)) from None
         return payload_json, None
+
+
+_ENVELOPE_PATH = f"$.headers.{ENVELOPE_HEADER}"
+_PANIC = ("pyo3_runtime", "PanicException")
+"""pyo3's exception for a Rust panic: a BaseException, importable from no module."""
+
+
+def _refusal(verdict: _core.Verdict) -> DecodeError:
+    """The core's refusal: its reason code, path and message, as they are."""
+    code = ReasonCode(verdict.code or ReasonCode.READER_ERROR.value)
+    path = verdict.path or "$"
+    if code is ReasonCode.MISSING_HEADER and path == _ENVELOPE_PATH:
+        # The fix is hopchain's own advice, named in Python's terms.
+        return DecodeError(code, f"no {ENVELOPE_HEADER} header; {BARE_RECORD_HINT}", path)
+    return DecodeError(code, verdict.message or "", path)
+
+
+def _reraise_unless_reader_fault(exc: BaseException) -> None:
+    """Raise again what is not the reader's own fault: an interrupt, an exit, a cancel.
+
+    A fault of the core is any ``Exception`` or pyo3's ``PanicException`` (a
+    ``BaseException``): the record is refused as ``reader_error``, never lost.
+    """
+    kind = type(exc)
+    if not isinstance(exc, Exception) and (kind.__module__, kind.__name__) != _PANIC:
+        raise exc
+
+
+def _reader_error(exc: BaseException, topic: str) -> DecodeError:
+    """The last resort: the reader failed on this record (a bug; the record is parked)."""
+    return DecodeError(
+        ReasonCode.READER_ERROR,
+        f"the schema-2 reader failed: {type(exc).__name__}: {exc}"[:500],
+        "$",
+        topic=topic,
+    )
 
 
 def _text(raw: bytes | None) -> str | None:

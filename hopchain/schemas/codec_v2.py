@@ -1,8 +1,8 @@
-"""The codec's schema-2 path: reading a record's envelope text, writing one by splicing.
+"""The codec's schema-2 writer for the chains the core does not write.
 
-A reader parses and checks every hop and hashes every hop's bytes; the last hop must name the
-topic the record was read from, the contract of that topic, and the digest of the payload bytes that
-came with it. A writer seals its new hop once and writes the received hops' bytes unchanged.
+Those are chains built in this process over a received or carried-over chain (more than one
+hop appended, a schema-1 chain carried over). The writer seals its new hops once and writes
+the received hops' bytes unchanged. Records are read by the core (``hopchain._core``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from hopchain.schemas.chain_v2 import (
     upgrade,
     verify_wire_fields,
 )
-from hopchain.schemas.contracts import TopicContract, WireMode
-from hopchain.schemas.sealed import CHAIN_START, Wire, component_of, wire_of
-from hopchain.schemas.text_v2 import read_envelope_text, write_envelope_text
+from hopchain.schemas.contracts import TopicContract
+from hopchain.schemas.sealed import Wire, component_of, wire_of
+from hopchain.schemas.text_v2 import write_envelope_text
 
 if TYPE_CHECKING:
     from hopchain.schemas.envelope import Envelope
@@ -28,87 +28,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PAYLOAD_MEMBER",
-    "check_last_hop",
-    "is_v2",
     "markers",
-    "read_v2",
     "seal_for_topic",
 ]
 
 PAYLOAD_MEMBER = b',"payload":'
-
-
-def is_v2(raw: bytes) -> bool:
-    """Whether an envelope text is in the schema-2 layout (told without parsing it)."""
-    return CHAIN_START in raw
-
-
-def read_v2(
-    contract: TopicContract, text: bytes, *, keyring: Keyring | None
-) -> tuple[Envelope, bytes | None]:
-    """Read a schema-2 envelope, every hop checked; in body mode also return the payload.
-
-    Raises:
-        EnvelopeError: the envelope breaks schema 2 (nothing else, whatever the bytes).
-    """
-    envelope, rest = read_envelope_text(text, keyring=keyring)
-    if contract.mode is WireMode.HEADERS:
-        if rest != b"}":
-            raise EnvelopeError(
-                ReasonCode.NOT_CANONICAL, "nothing may follow the signatures", "$.signatures"
-            )
-        return envelope, None
-    if not rest.startswith(PAYLOAD_MEMBER) or not rest.endswith(b"}"):
-        raise EnvelopeError(
-            ReasonCode.NOT_CANONICAL,
-            "in body mode the payload is the last member, after the signatures",
-            "$.payload",
-        )
-    return envelope, rest[len(PAYLOAD_MEMBER) : -1]
-
-
-def check_last_hop(envelope: Envelope, contract: TopicContract, payload: bytes) -> str:
-    """The last hop must name this topic, its contract and this payload's digest; that digest.
-
-    Raises:
-        EnvelopeError: ``truncated_chain``, ``unexpected_writer``, ``contract_mismatch`` or
-            ``payload_mismatch``.
-    """
-    wire = wire_of(envelope)
-    assert wire is not None  # noqa: S101 - read_v2 made it
-    assert wire.last is not None  # noqa: S101 - read_v2 made it
-    index = len(wire.hops) - 1
-    last = wire.last
-    if last.destination != contract.topic:
-        raise EnvelopeError(
-            ReasonCode.TRUNCATED_CHAIN,
-            f"the last hop wrote to {last.destination!r}, not to {contract.topic!r}: hops were "
-            "cut off the end of the chain, or the record was copied from another topic",
-            f"$.chain[{index}].destination",
-        )
-    if contract.writers and last.component not in contract.writers:
-        raise EnvelopeError(
-            ReasonCode.UNEXPECTED_WRITER,
-            f"the last hop was written by {last.component!r}; topic {contract.topic!r} is "
-            f"written by {', '.join(sorted(contract.writers))} only",
-            f"$.chain[{index}].component",
-        )
-    if last.contract != contract.name or last.contract_version != contract.version:
-        raise EnvelopeError(
-            ReasonCode.CONTRACT_MISMATCH,
-            f"the last hop names contract {last.contract!r} v{last.contract_version}; topic "
-            f"{contract.topic!r} carries {contract.name!r} v{contract.version}",
-            f"$.chain[{index}].contract",
-        )
-    digest = payload_digest(payload)
-    if last.payload_digest != digest:
-        raise EnvelopeError(
-            ReasonCode.PAYLOAD_MISMATCH,
-            "the payload's SHA-256 is not the digest the last hop sealed: the payload was "
-            "replaced or altered after it was written",
-            f"$.chain[{index}].payload_digest",
-        )
-    return digest
 
 
 def markers(envelope: Envelope, wire: Wire) -> str:

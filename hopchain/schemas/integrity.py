@@ -13,6 +13,8 @@ import hmac
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hopchain import _core
+
 __all__ = ["Keyring"]
 
 
@@ -37,6 +39,9 @@ class Keyring:
         verifying: Mapping[str, Iterable[bytes]] | None = None,
     ) -> None:
         self._keys = dict(keys or {})
+        self._seeds = dict(signing or {})
+        self._publics = {component: list(raws) for component, raws in (verifying or {}).items()}
+        self._core: _core.Keyring | None = None
         self._signing: dict[str, tuple[str, Any]] = {}
         self._verifying: dict[str, dict[str, Any]] = {}
         if signing or verifying:
@@ -57,6 +62,14 @@ class Keyring:
     def __repr__(self) -> str:
         # Never print key material.
         return f"Keyring(components={sorted({*self._keys, *self._verifying})!r})"
+
+    def core(self) -> _core.Keyring:
+        """The same keys as the compiled reader and writer hold them (built once)."""
+        if self._core is None:
+            self._core = _core.Keyring(
+                hmac=self._keys, verifying=self._publics, signing=self._seeds
+            )
+        return self._core
 
     def has_key(self, component: str) -> bool:
         """Whether this keyring can sign for, and must verify, the component."""

@@ -162,6 +162,9 @@ class Received(NamedTuple):
     end: int
     digests: int
     hops: int
+    close: int = -1
+    """Where the envelope text's closing brace is (-1: not known; a body-mode value goes on
+    with its payload after it)."""
 
 
 class Pending(NamedTuple):

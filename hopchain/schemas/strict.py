@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from itertools import repeat
@@ -35,7 +35,6 @@ __all__ = [
     "jcs",
     "nesting",
     "read_canonical",
-    "read_usual_chain",
 ]
 
 StructT = TypeVar("StructT", bound=msgspec.Struct)
@@ -311,43 +310,6 @@ def decode_hops(chain: bytes, hops: Sequence[bytes]) -> ChainRead:
             parsed.append(wire)
         last = parsed[-1]
     return _chain_read(parsed, last)
-
-
-def read_usual_chain(
-    raw: bytes, first: int, end: int
-) -> tuple[tuple[bytes, ...], ChainRead] | None:
-    r"""The usual chain (canonical, valid) read in one pass: its hops' bytes, and what was read.
-
-    The chain is ``raw[first:end]``, the text between ``[`` LF and LF ``]``. It is decoded at
-    once, in place, and each hop encoded again: the pieces joined with ``,`` LF must give the
-    chain back, which proves every hop canonical and finds where each one is without a
-    search. None when anything is off: the caller reads the chain hop by hop
-    (:func:`decode_hops`) to say why.
-    """
-    decoder, check, plain, read_last = _usual_readers()
-    if raw.find(b"\\", first, end) < 0 and raw.find(b"\x7f", first, end) < 0:
-        check = plain
-    try:
-        # From "[" LF to LF "]": line feeds are white space to the decoder.
-        parsed = decoder.decode(memoryview(raw)[first - 2 : end + 2])
-        hops = tuple(map(_ENCODE, parsed))
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, ValueError):
-        return None  # UnicodeEncodeError (a lone surrogate) is a ValueError
-    joined = b",\n".join(hops)
-    if not hops or len(joined) != end - first or not raw.startswith(joined, first):
-        return None
-    if not check(parsed):
-        return None
-    last: HopWire = read_last(hops[-1])
-    return hops, _chain_read(parsed, last)
-
-
-@cache
-def _usual_readers() -> tuple[
-    msgspec.json.Decoder[list[Any]], Check, Check, Callable[[bytes], Any]
-]:
-    """:func:`chain_twin` of the hop, and the decode of one hop with timestamps as text."""
-    return (*chain_twin(HopWire), _decoder(HopWire).decode)
 
 
 def _chain_read(parsed: Sequence[Any], last: HopWire) -> ChainRead:

@@ -13,7 +13,6 @@ found by splitting, never by parsing. ``SPEC.md`` has the format.
 from __future__ import annotations
 
 import re
-from binascii import hexlify
 from collections.abc import Sequence
 from functools import lru_cache
 from hashlib import sha256 as _sha256
@@ -48,8 +47,6 @@ from hopchain.schemas.strict import (
     exact_integers,
     jcs,
     nesting,
-    read_canonical,
-    read_usual_chain,
 )
 from hopchain.schemas.v1 import verify_chain as _verify_chain  # Schema 1: the legacy chain
 from hopchain.schemas.wire import SIGNATURE_PATTERN, IdentityWire
@@ -212,7 +209,7 @@ def _chain_by_line(raw: bytes, first: int) -> tuple[int, tuple[bytes, ...]]:
 
 
 class _Read(NamedTuple):
-    """An envelope text taken apart and checked, by either way of reading it."""
+    """An envelope text taken apart and checked."""
 
     end: int
     """Where the chain ends (its closing line feed)."""
@@ -245,9 +242,7 @@ def read_envelope_text(
             no other exception, whatever the bytes.
     """
     start = raw.find(CHAIN_START)
-    read = _read_usual(raw, start, keyring) if start > 0 and check and not keyring else None
-    if read is None:
-        read = _read_carefully(raw, start, keyring, check=check)
+    read = _read_in_order(raw, start, keyring, check=check)
     ident, last = read.ident, read.chain.last
     wire = Wire(
         read.identity,
@@ -276,49 +271,6 @@ def read_envelope_text(
     return sealed_envelope(state, wire), raw[read.close + 1 :]
 
 
-def _read_usual(raw: bytes, start: int, keyring: Keyring | None) -> _Read | None:
-    """The usual text (canonical, valid, no keyring) read in one pass; None for any other.
-
-    Where the chain ends is searched from the back (the digests and signatures are short),
-    the hops are found by encoding them again (:func:`read_usual_chain`), and every digest
-    is computed and the digests' text compared at once. Whatever this pass does not prove is
-    read again the careful way, which finds the first fault and names it; the faults found
-    here after that proof (the identity's legacy chain, the signatures) are the ones the
-    careful way would name first too.
-    """
-    end = raw.rfind(CHAIN_END)
-    tail = _tail(raw, end) if end > start else None
-    if tail is None:
-        return None
-    middle, close = tail
-    usual = read_usual_chain(raw, start + len(CHAIN_START), end)
-    identity = raw[:start] + b"}"
-    ident = read_canonical(identity, IdentityWire)
-    if usual is None or ident is None:
-        return None
-    hops, chain = usual
-    genesis = genesis_of(identity)
-    previous = genesis.encode()
-    digests: list[bytes] = []
-    for hop in hops:
-        digest = _sha256(previous)
-        digest.update(b"\n")
-        digest.update(hop)
-        previous = hexlify(digest.digest())
-        digests.append(previous)
-    written = b'["%s"]' % b'","'.join(digests)
-    if middle + 1 - end - len(CHAIN_END) != len(written) or not raw.startswith(
-        written, end + len(CHAIN_END)
-    ):
-        return None
-    legacy = _legacy(identity, ident, keyring) if has_legacy(ident) else ()
-    signatures = _signatures(raw[middle + 1 + len(SIGNATURES) : close + 1], len(hops))
-    stored = tuple(map(bytes.decode, digests))
-    return _Read(
-        end, middle, close, identity, ident, genesis, hops, stored, signatures, chain, legacy
-    )
-
-
 def _tail(raw: bytes, end: int) -> tuple[int, int] | None:
     """Where the digests and the signatures after the chain's end close; None: they do not."""
     middle = raw.find(b"]", end + len(CHAIN_END))
@@ -328,7 +280,7 @@ def _tail(raw: bytes, end: int) -> tuple[int, int] | None:
     return middle, close
 
 
-def _read_carefully(raw: bytes, start: int, keyring: Keyring | None, *, check: bool) -> _Read:
+def _read_in_order(raw: bytes, start: int, keyring: Keyring | None, *, check: bool) -> _Read:
     """Read a text part by part, in the order of SPEC.md section 5: the first fault decides."""
     end, hops = _chain(raw, start) if start > 0 else (-1, ())
     tail = _tail(raw, end) if end > 0 else None

@@ -271,7 +271,7 @@ def _left_to_reader(record: Record, reader: Reading) -> str:  # noqa: PLR0911
         return "headers"
     if code is ReasonCode.NOT_CANONICAL:
         return "canonical form"
-    if code is ReasonCode.BAD_JSON and "duplicate" in reader.detail:
+    if code is ReasonCode.BAD_JSON and ("duplicate" in reader.detail or "twice" in reader.detail):
         return "duplicate members"
     twin = canonical_twin(record)
     if twin is not None and read(twin).accepted:

@@ -27,9 +27,9 @@ from wire_support import (
     with_text,
 )
 
+from hopchain import _core
 from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
-from hopchain.schemas import Decision, append_hop, envelope_schema, text_v2
-from hopchain.schemas import codec as codec_module
+from hopchain.schemas import Decision, append_hop, envelope_schema
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import wire_of, write_envelope_text
 from hopchain.schemas.text_v2 import read_envelope_text
@@ -223,19 +223,62 @@ def test_full_check_is_accepted_deprecated_and_changes_nothing() -> None:
     assert (caught.value.code, caught.value.path) == (code, path)
 
 
+class PanicException(BaseException):
+    """Stands for pyo3's PanicException: a BaseException, raised when Rust code panics."""
+
+
+PanicException.__module__ = "pyo3_runtime"
+
+
+@pytest.mark.parametrize(
+    "failure", [KeyError("digests"), PanicException("index out of bounds")], ids=type
+)
 def test_an_unexpected_failure_inside_the_reader_is_a_reader_error(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, failure: BaseException
 ) -> None:
     def broken(*args: object, **kwargs: object) -> None:
-        raise KeyError("digests")
+        raise failure
 
-    monkeypatch.setattr(codec_module, "read_v2", broken)
+    monkeypatch.setattr(_core, "read_batch", broken)
 
     with pytest.raises(DecodeError) as caught:
         v2_codec().decode(HEADERS_TOPIC, RECORD.value, list(RECORD.headers))
 
-    assert caught.value.code is ReasonCode.READER_ERROR
-    assert "KeyError" in caught.value.detail
+    assert (caught.value.code, caught.value.path) == (ReasonCode.READER_ERROR, "$")
+    assert type(failure).__name__ in caught.value.detail
+
+
+def test_a_reader_failure_in_a_batch_refuses_only_the_record_it_failed_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read_batch = _core.read_batch
+    poisoned = b"poison"
+
+    def failing_on_one(records: list[tuple[bytes, object]], *args: Any) -> object:
+        if any(value == poisoned for value, _ in records):
+            raise PanicException("index out of bounds")
+        return read_batch(records, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_core, "read_batch", failing_on_one)
+    record = (RECORD.value, list(RECORD.headers))
+
+    results = v2_codec().decode_batch(HEADERS_TOPIC, [record, (poisoned, []), record])
+
+    assert [type(result).__name__ for result in results] == ["Decoded", "DecodeError", "Decoded"]
+    assert isinstance(results[1], DecodeError)
+    assert results[1].code is ReasonCode.READER_ERROR
+
+
+def test_an_interrupt_inside_the_reader_is_not_taken_for_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_core, "read_batch", interrupted)
+
+    with pytest.raises(KeyboardInterrupt):
+        v2_codec().decode(HEADERS_TOPIC, RECORD.value, list(RECORD.headers))
 
 
 def test_every_hop_of_a_valid_record_is_read() -> None:
@@ -321,55 +364,6 @@ def test_any_mutation_of_an_envelope_text_is_read_or_refused_with_a_reason(
         assert error.code is not ReasonCode.READER_ERROR, error.detail  # noqa: PT017
 
 
-def _outcome(text: bytes) -> tuple[Any, ...]:
-    try:
-        envelope, rest = read_envelope_text(text, keyring=None)
-    except EnvelopeError as error:
-        return ("refused", error.code, error.path)
-    wire = wire_of(envelope)
-    assert wire is not None
-    return ("read", wire.hops, wire.digests, wire.last, wire.markers, envelope.head, rest)
-
-
-def _careful(text: bytes) -> tuple[Any, ...]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(text_v2, "_read_usual", lambda *_: None)
-        return _outcome(text)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutations=_MUTATIONS, resealed=st.booleans())
-def test_the_one_pass_read_and_the_careful_read_agree_on_any_text(
-    mutations: list[tuple[int, str, bytes]], resealed: bool
-) -> None:
-    text = _mutate(TEXT, mutations)
-    if resealed:
-        text = _resealed(text)
-    assert _outcome(text) == _careful(text)
-
-
-@pytest.mark.parametrize("stages", [0, 1, 9])
-@pytest.mark.parametrize("topic", [HEADERS_TOPIC, BODY_TOPIC])
-def test_a_valid_chain_is_read_in_one_pass(topic: str, stages: int) -> None:
-    record = v2_record(topic, stages=stages)
-    text = dict(record.headers).get(ENVELOPE_HEADER, record.value)
-    start = text.find(b',"chain":[\n')
-
-    # Else every record would take the careful way: right, and slower.
-    assert text_v2._read_usual(text, start, None) is not None
-    assert _outcome(text) == _careful(text)
-
-
-def test_a_valid_text_is_read_without_the_careful_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    def careful(*_: object, **__: object) -> None:
-        pytest.fail("the valid text was read the careful way")
-
-    monkeypatch.setattr(text_v2, "_read_carefully", careful)
-    envelope, rest = read_envelope_text(TEXT, keyring=None)
-
-    assert (envelope.id, rest) == (parts_of(RECORD).identity["id"], b"}")
-
-
 @pytest.mark.parametrize(
     ("run_id", "expected"),
     [
@@ -389,7 +383,10 @@ def test_identity_names_written_with_escapes_are_checked_for_control_characters(
     text = reseal(parts, identity=identity)
 
     assert refusal(text) == expected
-    assert _outcome(text) == _careful(text)
+    value, headers = with_text(RECORD, text)
+    with pytest.raises(DecodeError) as caught:
+        v2_codec().decode(HEADERS_TOPIC, value, headers)
+    assert (caught.value.code, caught.value.path) == expected
 
 
 @pytest.mark.parametrize("appended", [0, 1, 2])

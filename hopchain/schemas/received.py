@@ -1,0 +1,175 @@
+r"""A schema-2 envelope as received: the text the core accepted, taken apart at its layout.
+
+The core (``hopchain._core``) has read and checked every hop, digest and signature. What is
+left here is to cut the text where SPEC.md's layout says its parts are, so the writer can
+splice a new hop after the received ones: nothing is checked again and no earlier hop is
+parsed (a hop is parsed when one of its fields is read).
+
+    <identity without its closing brace>,"chain":[\n<hop 0>,\n<hop 1>...\n],
+    "digests":[...],"signatures":[...]}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+
+from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.sealed import (
+    CHAIN_END,
+    CHAIN_START,
+    SIGNATURES,
+    Received,
+    Wire,
+    genesis_of,
+    sealed_envelope,
+)
+from hopchain.schemas.wire import HopWire, IdentityWire
+
+__all__ = [
+    "core_hop",
+    "core_identity",
+    "received_envelope",
+    "received_text",
+    "settle_written",
+    "written_by_core",
+]
+
+_DEGRADATION = b'"degradation":{'
+_NO_LEGACY = b',"legacy":null,'
+_NULL = msgspec.Raw(b"null")
+
+
+def received_envelope(
+    raw: bytes, close: int, identity_members: dict[str, Any] | None = None
+) -> Envelope:
+    """The envelope of a text the core accepted; ``raw[close]`` is its closing brace.
+
+    ``raw`` may go on after ``close`` (a body-mode value: the payload follows); the parts
+    kept are views of it, and the writer copies them once, into the record it writes.
+    ``identity_members``: the identity as the core read it (``legacy`` left out).
+    """
+    start = raw.find(CHAIN_START)
+    end = raw.rfind(CHAIN_END, start, close)
+    middle = raw.find(b"]", end + len(CHAIN_END))
+    identity = raw[:start] + b"}"
+    chain = raw[start + len(CHAIN_START) : end]
+    # Canonical text holds no raw line feed: the hops are the lines between the brackets,
+    # and the digests are 64 hex digits each between quotes.
+    hops = tuple(chain.split(b",\n"))
+    digests = tuple(raw[end + len(CHAIN_END) + 2 : middle - 1].decode().split('","'))
+    signatures_text = raw[middle + 1 + len(SIGNATURES) : close]
+    signatures: tuple[str | None, ...] = (
+        (None,) * len(hops)
+        if signatures_text == b"[%s]" % b",".join([b"null"] * len(hops))
+        else tuple(json.loads(signatures_text))
+    )
+    if identity_members is not None and _NO_LEGACY in identity:
+        ident = IdentityWire(legacy=_NULL, **identity_members)  # the core checked them
+    else:
+        ident = msgspec.json.decode(identity, type=IdentityWire)
+    last = msgspec.json.decode(hops[-1], type=HopWire)
+    wire = Wire(
+        identity,
+        ident,
+        genesis_of(identity),
+        hops,
+        digests,
+        signatures,
+        legacy_hops=_legacy_hops(ident),
+        last=last,
+        markers=_markers(hops) if _DEGRADATION in chain else {},
+        received=Received(raw, end, middle, len(hops), close),
+    )
+    state: dict[str, Any] = {
+        "id": ident.id,
+        "intent_key": ident.intent_key,
+        "trace_id": ident.trace_id,
+        "origin_span_id": ident.origin_span_id,
+        "run_id": ident.run_id,
+        "work_item_id": ident.work_item_id,
+        "schema_version": ident.schema_version,
+        "contract": last.contract,
+        "contract_version": last.contract_version,
+        "head": digests[-1],
+    }
+    return sealed_envelope(state, wire)
+
+
+def _markers(hops: tuple[bytes, ...]) -> dict[int, str]:
+    """The degradation marker's stage of each hop that has one (few do: parsed only then)."""
+    markers: dict[int, str] = {}
+    for index, hop in enumerate(hops):
+        if _DEGRADATION in hop:
+            degradation = json.loads(hop).get("degradation")
+            if isinstance(degradation, dict):
+                markers[index] = degradation["stage"]
+    return markers
+
+
+def _legacy_hops(ident: IdentityWire) -> tuple[Any, ...]:
+    """The schema-1 hops a carried-over chain starts with (``legacy``, usually ``null``)."""
+    raw = bytes(ident.legacy)
+    if raw == b"null":
+        return ()
+    return Envelope.model_validate_json(raw).chain
+
+
+def written_by_core(wire: Wire) -> bool:
+    """Whether the core writes this chain: one hop appended to a received text, or an origin.
+
+    Any other shape (hops built in this process over a received or carried-over chain) is
+    written by :func:`hopchain.schemas.codec_v2.seal_for_topic`.
+    """
+    if wire.pending is None:
+        return False
+    if wire.received is not None:
+        received = wire.received
+        return received.hops == len(wire.hops) and received.close > 0 and not wire.legacy_hops
+    return not wire.hops and not wire.legacy_hops
+
+
+def core_hop(wire: Wire) -> dict[str, Any]:
+    """The pending hop's members, as the core's writer takes them."""
+    assert wire.pending is not None  # noqa: S101 - written_by_core said so
+    members: dict[str, Any] = msgspec.to_builtins(wire.pending.hop)
+    return members
+
+
+def core_identity(wire: Wire) -> dict[str, Any]:
+    """The identity's members, as the core's writer takes them (``legacy`` ``null``)."""
+    members: dict[str, Any] = json.loads(wire.identity)
+    return members
+
+
+def received_text(wire: Wire) -> bytes:
+    """The envelope text as it was received (a body-mode value without its payload)."""
+    assert wire.received is not None  # noqa: S101 - written_by_core said so
+    received = wire.received
+    if received.close == len(received.text) - 1:
+        return received.text
+    return received.text[: received.close] + b"}"
+
+
+def settle_written(wire: Wire, text: bytes, payload_digest: str) -> None:
+    """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop).
+
+    ``payload_digest``: the digest of the payload it was sealed over.
+    """
+    pending = wire.pending
+    assert pending is not None  # noqa: S101 - written_by_core said so
+    end = text.rfind(CHAIN_END)
+    middle = text.find(b"]", end + len(CHAIN_END))
+    hop = text[text.rfind(b"\n", 0, end) + 1 : end]
+    digest = text[middle - 65 : middle - 1].decode()
+    signature = json.loads(text[middle + 1 + len(SIGNATURES) : -1])[-1]
+    last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
+    if last.degradation is not None:
+        wire.markers = {**wire.markers, len(wire.hops): last.degradation.stage}
+    wire.hops = (*wire.hops, hop)
+    wire.digests = (*wire.digests, digest)
+    wire.signatures = (*wire.signatures, signature)
+    wire.last = last
+    wire.pending = None
