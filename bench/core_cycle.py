@@ -16,7 +16,8 @@ the bytes the verdict points at), append the service's hop and write the outgoin
 Payload 1 KiB; chains of 1, 10 and 30 hops; headers mode and body mode. Times are CPU
 microseconds per record (``time.process_time_ns``), the median of ``--repeats`` repeats, each
 timing enough back-to-back operations to last a few tens of milliseconds, garbage collection
-paused (``bench.micro.measure``). The targets of issue #35: at most 0.75x the lean reference
+paused, the ways timed in turn within each repeat (so that a busy moment of the shared
+machine slows them alike). The targets of issue #35: at most 0.75x the lean reference
 at 1 hop, 0.5x at 10, 0.4x at 30, and 1.2 us per further earlier hop (10 to 30 hops).
 
     python -m bench.core_cycle [--repeats 15] [--batch 100]
@@ -25,6 +26,8 @@ at 1 hop, 0.5x at 10, 0.4x at 30, and 1.2 us per further earlier hop (10 to 30 h
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -36,10 +39,10 @@ from bench.micro import (
     CHAIN_LENGTHS,
     HEADERS_TOPIC,
     PAYLOAD_BYTES,
+    TARGET_REPEAT_NS,
     Document,
     chain_of,
     lean_hop_cycle,
-    measure,
     payload_of_one_kib,
     registry,
 )
@@ -176,6 +179,35 @@ class BatchCycle:
         return sent
 
 
+def measure_together(operations: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median CPU µs per call of each operation, the operations timed in turn in each repeat.
+
+    As ``bench.micro.measure`` (each repeat times enough calls to last ~15 ms, garbage
+    collection paused), but interleaved: on a shared machine a busy moment slows every
+    operation of a repeat alike, so that their ratios compare the same moments.
+    """
+    numbers = {}
+    for name, operation in operations.items():
+        operation()  # warm caches
+        start = time.perf_counter_ns()
+        operation()
+        numbers[name] = max(5, TARGET_REPEAT_NS // max(time.perf_counter_ns() - start, 1))
+    samples: dict[str, list[float]] = {name: [] for name in operations}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for name, operation in operations.items():
+                start = time.process_time_ns()
+                for _ in range(numbers[name]):
+                    operation()
+                samples[name].append((time.process_time_ns() - start) / numbers[name] / 1000)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
 def _check_same_bytes(mode: str, hops: int, size: int) -> None:
     """Every way of writing gives the same record: the figures compare the same work."""
     first = verdict_cycle(mode, hops)()
@@ -197,13 +229,15 @@ def main() -> None:
 
     figures: dict[tuple[str, str, int], float] = {}
     for hops in CHAIN_LENGTHS:
-        figures["lean", "headers", hops] = measure(lean_hop_cycle(hops), repeats)[0]
+        operations: dict[str, Callable[[], object]] = {"lean headers": lean_hop_cycle(hops)}
         for mode in MODES:
             _check_same_bytes(mode, hops, size)
-            figures["verdict", mode, hops] = measure(verdict_cycle(mode, hops), repeats)[0]
-            figures["re-read", mode, hops] = measure(reread_cycle(mode, hops), repeats)[0]
-            batch = measure(BatchCycle(mode, hops, size), repeats)[0]
-            figures["batch", mode, hops] = batch / size
+            operations[f"verdict {mode}"] = verdict_cycle(mode, hops)
+            operations[f"re-read {mode}"] = reread_cycle(mode, hops)
+            operations[f"batch {mode}"] = BatchCycle(mode, hops, size)
+        for name, median in measure_together(operations, repeats).items():
+            way, mode = name.split()
+            figures[way, mode, hops] = median / size if way == "batch" else median
 
     ways = ("verdict", "re-read", "batch")
     print(
