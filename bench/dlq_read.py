@@ -8,7 +8,8 @@ the same records in the same run. The records are made as ``bench/dlq_rebuild.py
 them: 3 owners, 5 error types, half with an envelope.
 
 Times are CPU microseconds per letter (``time.process_time_ns``), the median of
-``--repeats`` repeats, garbage collection paused (``bench.micro.measure``).
+``--repeats`` repeats, garbage collection paused, the two timed in turn within each repeat
+(``bench.core_cycle.measure_together``).
 
     python -m bench.dlq_read [--count 20000] [--repeats 9]
 """
@@ -22,8 +23,8 @@ from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 
+from bench.core_cycle import measure_together
 from bench.dlq_rebuild import ERROR_TYPES, OWNERS
-from bench.micro import measure
 from hopchain.consumers.records import read_letter_fields, read_letters_fields
 from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
 
@@ -88,8 +89,8 @@ def main() -> None:
         return [read_letters_fields(chunk, "team") for chunk in chunks]
 
     print(f"{len(records):,} dead letters, CPU µs per letter, median of {arguments.repeats}:")
-    per_record = measure(each, arguments.repeats)[0] / len(records)
-    per_batch = measure(in_batches, arguments.repeats)[0] / len(records)
+    figures = measure_together({"each": each, "in batches": in_batches}, arguments.repeats)
+    per_record, per_batch = (figures[name] / len(records) for name in ("each", "in batches"))
     print(f"  read_letter_fields, one at a time: {per_record:.2f} ({1e6 / per_record:,.0f}/s)")
     print(
         f"  read_letters_fields, {LETTERS_PER_CALL:,} a call: {per_batch:.2f} "
