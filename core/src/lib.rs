@@ -30,4 +30,4 @@ pub use envelope::{read_envelope, Envelope};
 pub use read::{read_record, Accepted, Header, Limits, Mode, Outcome, Record, Topic};
 pub use reason::{Reason, Refusal};
 pub use sign::Keyring;
-pub use write::{append, originate, Written};
+pub use write::{append, append_owned, originate, Written};

@@ -10,13 +10,14 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::envelope::read_envelope;
+use crate::digest::{from_text, payload_digest, Hex64};
+use crate::envelope::{read_envelope, Envelope};
 use crate::json::{Member, Node, Value};
-use crate::write::{append, originate, Written};
+use crate::write::{append, append_owned, originate, Written};
 
-use crate::hop::Hop;
-use crate::identity::Identity;
-use crate::read::{read_record, Header, Limits, Mode, Outcome, Record, Source, Topic};
+use crate::read::{
+    read_record, Header, Limits, Mode, Outcome, Record, Source, Topic, ENVELOPE_HEADER,
+};
 use crate::reason::Reason;
 use crate::sign::Keyring;
 
@@ -95,8 +96,13 @@ impl PyTopic {
 
 /// What a verdict keeps of a record accepted.
 struct Read {
-    identity: Identity,
-    last: Hop,
+    /// The envelope as read (its last hop last): what appending a hop to it needs.
+    envelope: Envelope,
+    /// The text it was read from (the envelope header's value, or the body-mode value),
+    /// held rather than copied, so that a hop is appended without reading it again.
+    text: Option<Py<PyBytes>>,
+    /// The record's value, whose payload's digest the reader computed.
+    value: Option<Py<PyBytes>>,
     hops: usize,
     source: Source,
     payload: (usize, usize),
@@ -222,7 +228,7 @@ impl Verdict {
         let Held::Accepted(read) = &self.held else {
             return Ok(None);
         };
-        let identity = &read.identity;
+        let identity = &read.envelope.identity;
         let dict = PyDict::new(py);
         dict.set_item("contract", &identity.contract)?;
         dict.set_item("contract_version", identity.contract_version)?;
@@ -239,10 +245,12 @@ impl Verdict {
     /// What the reader keeps of the last hop.
     #[getter]
     fn last_hop<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Held::Accepted(read) = &self.held else {
+        let Some(last) = (match &self.held {
+            Held::Accepted(read) => read.envelope.last(),
+            _ => None,
+        }) else {
             return Ok(None);
         };
-        let last = &read.last;
         let dict = PyDict::new(py);
         dict.set_item("component", &last.component)?;
         dict.set_item("contract", &last.contract)?;
@@ -270,12 +278,11 @@ fn held(outcome: Outcome) -> Held {
         Outcome::Accepted(accepted) => {
             let hops = accepted.envelope.hop_count();
             let accepted = *accepted;
-            let mut envelope = accepted.envelope;
-            let last = envelope.hops.pop();
-            match last {
-                Some(last) => Held::Accepted(Box::new(Read {
-                    identity: envelope.identity,
-                    last,
+            match accepted.envelope.last() {
+                Some(_) => Held::Accepted(Box::new(Read {
+                    envelope: accepted.envelope,
+                    text: None,
+                    value: None,
                     hops,
                     source: accepted.source,
                     payload: (accepted.payload.start, accepted.payload.end),
@@ -341,6 +348,21 @@ struct RecordObjects<'py> {
     headers: Vec<(Vec<u8>, Option<Bound<'py, PyBytes>>)>,
 }
 
+impl RecordObjects<'_> {
+    /// The object an envelope was read from: the value, or the (single) envelope header.
+    fn text(&self, source: Source) -> Option<Py<PyBytes>> {
+        let text = match source {
+            Source::Value => self.value.as_ref(),
+            Source::EnvelopeHeader => self
+                .headers
+                .iter()
+                .find(|(name, _)| name == ENVELOPE_HEADER.as_bytes())
+                .and_then(|(_, value)| value.as_ref()),
+        };
+        text.map(|text| text.clone().unbind())
+    }
+}
+
 fn hold<'py>(record: &Bound<'py, PyAny>) -> PyResult<RecordObjects<'py>> {
     let pair = record
         .cast::<PyTuple>()
@@ -378,7 +400,7 @@ fn read_batch<'py>(
         max_record_bytes,
     };
     // The Python objects are held here; the bytes they hold (immutable) are read below
-    // without the GIL, so that other threads run while a batch is read.
+    // without the GIL (a batch of more than 64 KiB), so that other threads run meanwhile.
     let held_records = records
         .try_iter()?
         .map(|record| hold(&record?))
@@ -397,7 +419,7 @@ fn read_batch<'py>(
             (record.value.as_ref().map(|value| value.as_bytes()), headers)
         })
         .collect();
-    let outcomes: Vec<Outcome> = py.detach(|| {
+    let read_all = || -> Vec<Outcome> {
         views
             .iter()
             .map(|(value, headers)| {
@@ -408,11 +430,33 @@ fn read_batch<'py>(
                 read_record(&record, topic, keyring, &limits)
             })
             .collect()
-    });
+    };
+    // Releasing the GIL costs more than reading a record or two: only a large batch does.
+    let size: usize = views
+        .iter()
+        .map(|(value, headers)| {
+            value.map_or(0, <[u8]>::len)
+                + headers
+                    .iter()
+                    .map(|header| header.value.map_or(0, <[u8]>::len))
+                    .sum::<usize>()
+        })
+        .sum();
+    let outcomes = if size > DETACHED_BATCH_BYTES {
+        py.detach(read_all)
+    } else {
+        read_all()
+    };
     Ok(outcomes
         .into_iter()
-        .map(|outcome| Verdict {
-            held: held(outcome),
+        .zip(&held_records)
+        .map(|(outcome, record)| {
+            let mut held = held(outcome);
+            if let Held::Accepted(read) = &mut held {
+                read.text = record.text(read.source);
+                read.value = record.value.as_ref().map(|value| value.clone().unbind());
+            }
+            Verdict { held }
         })
         .collect())
 }
@@ -420,6 +464,62 @@ fn read_batch<'py>(
 /// A refusal raised to Python: `ValueError(code, path, message)`.
 fn refused(refusal: crate::reason::Refusal) -> PyErr {
     PyValueError::new_err((refusal.reason.as_str(), refusal.path, refusal.message))
+}
+
+/// The member names of SPEC.md's objects: a hop's members are named from here, not copied.
+const MEMBER_NAMES: [&str; 45] = [
+    "attempts",
+    "code",
+    "component",
+    "contract",
+    "contract_version",
+    "decided_at",
+    "decision",
+    "degradation",
+    "description",
+    "destination",
+    "duration_ms",
+    "effects",
+    "error_type",
+    "failure",
+    "id",
+    "identifier",
+    "instance",
+    "intent_key",
+    "kind",
+    "legacy",
+    "locally_resolvable",
+    "message",
+    "number",
+    "observation",
+    "offset",
+    "origin_span_id",
+    "outcome",
+    "partition",
+    "path",
+    "payload_digest",
+    "reason",
+    "received_at",
+    "received_from",
+    "recovery_hint",
+    "run_id",
+    "schema_version",
+    "span_id",
+    "stage",
+    "started_at",
+    "target",
+    "topic",
+    "trace_id",
+    "tries",
+    "validation_errors",
+    "work_item_id",
+];
+
+fn member_name(name: &str) -> std::borrow::Cow<'static, str> {
+    match MEMBER_NAMES.iter().find(|known| **known == name) {
+        Some(known) => std::borrow::Cow::Borrowed(known),
+        None => std::borrow::Cow::Owned(name.to_owned()),
+    }
 }
 
 /// Python values as JSON values: dict, list or tuple, str, int, bool, float and None.
@@ -441,13 +541,13 @@ fn node(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Node<'static>> {
     } else if let Ok(dict) = value.cast::<PyDict>() {
         let mut members = Vec::with_capacity(dict.len());
         for (name, item) in dict.iter() {
-            let name = name
-                .cast::<PyString>()
-                .map_err(|_| PyTypeError::new_err("member names are str"))?
-                .to_str()?
-                .to_owned();
+            let name = member_name(
+                name.cast::<PyString>()
+                    .map_err(|_| PyTypeError::new_err("member names are str"))?
+                    .to_str()?,
+            );
             members.push(Member {
-                name: name.into(),
+                name,
                 node: node(&item, depth + 1)?,
             });
         }
@@ -518,6 +618,159 @@ fn originate_chain<'py>(
     written(py, &result)
 }
 
+/// What an accepted verdict gives the writer: the text it was read from and its envelope.
+fn appendable(verdict: &Verdict) -> PyResult<(&Py<PyBytes>, &Read)> {
+    match &verdict.held {
+        Held::Accepted(read) => match &read.text {
+            Some(text) => Ok((text, read)),
+            None => Err(PyValueError::new_err(
+                "this verdict holds no envelope text to append to",
+            )),
+        },
+        _ => Err(PyValueError::new_err(format!(
+            "a hop is appended to an accepted record; this verdict is {}",
+            verdict.kind()
+        ))),
+    }
+}
+
+/// Append a hop to the record a verdict accepted, without reading its text again: the same
+/// bytes as `append_hop(text, hop, payload, keyring)` on the text the verdict was read from
+/// (the `hopchain-envelope` header, or the value in body mode). Returns `(text,
+/// traceparent, degraded)`.
+///
+/// Raises `ValueError(code, path, message)` when the hop is refused, and `ValueError` for a
+/// verdict that is not `"accepted"`.
+#[pyfunction]
+#[pyo3(signature = (verdict, hop, payload, keyring=None))]
+fn append_verdict<'py>(
+    py: Python<'py>,
+    verdict: &Bound<'py, Verdict>,
+    hop: &Bound<'py, PyAny>,
+    payload: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let (text, read) = appendable(verdict.get())?;
+    let digest = known_digest(py, read, payload).unwrap_or_else(|| payload_digest(payload));
+    let hop = node(hop, 0)?;
+    let result = append_owned(
+        text.bind(py).as_bytes(),
+        &read.envelope,
+        hop,
+        &digest,
+        keyring,
+    )
+    .map_err(refused)?;
+    written(py, &result)
+}
+
+/// The digest the reader computed of the payload to append, when it is the payload it read
+/// (the same bytes: compared, not assumed), so that it is not hashed again.
+fn known_digest(py: Python<'_>, read: &Read, payload: &[u8]) -> Option<Hex64> {
+    let (start, end) = read.payload;
+    read.value
+        .as_ref()
+        .and_then(|value| value.bind(py).as_bytes().get(start..end))
+        .filter(|read_payload| *read_payload == payload)
+        .and_then(|_| from_text(read.payload_digest.as_bytes()))
+}
+
+/// Bytes of envelope text and payload above which a batch is written without the GIL.
+const DETACHED_BATCH_BYTES: usize = 64 * 1024;
+
+/// Why an item of a batch was not written: the writer refused its hop, or its arguments.
+enum Unwritten {
+    Refused(crate::reason::Refusal),
+    Error(PyErr),
+}
+
+/// One item of a batch to write, as read under the GIL.
+struct ToWrite<'a> {
+    text: &'a [u8],
+    envelope: &'a Envelope,
+    hop: Node<'static>,
+    /// The payload's digest, when the reader computed it; else the payload, to hash.
+    digest: Option<Hex64>,
+    payload: &'a [u8],
+}
+
+/// Append one hop to each accepted record of a fetch: `items` is a sequence of `(verdict,
+/// hop, payload)` as `append_verdict` takes them. Returns one result per item, in order:
+/// `(text, traceparent, degraded)`, or, for an item refused, the `ValueError(code, path,
+/// message)` that `append_verdict` would raise (returned, not raised, so that one refused
+/// item does not stop the others). A large batch is hashed and written without the GIL.
+#[pyfunction]
+#[pyo3(signature = (items, keyring=None))]
+fn append_batch<'py>(
+    py: Python<'py>,
+    items: &Bound<'py, PyAny>,
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    // Hold every verdict and payload object first, so that their bytes are borrowed below.
+    let mut held: Vec<(Bound<'py, Verdict>, Bound<'py, PyAny>, Bound<'py, PyBytes>)> = Vec::new();
+    for item in items.try_iter()? {
+        let item = item?;
+        let item = item
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err("an item is a tuple (verdict, hop, payload)"))?;
+        let verdict = item
+            .get_item(0)?
+            .cast_into::<Verdict>()
+            .map_err(|_| PyTypeError::new_err("an item's first member is a Verdict"))?;
+        let payload = item
+            .get_item(2)?
+            .cast_into::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("an item's payload is bytes"))?;
+        held.push((verdict, item.get_item(1)?, payload));
+    }
+    let mut prepared: Vec<Result<ToWrite<'_>, PyErr>> = Vec::with_capacity(held.len());
+    let mut size = 0;
+    for (verdict, hop, payload) in &held {
+        prepared.push(appendable(verdict.get()).and_then(|(text, read)| {
+            let text = text.bind(py).as_bytes();
+            let payload = payload.as_bytes();
+            size += text.len() + payload.len();
+            Ok(ToWrite {
+                text,
+                envelope: &read.envelope,
+                hop: node(hop, 0)?,
+                digest: known_digest(py, read, payload),
+                payload,
+            })
+        }));
+    }
+    let write_all = |prepared: Vec<Result<ToWrite<'_>, PyErr>>| -> Vec<Result<Written, Unwritten>> {
+        prepared
+            .into_iter()
+            .map(|item| match item {
+                Ok(item) => {
+                    let digest = item.digest.unwrap_or_else(|| payload_digest(item.payload));
+                    append_owned(item.text, item.envelope, item.hop, &digest, keyring)
+                        .map_err(Unwritten::Refused)
+                }
+                Err(error) => Err(Unwritten::Error(error)),
+            })
+            .collect()
+    };
+    let results = if size > DETACHED_BATCH_BYTES {
+        py.detach(|| write_all(prepared))
+    } else {
+        write_all(prepared)
+    };
+    results
+        .into_iter()
+        .map(|result| match result {
+            Ok(result) => written(py, &result).map(Bound::into_any),
+            Err(Unwritten::Refused(refusal)) => {
+                Ok(refused(refusal).into_value(py).into_bound(py).into_any())
+            }
+            Err(Unwritten::Error(error)) => Ok(error.into_value(py).into_bound(py).into_any()),
+        })
+        .collect()
+}
+
 /// The dead-letter index's summary of each letter's `hopchain-dlq-*` headers, as
 /// `read_dead_letter_summary` returns it, with the failure's JSON last (for the caller to
 /// validate); None for a letter the Python reader must read (missing, invalid or unusual).
@@ -581,6 +834,8 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Verdict>()?;
     module.add_function(wrap_pyfunction!(read_batch, module)?)?;
     module.add_function(wrap_pyfunction!(append_hop, module)?)?;
+    module.add_function(wrap_pyfunction!(append_verdict, module)?)?;
+    module.add_function(wrap_pyfunction!(append_batch, module)?)?;
     module.add_function(wrap_pyfunction!(originate_chain, module)?)?;
     module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();

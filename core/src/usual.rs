@@ -31,20 +31,16 @@ impl<'a> Scan<'a> {
         (self.text.as_bytes().get(self.at..end)? == bytes).then(|| self.at = end)
     }
 
-    /// A string without escapes or control characters: its content.
-    fn string(&mut self) -> Option<&'a str> {
+    /// A string without escapes or control characters: its content, and whether it is
+    /// ASCII (told in the same pass).
+    fn string(&mut self) -> Option<(&'a str, bool)> {
         self.expect(b"\"")?;
         let rest = self.text.as_bytes().get(self.at..)?;
-        let length = memchr::memchr2(b'"', b'\\', rest)?;
-        if rest.get(length) != Some(&b'"') {
-            return None;
-        }
+        let (length, ascii) = plain_end(rest);
+        let length = length.filter(|&length| rest.get(length) == Some(&b'"'))?;
         let content = self.text.get(self.at..self.at + length)?;
-        if content.bytes().any(|byte| byte < 0x20) {
-            return None;
-        }
         self.at += length + 1;
-        Some(content)
+        Some((content, ascii))
     }
 
     /// An integer in its one spelling, within 2^53 - 1.
@@ -92,12 +88,12 @@ impl<'a> Scan<'a> {
                 (i128::from(value) >= *min).then_some(Found::Int(value))
             }
             Rule::Word(words) => {
-                let word = self.string()?;
+                let (word, _) = self.string()?;
                 words.contains(&word).then_some(Found::Str(word))
             }
             Rule::Text(rules) => {
-                let text = self.string()?;
-                text_fits(rules, text).then_some(Found::Str(text))
+                let (text, ascii) = self.string()?;
+                text_fits(rules, text, ascii).then_some(Found::Str(text))
             }
             Rule::List(item) => {
                 self.expect(b"[")?;
@@ -139,8 +135,44 @@ impl<'a> Scan<'a> {
     }
 }
 
-fn text_fits(rules: &Text, text: &str) -> bool {
-    let length = if text.is_ascii() {
+/// Where the first `"`, `\\` or control character of `bytes` is, and whether the bytes
+/// before it are ASCII. Eight bytes are looked at a time (the strings of an envelope are
+/// mostly plain text); the eight holding the first such byte, one at a time.
+fn plain_end(bytes: &[u8]) -> (Option<usize>, bool) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A byte of `word` that is zero sets its high bit in `zero(word)` (and only a byte
+    // above a zero one can be set falsely): the chunk holding one is read byte by byte.
+    let zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
+    let mut seen = 0u64;
+    let mut offset = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let Ok(chunk) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let word = u64::from_le_bytes(chunk);
+        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+        if zero(word ^ (ONES * u64::from(b'"'))) | zero(word ^ (ONES * u64::from(b'\\'))) | control
+            != 0
+        {
+            break;
+        }
+        seen |= word;
+        offset += 8;
+    }
+    let mut ascii = seen & HIGHS == 0;
+    for (index, &byte) in bytes.get(offset..).unwrap_or_default().iter().enumerate() {
+        match byte {
+            b'"' | b'\\' | 0..0x20 => return (Some(offset + index), ascii),
+            0x80.. => ascii = false,
+            _ => {}
+        }
+    }
+    (None, ascii)
+}
+
+fn text_fits(rules: &Text, text: &str, ascii: bool) -> bool {
+    let length = if ascii {
         text.len()
     } else {
         text.chars().count()
@@ -183,6 +215,32 @@ mod tests {
             found.and_then(|found| found.first().copied()),
             Some(Found::Str("ingest"))
         );
+    }
+
+    #[test]
+    fn finds_the_end_of_a_plain_string_as_one_byte_at_a_time_does() {
+        let one_at_a_time = |bytes: &[u8]| {
+            let end = bytes
+                .iter()
+                .position(|&byte| matches!(byte, b'"' | b'\\' | 0..0x20));
+            let before = bytes.get(..end.unwrap_or(bytes.len())).unwrap_or_default();
+            (end, before.is_ascii())
+        };
+        let mut texts: Vec<Vec<u8>> = Vec::new();
+        for length in 0..20 {
+            for stop in [b'"', b'\\', b'\n', 0x1f, 0x00, 0x7f, 0x20, 0xc3, 0xff] {
+                for at in 0..=length {
+                    let mut text = vec![b'a'; length];
+                    text.insert(at, stop);
+                    texts.push(text.clone());
+                    text.insert(0, 0xe2); // a multi-byte character's first byte before it
+                    texts.push(text);
+                }
+            }
+        }
+        for text in &texts {
+            assert_eq!(plain_end(text), one_at_a_time(text), "{text:?}");
+        }
     }
 
     #[test]

@@ -73,10 +73,45 @@ fn seal_hop(hop: &Node<'_>, payload: &[u8], index: usize) -> Result<(Vec<u8>, Ho
         return Err(duplicate(&format!("$.chain[{index}]")));
     }
     let hop = with_payload_digest(hop, &payload_digest(payload))?;
-    check(&HOP, &hop, &Path::Root(&format!("$.chain[{index}]")), "")?;
-    let mut text = Vec::new();
-    write(&mut text, &hop, b"", None);
-    Ok((text, summary(&hop)))
+    checked_text(&hop, index)
+}
+
+/// As `seal_hop`, for a hop the writer owns (its members are moved, not copied) and a
+/// payload whose digest is known.
+fn seal_owned(hop: Node<'_>, digest: &Hex64, index: usize) -> Result<(Vec<u8>, Hop), Refusal> {
+    if holds_duplicate(&hop) {
+        return Err(duplicate(&format!("$.chain[{index}]")));
+    }
+    let Value::Object(mut members) = hop.value else {
+        return Err(Refusal::new(
+            Reason::WrongType,
+            "$.chain",
+            "a hop is an object",
+        ));
+    };
+    members.retain(|member| member.name != "payload_digest");
+    members.push(Member {
+        name: "payload_digest".into(),
+        node: Node {
+            value: Value::Str(String::from_utf8_lossy(digest).into_owned().into()),
+            span: 0..0,
+        },
+    });
+    checked_text(
+        &Node {
+            value: Value::Object(members),
+            span: 0..0,
+        },
+        index,
+    )
+}
+
+/// A sealed hop checked as a reader will check it, and its canonical text.
+fn checked_text(hop: &Node<'_>, index: usize) -> Result<(Vec<u8>, Hop), Refusal> {
+    check(&HOP, hop, &Path::Root(&format!("$.chain[{index}]")), "")?;
+    let mut text = Vec::with_capacity(512);
+    write(&mut text, hop, b"", None);
+    Ok((text, summary(hop)))
 }
 
 /// A member given twice: a reader would refuse the text (which one counts is ambiguous).
@@ -88,27 +123,34 @@ fn duplicate(path: &str) -> Refusal {
     )
 }
 
-fn signatures_text(signatures: &[Option<String>]) -> Vec<u8> {
-    let mut out = vec![b'['];
-    for (index, signature) in signatures.iter().enumerate() {
+/// The signatures' canonical text, written onto `out`.
+fn write_signatures<'a>(out: &mut Vec<u8>, signatures: impl Iterator<Item = Option<&'a str>>) {
+    out.push(b'[');
+    for (index, signature) in signatures.enumerate() {
         if index > 0 {
             out.push(b',');
         }
         match signature {
-            Some(text) => crate::text::write_string(&mut out, text),
+            Some(text) => crate::text::write_string(out, text),
             None => out.extend_from_slice(b"null"),
         }
     }
     out.push(b']');
-    out
 }
 
-fn degraded(hops: &[Hop]) -> Option<String> {
-    let stages: Vec<&str> = hops
-        .iter()
-        .filter_map(|hop| hop.degraded_stage.as_deref())
-        .collect();
-    (!stages.is_empty()).then(|| stages.join(","))
+/// The `hopchain-degraded` header of hops with these markers, oldest first.
+fn degraded<'a>(hops: impl Iterator<Item = &'a Hop>) -> Option<String> {
+    let mut stages: Option<String> = None;
+    for stage in hops.filter_map(|hop| hop.degraded_stage.as_deref()) {
+        match &mut stages {
+            Some(joined) => {
+                joined.push(',');
+                joined.push_str(stage);
+            }
+            None => stages = Some(stage.to_owned()),
+        }
+    }
+    stages
 }
 
 /// Append a hop to a received envelope text (`received`, as `envelope` was read from it).
@@ -121,8 +163,31 @@ pub fn append(
     payload: &[u8],
     keyring: Option<&Keyring>,
 ) -> Result<Written, Refusal> {
-    let index = envelope.hops.len();
-    let (sealed, read) = seal_hop(hop, payload, index)?;
+    let sealed = seal_hop(hop, payload, envelope.hops.len())?;
+    splice(received, envelope, sealed, keyring)
+}
+
+/// As `append`, for a hop the writer owns and a payload whose digest (`payload_digest`)
+/// the reader computed already: the same bytes, without copying the hop or hashing the
+/// payload again.
+pub fn append_owned(
+    received: &[u8],
+    envelope: &Envelope,
+    hop: Node<'_>,
+    payload_digest: &Hex64,
+    keyring: Option<&Keyring>,
+) -> Result<Written, Refusal> {
+    let sealed = seal_owned(hop, payload_digest, envelope.hops.len())?;
+    splice(received, envelope, sealed, keyring)
+}
+
+/// The received text with a sealed hop spliced in: its digest, its signature, the rest.
+fn splice(
+    received: &[u8],
+    envelope: &Envelope,
+    (sealed, read): (Vec<u8>, Hop),
+    keyring: Option<&Keyring>,
+) -> Result<Written, Refusal> {
     let previous = envelope.head().copied().ok_or_else(|| {
         Refusal::new(
             Reason::InvalidValue,
@@ -133,8 +198,11 @@ pub fn append(
     let digest = link(&previous, &sealed);
     let signature = keyring.and_then(|keyring| keyring.sign(&read.component, &digest));
     let layout = &envelope.layout;
-    let mut signatures = envelope.signatures.clone();
-    signatures.push(signature.clone());
+    let signatures = envelope
+        .signatures
+        .iter()
+        .map(Option::as_deref)
+        .chain(std::iter::once(signature.as_deref()));
     let mut text = Vec::with_capacity(received.len() + sealed.len() + 256);
     text.extend_from_slice(received.get(..layout.end).unwrap_or_default());
     text.extend_from_slice(HOP_SEPARATOR);
@@ -144,14 +212,12 @@ pub fn append(
     text.extend_from_slice(&digest);
     text.extend_from_slice(b"\"]");
     text.extend_from_slice(SIGNATURES);
-    text.extend_from_slice(&signatures_text(&signatures));
+    write_signatures(&mut text, signatures);
     text.push(b'}');
-    let mut hops = envelope.hops.clone();
-    hops.push(read.clone());
     Ok(Written {
         text,
         traceparent: traceparent::format(&envelope.identity.trace_id, &read.span_id, true),
-        degraded: degraded(&hops),
+        degraded: degraded(envelope.hops.iter().chain(std::iter::once(&read))),
         hop: read,
         digest,
         signature,
@@ -193,13 +259,13 @@ pub fn originate(
     text.extend_from_slice(&digest);
     text.extend_from_slice(b"\"]");
     text.extend_from_slice(SIGNATURES);
-    text.extend_from_slice(&signatures_text(std::slice::from_ref(&signature)));
+    write_signatures(&mut text, std::iter::once(signature.as_deref()));
     text.push(b'}');
     let trace_id = crate::rules::string(identity, "trace_id");
     Ok(Written {
         text,
         traceparent: traceparent::format(trace_id, &read.span_id, true),
-        degraded: degraded(std::slice::from_ref(&read)),
+        degraded: degraded(std::iter::once(&read)),
         hop: read,
         digest,
         signature,

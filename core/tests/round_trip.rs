@@ -4,10 +4,11 @@
 mod common;
 
 use common::at;
-use hopchain_core::digest::unhex;
+use hopchain_core::digest::{payload_digest, unhex};
 use hopchain_core::json::parse;
 use hopchain_core::{
-    append, read_envelope, read_record, Header, Keyring, Limits, Mode, Outcome, Record, Topic,
+    append, append_owned, read_envelope, read_record, Header, Keyring, Limits, Mode, Outcome,
+    Record, Topic,
 };
 use serde_json::Value;
 
@@ -221,4 +222,50 @@ fn the_writer_refuses_a_hop_the_reader_would_refuse() {
         refused.map(|refusal| (refusal.reason.as_str(), refusal.path)),
         Some(("unknown_decision", "$.chain[3].decision".to_owned()))
     );
+}
+
+#[test]
+fn appending_an_owned_hop_writes_what_append_writes() {
+    // `append_owned` (the hop moved, the payload's digest given) against `append` (the hop
+    // borrowed, the payload hashed) on every case, and on a refused hop.
+    for case in &fixture() {
+        let name = text(case, &["name"]);
+        let keyring = keyring(case);
+        let keys = (!keyring.is_empty()).then_some(&keyring);
+        let received = text(case, &["received"]).as_bytes();
+        let Ok(envelope) = read_envelope(received, keys) else {
+            unreachable!("{name}: the received text reads")
+        };
+        let payload = text(case, &["payload"]).as_bytes();
+        let digest = payload_digest(payload);
+        for decision in ["forwarded", "improvised"] {
+            let mut members = at(case, &["hop"]).clone();
+            if let Some(object) = members.as_object_mut() {
+                object.insert("decision".into(), Value::from(decision));
+            }
+            let hop_text = serde_json::to_vec(&members).unwrap_or_default();
+            let Ok(hop) = parse(&hop_text) else {
+                unreachable!("{name}: JSON")
+            };
+            let borrowed = append(received, &envelope, &hop.root, payload, keys);
+            let owned = append_owned(received, &envelope, hop.root, &digest, keys);
+            match (borrowed, owned) {
+                (Ok(borrowed), Ok(owned)) => {
+                    assert_eq!(borrowed.text, owned.text, "{name}");
+                    assert_eq!(borrowed.traceparent, owned.traceparent, "{name}");
+                    assert_eq!(borrowed.degraded, owned.degraded, "{name}");
+                    assert_eq!(borrowed.signature, owned.signature, "{name}");
+                    assert_eq!(borrowed.hop, owned.hop, "{name}");
+                }
+                (Err(borrowed), Err(owned)) => {
+                    assert_eq!(borrowed.reason, owned.reason, "{name}");
+                    assert_eq!(borrowed.path, owned.path, "{name}");
+                    assert_eq!(decision, "improvised", "{name}");
+                }
+                (borrowed, owned) => {
+                    unreachable!("{name}: {decision}: append {borrowed:?}, owned {owned:?}")
+                }
+            }
+        }
+    }
 }

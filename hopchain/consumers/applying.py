@@ -18,7 +18,7 @@ from aiokafka import TopicPartition
 from hopchain.consumers.index import AddedMany, LetterIndex
 from hopchain.consumers.letter import FIELD_NAMES, LABELS, PROBLEM, LetterFields
 from hopchain.consumers.metrics import DlqMetrics
-from hopchain.consumers.records import read_letter_fields
+from hopchain.consumers.records import read_letter_fields, read_letters_fields
 from hopchain.consumers.resolutions import is_clock_probe, read_resolution_record
 from hopchain.consumers.topics import TopicPlan
 
@@ -117,13 +117,16 @@ class Applier:
         owner = self.owners.get(records[0].topic)
         letters: list[LetterFields] = []
         read: list[Any] = []
-        for raw in records:
-            try:
-                letters.append(read_letter_fields(raw, owner))
-            except Exception:  # no input may stop the consumer  # noqa: BLE001
-                self._skip(raw)
-            else:
-                read.append(raw)
+        try:
+            letters, read = read_letters_fields(records, owner), records
+        except Exception:  # noqa: BLE001 - no input may stop the consumer: one by one
+            for raw in records:
+                try:
+                    letters.append(read_letter_fields(raw, owner))
+                except Exception:  # noqa: BLE001
+                    self._skip(raw)
+                else:
+                    read.append(raw)
         try:
             added = self.index.add_many(letters, self._count_parked)
         except Exception:  # noqa: BLE001 - the index refused them all: none was added

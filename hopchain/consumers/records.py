@@ -8,8 +8,11 @@ with what can be salvaged, as error type ``malformed``, and never stops the cons
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from hopchain.consumers.foreign import ForeignFailure, ParkTime, read_foreign
@@ -31,6 +34,7 @@ from hopchain.schemas.deadletter import (
     read_reference,
 )
 from hopchain.schemas.envelope import Envelope
+from hopchain.schemas.failure import Failure
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.schemas.traceparent import parse_traceparent
 from hopchain.schemas.vocabulary import Decision, ErrorType
@@ -43,6 +47,7 @@ __all__ = [
     "original_headers",
     "parse_dead_letter",
     "read_letter_fields",
+    "read_letters_fields",
     "redrive_count",
 ]
 
@@ -370,12 +375,73 @@ def read_letter_fields(raw: Any, topic_owner: str | None = None) -> LetterFields
         return fields_of(parse_dead_letter(DeadLetterRecord.from_aiokafka(raw), topic_owner))
 
 
+Summary = tuple[Any, ...]
+"""What :func:`~hopchain.schemas.deadletter.read_dead_letter_summary` returns."""
+
+
+def _compiled_summaries() -> Callable[[list[Any]], list[Summary | None]] | None:
+    """The compiled core's batch reader of dead letters' headers, when it is built."""
+    try:
+        core = importlib.import_module("hopchain._core")
+    except ImportError:  # the core is optional: the Python reader reads every letter
+        return None
+    reader: Callable[[list[Any]], list[Summary | None]] = core.read_dead_letter_summaries
+    return reader
+
+
+_read_summaries = _compiled_summaries()
+
+
+@lru_cache(maxsize=1024)
+def _checked_failure(text: str) -> Failure:
+    # The letters of one incident mostly share their failure's text: validated once each.
+    return Failure.model_validate_json(text)
+
+
+def read_letters_fields(raws: Sequence[Any], topic_owner: str | None = None) -> list[LetterFields]:
+    """:func:`read_letter_fields` of each record, the same values, read as a batch.
+
+    The ``hopchain-dlq-*`` headers of all of them are read by the compiled core in one call
+    (``hopchain._core.read_dead_letter_summaries``, when it is built); a letter it leaves to
+    the Python reader (missing, invalid or unusual headers) is read by
+    :func:`read_letter_fields`. Never raises.
+    """
+    summaries: list[Summary | None] = []
+    if _read_summaries is not None:
+        try:
+            summaries = _read_summaries([raw.headers or () for raw in raws])
+        except Exception:  # noqa: BLE001 - headers the core cannot take: read one by one
+            summaries = []
+    if len(summaries) != len(raws):
+        return [read_letter_fields(raw, topic_owner) for raw in raws]
+    letters = []
+    for raw, summary in zip(raws, summaries, strict=True):
+        letter = None if summary is None else _compiled_fields(raw, summary, topic_owner)
+        letters.append(letter if letter is not None else read_letter_fields(raw, topic_owner))
+    return letters
+
+
+def _compiled_fields(raw: Any, summary: Summary, topic_owner: str | None) -> LetterFields | None:
+    """:func:`_plain_fields`' values from the core's summary; None for any other letter.
+
+    The summary's last member is the failure's JSON, validated here.
+    """
+    try:
+        _checked_failure(summary[9])
+        return _summary_fields(raw, summary[:9], topic_owner)
+    except Exception:  # noqa: BLE001 - read_letter_fields says what is wrong with it
+        return None
+
+
 def _plain_fields(raw: Any, topic_owner: str | None) -> LetterFields:
     """:func:`_from_info`'s values for the usual letter; raises for any other."""
+    return _summary_fields(raw, read_dead_letter_summary(raw.headers or ()), topic_owner)
+
+
+def _summary_fields(raw: Any, summary: Summary, topic_owner: str | None) -> LetterFields:
+    """:func:`_plain_fields`' values from the summary of the letter's headers."""
     headers = raw.headers or ()
-    found, owner, source, error_type, reason, component, source_ms, _, envelope_json = (
-        read_dead_letter_summary(headers)
-    )
+    found, owner, source, error_type, reason, component, source_ms, _, envelope_json = summary
     dead_letter_id = _identifier(found)
     stamp = raw.timestamp
     parked_at = _plausible(stamp / 1000) if stamp is not None and stamp >= 0 else None

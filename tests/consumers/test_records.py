@@ -14,6 +14,7 @@ from hopchain.consumers.records import (
     original_headers,
     parse_dead_letter,
     read_letter_fields,
+    read_letters_fields,
 )
 from hopchain.schemas import ErrorType
 from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, REDRIVE_COUNT_HEADER
@@ -214,6 +215,70 @@ parked_values = st.one_of(
     ),
     header_values,
 )
+
+
+@st.composite
+def dead_letter_records(draw: st.DrawFn, offset: int) -> ConsumerRecord[bytes, bytes]:
+    """A record of a dead-letter topic: hopchain's headers, some dropped or edited."""
+    base = draw(st.sampled_from([STAGE.headers, BOUNDARY.headers, ()]))
+    dropped = draw(st.sets(st.integers(0, 16), max_size=2))
+    added = draw(
+        st.lists(st.tuples(st.one_of(parked_names, header_names), parked_values), max_size=2)
+    )
+    value = draw(st.one_of(st.none(), st.just(b"{}")))
+    return ConsumerRecord(
+        topic="orders.dlq",
+        partition=2,
+        offset=offset,
+        timestamp=draw(st.one_of(st.just(1_700_000_000_000), st.just(-1), st.none())),
+        timestamp_type=0,
+        key=None,
+        value=value,
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=len(value or b""),
+        headers=[pair for n, pair in enumerate(base) if n not in dropped] + added,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raws=st.integers(0, 12).flatmap(
+        lambda count: st.tuples(*(dead_letter_records(offset) for offset in range(count)))
+    ),
+    owner=st.sampled_from([None, "topic-owner"]),
+)
+def test_reading_a_batch_of_records_gives_each_ones_values(
+    raws: tuple[ConsumerRecord[bytes, bytes], ...], owner: str | None
+) -> None:
+    # Usual letters and unusual ones side by side: each gets parse_dead_letter's values, in
+    # order, however the batch's headers are read.
+    read = read_letters_fields(raws, owner)
+
+    assert read == [
+        fields_of(parse_dead_letter(DeadLetterRecord.from_aiokafka(raw), owner)) for raw in raws
+    ]
+
+
+def test_reading_a_batch_reads_a_usual_letter_as_one_alone() -> None:
+    raw = ConsumerRecord(
+        topic="orders.dlq",
+        partition=2,
+        offset=7,
+        timestamp=1_700_000_000_000,
+        timestamp_type=0,
+        key=None,
+        value=b"{}",
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=2,
+        headers=list(STAGE.headers),
+    )
+
+    read = read_letters_fields([raw, raw], "topic-owner")
+
+    assert read == [read_letter_fields(raw, "topic-owner")] * 2
+    assert read[0][:2] == (STAGE.dead_letter_id, "payments")
 
 
 @settings(max_examples=1000, deadline=None)
