@@ -173,7 +173,9 @@ class EnvelopeCodec:
                 f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         try:
-            value.isascii() or value.decode()  # most values are ASCII, told without decoding
+            # A registry payload format's value is bytes, not text: neither read as UTF-8
+            # nor searched for NaN (in _read_value).
+            contract.binary_payload or value.isascii() or value.decode()
         except UnicodeDecodeError as exc:
             raise EnvelopeError(
                 ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
@@ -213,7 +215,8 @@ class EnvelopeCodec:
             # Only the payload is searched: the envelope's objects are parsed strictly.
             refuse_non_finite(payload_bytes or b"", "$.payload")
             return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
-        refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
+        if not contract.binary_payload:
+            refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
         envelope_bytes = None
         if contract.mode is WireMode.HEADERS:
             if envelope_header is None:
@@ -424,6 +427,8 @@ class EnvelopeCodec:
                 f"{contract.model.__name__}",
                 "$.payload",
             )
+        if contract.binary_payload:  # a registry payload format: framed bytes, not JSON
+            return contract.framed_payload(payload, (read, self._read_payload))
         # No serializer warnings: a wrong value is reported, typed, by the re-read below.
         payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
         for known in (read, self._read_payload):
