@@ -40,8 +40,10 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 # transport errors are what "the registry did not answer" looks like.
 from confluent_kafka.schema_registry.common._httpx_compat import httpx
 from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro.read import SchemaResolutionError
+from jsonschema import ValidationError as SchemaViolation  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict
 
 from hopchain.exceptions import (
@@ -54,6 +56,7 @@ from hopchain.exceptions import (
 __all__ = [
     "MAGIC_BYTE",
     "AvroFormat",
+    "JsonSchemaFormat",
     "PayloadFormat",
     "Record",
     "RegistryFormat",
@@ -88,6 +91,8 @@ class PayloadFormat(StrEnum):
     """JSON text read by the contract's pydantic model (the default)."""
     AVRO = "avro"
     """Avro in Confluent's wire format, with its schemas in a registry."""
+    JSON_SCHEMA = "json_schema"
+    """JSON validated by a JSON Schema, in Confluent's wire format (framed JSON text)."""
 
 
 class SubjectStrategy(StrEnum):
@@ -269,7 +274,9 @@ class RegistryFormat:
             raise _undecodable(topic, schema_id, exc) from None
         except httpx.TransportError as exc:
             raise unavailable(self._url(), exc) from None
-        except SchemaResolutionError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the decoder raised, the bytes are bad
+            if not resolution_failed(exc):
+                raise _undecodable(topic, schema_id, exc) from None
             raise DecodeError(
                 ReasonCode.UNRESOLVABLE_SCHEMA,
                 f"the writer's schema (id {schema_id}) cannot be resolved to the contract's "
@@ -277,8 +284,6 @@ class RegistryFormat:
                 "$.payload",
                 topic=topic,
             ) from None
-        except Exception as exc:  # noqa: BLE001 - whatever the decoder raised, the bytes are bad
-            raise _undecodable(topic, schema_id, exc) from None
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -340,6 +345,15 @@ def frame_schema_id(raw: bytes, topic: str) -> int:
     return int.from_bytes(raw[1:_FRAME_BYTES], "big")
 
 
+def resolution_failed(exc: BaseException) -> bool:
+    """Whether the payload decoded but does not fit the reader schema.
+
+    Avro's schema resolution failed, or (JSON Schema) the document breaks the reader schema:
+    the JSON serde reports that as a SerializationError raised while handling the violation.
+    """
+    return isinstance(exc, SchemaResolutionError) or isinstance(exc.__context__, SchemaViolation)
+
+
 def _undecodable(topic: str, schema_id: int, exc: Exception) -> DecodeError:
     return DecodeError(
         ReasonCode.UNDECODABLE_PAYLOAD,
@@ -398,4 +412,57 @@ class AvroFormat(RegistryFormat):
         }
         return self._serde(  # type: ignore[no-any-return]
             "write", lambda client: AvroSerializer(client, self.schema, conf=conf)
+        )
+
+
+@dataclass(frozen=True)
+class JsonSchemaFormat(RegistryFormat):
+    """JSON Schema in Confluent's wire format (``JSONSerializer`` / ``JSONDeserializer``).
+
+    A document that breaks the reader schema is refused as ``unresolvable_schema``; one that
+    is not JSON as ``undecodable_payload``.
+    """
+
+    kind: ClassVar[PayloadFormat] = PayloadFormat.JSON_SCHEMA
+
+    def _check_schema(self) -> None:
+        try:
+            parsed = json.loads(self.schema)
+        except ValueError:
+            raise ConfigurationError(
+                "a JsonSchemaFormat schema is the JSON Schema document's text"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ConfigurationError("a JsonSchemaFormat schema is a JSON object")
+        if self.subject_strategy is not SubjectStrategy.TOPIC and not parsed.get("title"):
+            raise ConfigurationError(
+                f"subject strategy {self.subject_strategy} names the subject after the record: "
+                "the JSON Schema needs a title"
+            )
+
+    @property
+    def record_name(self) -> str | None:
+        """The schema's title, which Confluent's JSON serdes take as the record's name."""
+        title = json.loads(self.schema).get("title")
+        return str(title) if title else None
+
+    def _serde_conf(self) -> dict[str, Any]:
+        return {"subject.name.strategy": _STRATEGIES[self.subject_strategy]}
+
+    def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
+        return self._serde(  # type: ignore[no-any-return]
+            "read",
+            lambda client: JSONDeserializer(
+                self.schema, schema_registry_client=client, conf=self._serde_conf()
+            ),
+        )
+
+    def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
+        conf = {
+            **self._serde_conf(),
+            "auto.register.schemas": self.auto_register,
+            "use.latest.version": False,
+        }
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: JSONSerializer(self.schema, client, conf=conf)
         )

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from pydantic import BaseModel
 
@@ -27,7 +28,7 @@ from hopchain.exceptions import (
     ReasonCode,
     SchemaRegistryUnavailable,
 )
-from hopchain.formats import AvroFormat, Record, SubjectStrategy
+from hopchain.formats import AvroFormat, JsonSchemaFormat, Record, SubjectStrategy
 from hopchain.schemas import (
     ContractRegistry,
     Decision,
@@ -321,3 +322,57 @@ def test_the_compiled_core_reads_a_framed_value_as_bytes_when_told_its_format(
     assert as_bytes.kind == "accepted"
     with pytest.raises(ValueError, match="payload_format"):
         core.Topic(topic, "headers", topic, 1, payload_format="xml")
+
+
+# -- JSON Schema ----------------------------------------------------------------------------------
+
+ORDER_JSON: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Order",
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "amount_cents": {"type": "integer"}},
+    "required": ["order_id", "amount_cents"],
+}
+ORDER_JSON_LOOSE = {  # what another producer's schema lets through: amounts as text
+    **ORDER_JSON,
+    "properties": {"order_id": {"type": "string"}, "amount_cents": {"type": "string"}},
+}
+
+
+def test_json_schema_values_are_framed_read_by_a_foreign_deserializer_and_refused_typed(
+    schema_registry_url: str,
+) -> None:
+    url = schema_registry_url
+    topic = unique_topic_name("orders")
+    contract = TopicContract(
+        topic=topic,
+        model=Order,
+        owner="shop-team",
+        payload_format=JsonSchemaFormat(
+            schema=json.dumps(ORDER_JSON), registry_url=url, auto_register=True
+        ),
+    )
+    codec = codec_for(contract)
+    record = origin(codec, topic, Order(order_id="o-1", amount_cents=5))
+    context = SerializationContext(topic, MessageField.VALUE)
+    with SchemaRegistryClient({"url": url}) as client:
+        read = JSONDeserializer(json.dumps(ORDER_JSON), schema_registry_client=client)(
+            record.value, context
+        )
+        loose = JSONSerializer(json.dumps(ORDER_JSON_LOOSE), client)(
+            {"order_id": "o-2", "amount_cents": "five"},
+            SerializationContext(unique_topic_name("elsewhere"), MessageField.VALUE),
+        )
+    assert loose is not None
+    headers = list(record.headers)
+
+    assert record.value[0] == 0
+    assert read == {"order_id": "o-1", "amount_cents": 5}
+    assert codec.decode(topic, record.value, headers).payload == Order(
+        order_id="o-1", amount_cents=5
+    )
+    assert refusal(codec, topic, loose, headers) == ("unresolvable_schema", "$.payload")
+    assert refusal(codec, topic, record.value[:5] + b"{not json", headers) == (
+        "undecodable_payload",
+        "$.payload",
+    )
