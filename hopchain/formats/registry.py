@@ -22,6 +22,7 @@ one is read or written.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ from hopchain.exceptions import (
 
 __all__ = [
     "MAGIC_BYTE",
+    "REGISTRY_URL_SETTING",
     "AvroFormat",
     "JsonSchemaFormat",
     "PayloadFormat",
@@ -64,6 +66,7 @@ __all__ = [
     "registry_client",
 ]
 
+REGISTRY_URL_SETTING = "HOPCHAIN_SCHEMA_REGISTRY_URL"
 MAGIC_BYTE = 0
 """The first byte of every value Confluent's serializers frame."""
 _FRAME_BYTES = 5
@@ -129,15 +132,19 @@ def registry_url(url: str | None = None) -> str:
         ConfigurationError: no URL is given and the setting is not set.
     """
     if url is None:
-        from hopchain.config import HopchainConfig  # noqa: PLC0415 - the config imports schemas
-
-        url = HopchainConfig().schema_registry_url
+        # The setting HopchainConfig declares and documents, read here because the config
+        # imports the schemas, whose contracts name this module's formats.
+        url = os.environ.get(REGISTRY_URL_SETTING) or None
         if url is None:
             raise ConfigurationError(
-                "a registry payload format needs a schema registry: set "
-                "HOPCHAIN_SCHEMA_REGISTRY_URL (or give the format registry_url=...)"
+                f"a registry payload format needs a schema registry: set {REGISTRY_URL_SETTING} "
+                "(or give the format registry_url=...)"
             )
-    return url
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"{REGISTRY_URL_SETTING}: must be an http(s) address, e.g. 'http://registry:8081'"
+            )
+    return url.rstrip("/")
 
 
 def registry_client(url: str | None = None) -> SchemaRegistryClient:
@@ -257,10 +264,12 @@ class RegistryFormat:
             DecodeError: ``wrong_magic_byte``, ``unknown_schema``, ``unresolvable_schema`` or
                 ``undecodable_payload``, at ``$.payload``.
             SchemaRegistryUnavailable: the registry did not answer; the record is not to blame.
+            ConfigurationError: no registry is configured.
         """
         schema_id = frame_schema_id(raw, topic)
+        deserialize = self._deserializer()  # outside: a configuration error is no record's
         try:
-            return self._deserializer()(raw, SerializationContext(topic, MessageField.VALUE))
+            return deserialize(raw, SerializationContext(topic, MessageField.VALUE))
         except SchemaRegistryError as exc:
             if is_unavailable(exc):
                 raise unavailable(self._url(), exc) from None
@@ -295,8 +304,9 @@ class RegistryFormat:
                 ``auto_register`` is off) or ``payload_invalid`` (the data does not fit it).
             SchemaRegistryUnavailable: the registry did not answer.
         """
+        serialize = self._serializer()  # outside: a configuration error is no payload's
         try:
-            framed = self._serializer()(data, SerializationContext(topic, MessageField.VALUE))
+            framed = serialize(data, SerializationContext(topic, MessageField.VALUE))
         except SchemaRegistryError as exc:
             if is_unavailable(exc):
                 raise unavailable(self._url(), exc) from None

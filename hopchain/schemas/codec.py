@@ -173,14 +173,11 @@ class EnvelopeCodec:
                 f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         try:
-            # A registry payload format's value is bytes, not text: neither read as UTF-8
-            # nor searched for NaN (in _read_value).
-            contract.binary_payload or value.isascii() or value.decode()
+            contract.binary_payload or value.isascii() or value.decode()  # framed bytes: no text
         except UnicodeDecodeError as exc:
             raise EnvelopeError(
                 ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
             ) from None
-
         # The envelope first: a record from a producer without hopchain is best told by
         # its missing envelope, not by the trace context it also lacks.
         self._read_payload = None  # set by a schema-2 payload read now
@@ -215,8 +212,7 @@ class EnvelopeCodec:
             # Only the payload is searched: the envelope's objects are parsed strictly.
             refuse_non_finite(payload_bytes or b"", "$.payload")
             return envelope, self._payload_v2(contract, envelope, payload_bytes or b"")
-        if not contract.binary_payload:
-            refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
+        contract.refuse_non_finite(value)
         envelope_bytes = None
         if contract.mode is WireMode.HEADERS:
             if envelope_header is None:

@@ -7,15 +7,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, DecodeError, ReasonCode, UnknownTopicError
-from hopchain.formats.registry import RegistryFormat
 from hopchain.schemas.envelope import BodyEnvelope
-from hopchain.schemas.refusals import from_validation
+from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.wire import NAME_PATTERN, TOPIC_PATTERN
+
+if TYPE_CHECKING:
+    # Not at run time: importing hopchain loads no schema-registry client (an extra).
+    from hopchain.formats.registry import RegistryFormat
 
 __all__ = [
     "BARE_RECORD_HINT",
@@ -158,6 +161,15 @@ class TopicContract:
         Such a value is neither checked to be UTF-8 nor searched for NaN and Infinity.
         """
         return self.payload_format is not None
+
+    def refuse_non_finite(self, value: bytes) -> None:
+        """A JSON value: refuse NaN and Infinity (``bad_json``); framed bytes are not text.
+
+        Raises:
+            EnvelopeError: ``bad_json`` at ``$.payload`` (headers mode) or ``$`` (body mode).
+        """
+        if not self.binary_payload:
+            refuse_non_finite(value, "$.payload" if self.mode is WireMode.HEADERS else "$")
 
     def validate_payload(self, raw: bytes) -> BaseModel:
         """Read a payload with the contract's model: strict, unless ``lax_payloads``.

@@ -376,3 +376,22 @@ def test_json_schema_values_are_framed_read_by_a_foreign_deserializer_and_refuse
         "undecodable_payload",
         "$.payload",
     )
+
+
+def test_the_registry_is_the_setting_unless_the_format_names_one(
+    monkeypatch: pytest.MonkeyPatch, schema_registry_url: str
+) -> None:
+    topic = unique_topic_name("orders")
+    register(schema_registry_url, f"{topic}-value", ORDER_V1)
+    framed = foreign_frame(
+        schema_registry_url, topic, ORDER_V1, {"order_id": "o", "amount_cents": 1}
+    )
+    monkeypatch.delenv("HOPCHAIN_SCHEMA_REGISTRY_URL", raising=False)
+    with pytest.raises(ConfigurationError, match="set HOPCHAIN_SCHEMA_REGISTRY_URL") as caught:
+        AvroFormat(schema=schema_text(ORDER_V1)).read(topic, framed)
+    assert "\n" not in str(caught.value)
+
+    monkeypatch.setenv("HOPCHAIN_SCHEMA_REGISTRY_URL", schema_registry_url + "/")
+    read = AvroFormat(schema=schema_text(ORDER_V1)).read(topic, framed)
+
+    assert read == {"order_id": "o", "amount_cents": 1}
