@@ -8,6 +8,7 @@ cannot read is parked byte for byte with its reason code while the stage reads o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import urllib.error
@@ -24,6 +25,7 @@ from faststream.kafka import KafkaBroker
 from middleware_helpers import (
     committed_offsets,
     committed_to_end,
+    envelope_consumer_client,
     raw_producer,
     read_topic,
     record_count,
@@ -32,8 +34,8 @@ from middleware_helpers import (
 )
 from pydantic import BaseModel
 
-from hopchain import EnvelopeProducer, Hopchain, HopchainMiddleware, origin
-from hopchain.exceptions import EnvelopeRejected, ReasonCode
+from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopchainMiddleware, origin
+from hopchain.exceptions import EnvelopeRejected, ReasonCode, SchemaRegistryUnavailable
 from hopchain.formats import AvroFormat
 from hopchain.schemas import ENVELOPE_HEADER, TopicContract
 from hopchain.schemas.deadletter import read_dead_letter_headers
@@ -320,3 +322,40 @@ async def test_a_plain_producer_frames_with_the_registered_schema_and_registers_
             "order_id": "o-9",
             "amount_cents": 990,
         }
+
+
+async def test_a_plain_aiokafka_consumer_is_rewound_when_the_registry_does_not_answer(
+    kafka_bootstrap: str, new_topic: TopicFactory, schema_registry_url: str
+) -> None:
+    orders = await new_topic(prefix="orders")
+    await create_topics(kafka_bootstrap, f"{orders}.dlq")
+    sent = foreign_frames(
+        schema_registry_url,
+        orders,
+        [(ORDER_V1, {"order_id": f"o-{n}", "amount_cents": n}) for n in range(2)],
+    )
+    group = unique_topic_name("reader")
+    async with raw_producer(kafka_bootstrap) as producer:
+        for value in sent:
+            await producer.send_and_wait(orders, value)
+        with SwitchableRegistry(schema_registry_url) as proxy:
+            runtime = Hopchain(
+                registry(avro_contract(orders, proxy.url, adopt_bare=True)), component="reader"
+            )
+            async with envelope_consumer_client(kafka_bootstrap, orders, group) as consumer:
+                records = EnvelopeConsumer(consumer, producer, runtime, group=group)
+                with pytest.raises(SchemaRegistryUnavailable):
+                    await records.next()
+                proxy.down = False
+                read = []
+                for _ in sent:
+                    hop = await asyncio.wait_for(records.next(), timeout=30)
+                    read.append((hop.record.offset, hop.payload))
+                    await records.commit(hop)
+
+    # The record the registry could not help with was read again, not skipped nor parked.
+    assert read == [
+        (0, Order(order_id="o-0", amount_cents=0)),
+        (1, Order(order_id="o-1", amount_cents=1)),
+    ]
+    assert await record_count(kafka_bootstrap, f"{orders}.dlq") == 0
