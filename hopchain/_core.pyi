@@ -23,6 +23,8 @@ class Topic:
         contract: str,
         contract_version: int,
         writers: Sequence[str] = ...,
+        *,
+        payload_format: str = ...,
     ) -> None: ...
 
 class Verdict:

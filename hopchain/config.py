@@ -169,6 +169,12 @@ class HopchainConfig(BaseSettings):
     ``ContractRegistry``, an object holding one as ``registry`` or ``contracts``, or a
     callable returning one. The ``--contracts`` flag of every command means the same."""
 
+    schema_registry_url: str | None = None
+    """The schema registry's Confluent-compatible API (HOPCHAIN_SCHEMA_REGISTRY_URL), e.g.
+    ``http://registry:8081`` (for Apicurio ``.../apis/ccompat/v7``): where contracts with a
+    registry payload format (``AvroFormat``) look their schemas up, unless the format names
+    its own ``registry_url``. ``hopchain dev registry start`` prints it for a local one."""
+
     hmac_keys: SecretStr | None = None
     """HMAC keys by component, ``component=base64key,...`` (HOPCHAIN_HMAC_KEYS). A component
     signs its hops with its own key; a reader holding a component's key refuses that
@@ -382,6 +388,14 @@ class HopchainConfig(BaseSettings):
             msg = "must be an http(s) address holding {trace_id}, e.g. 'https://jaeger.example/trace/{trace_id}'"
             raise ValueError(msg)
         return value
+
+    @field_validator("schema_registry_url")
+    @classmethod
+    def _registry_address(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            msg = "must be an http(s) address, e.g. 'http://registry:8081'"
+            raise ValueError(msg)
+        return value.rstrip("/") if value else None
 
     @field_validator("dlq_topic_pattern")
     @classmethod

@@ -16,6 +16,7 @@ Hierarchy::
     │   └── EnvelopeRejected        ... found before sending; nothing was sent (produce side)
     ├── DeadLetterWriteError        a record could not be parked; the offset is not committed
     ├── RecordTooLargeError         a record is too large for its topic: parked as a reference
+    ├── SchemaRegistryUnavailable   the schema registry did not answer: transient, not a refusal
     ├── LocalKafkaError             the development broker could not be provisioned or run
     └── LocalRegistryError          the development schema registry could not be set up or run
 
@@ -41,6 +42,7 @@ __all__ = [
     "LocalRegistryError",
     "ReasonCode",
     "RecordTooLargeError",
+    "SchemaRegistryUnavailable",
     "UnknownTopicError",
 ]
 
@@ -112,6 +114,18 @@ class ReasonCode(StrEnum):
     READER_ERROR = "reader_error"
     """hopchain itself, or one of its collaborators (dedupe store, span exporter, exception
     mapper), raised while reading or settling the record; it is parked, never acknowledged."""
+    WRONG_MAGIC_BYTE = "wrong_magic_byte"
+    """A registry payload format: the value does not start with the magic byte 0 of
+    Confluent's wire format; it was not framed by a schema-registry serializer."""
+    UNKNOWN_SCHEMA = "unknown_schema"
+    """A registry payload format: the value's schema id is not in the registry (reading), or
+    the contract's schema is not registered under its subject (writing)."""
+    UNRESOLVABLE_SCHEMA = "unresolvable_schema"
+    """A registry payload format: the writer's schema cannot be resolved to the contract's
+    reader schema (an incompatible schema version)."""
+    UNDECODABLE_PAYLOAD = "undecodable_payload"
+    """A registry payload format: the bytes after the schema id do not decode with the
+    writer's schema (truncated, or not what that schema encodes)."""
 
 
 class HopchainError(Exception):
@@ -246,6 +260,14 @@ class RecordTooLargeError(HopchainError):
             f"a {size}-byte record is too large for {topic!r} (max.message.bytes on the topic, "
             "max_request_size on the producer)"
         )
+
+
+class SchemaRegistryUnavailable(HopchainError):  # noqa: N818 - named for what the caller sees
+    """The schema registry is unreachable, timed out or answered 5xx: transient.
+
+    Never a refusal: the record is not to blame, so it is not parked. The caller retries it
+    with a backoff (its offset does not move) until the registry answers again.
+    """
 
 
 class LocalKafkaError(HopchainError):

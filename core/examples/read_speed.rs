@@ -54,6 +54,7 @@ fn main() {
         contract: "claims".to_owned(),
         contract_version: 1,
         writers: Vec::new(),
+        binary_payload: false,
     };
     let limits = Limits::default();
     let mut accepted = 0;

@@ -69,14 +69,27 @@ struct PyTopic {
 #[pymethods]
 impl PyTopic {
     #[new]
-    #[pyo3(signature = (topic, mode, contract, contract_version, writers=Vec::new()))]
+    #[pyo3(signature = (
+        topic, mode, contract, contract_version, writers=Vec::new(), *, payload_format="json"
+    ))]
     fn new(
         topic: String,
         mode: &str,
         contract: String,
         contract_version: i64,
         writers: Vec<String>,
+        payload_format: &str,
     ) -> PyResult<Self> {
+        // JSON is text; the schema-registry formats are framed bytes.
+        let binary_payload = match payload_format {
+            "json" => false,
+            "avro" | "protobuf" | "json_schema" => true,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "payload_format is 'json', 'avro', 'protobuf' or 'json_schema'",
+                ))
+            }
+        };
         let mode = match mode {
             "headers" => Mode::Headers,
             "body" => Mode::Body,
@@ -89,6 +102,7 @@ impl PyTopic {
                 contract,
                 contract_version,
                 writers,
+                binary_payload,
             },
         })
     }

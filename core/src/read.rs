@@ -42,6 +42,10 @@ pub struct Topic {
     pub contract_version: i64,
     /// The components allowed to write its records (any, when empty).
     pub writers: Vec<String>,
+    /// Headers mode: the value is bytes in a binary payload format (Confluent's
+    /// schema-registry framing), not JSON text: it is neither checked to be UTF-8 nor
+    /// searched for `NaN` and `Infinity`. Its digest covers the bytes as they are.
+    pub binary_payload: bool,
 }
 
 /// Bounds a record must stay within.
@@ -302,7 +306,8 @@ pub fn read_record(
             ),
         ));
     }
-    if text(value).is_none() {
+    let binary = topic.binary_payload && topic.mode == Mode::Headers;
+    if !binary && text(value).is_none() {
         return Outcome::Refused(Refusal::new(Reason::NotUtf8, "$", "the value is not UTF-8"));
     }
     let (envelope_text, source) = match topic.mode {
@@ -314,7 +319,7 @@ pub fn read_record(
             return not_v2(value);
         }
         Mode::Headers => {
-            if uses_non_finite(value) {
+            if !binary && uses_non_finite(value) {
                 return non_finite("$.payload");
             }
             let Some(envelope) = headers.envelope else {

@@ -36,11 +36,15 @@ pub enum Reason {
     UnexpectedWriter,
     ContractError,
     ReaderError,
+    WrongMagicByte,
+    UnknownSchema,
+    UnresolvableSchema,
+    UndecodablePayload,
 }
 
 impl Reason {
     /// Every code, in the order hopchain's `ReasonCode` declares them.
-    pub const ALL: [Reason; 31] = [
+    pub const ALL: [Reason; 35] = [
         Reason::Tombstone,
         Reason::EmptyValue,
         Reason::NotUtf8,
@@ -72,6 +76,10 @@ impl Reason {
         Reason::UnexpectedWriter,
         Reason::ContractError,
         Reason::ReaderError,
+        Reason::WrongMagicByte,
+        Reason::UnknownSchema,
+        Reason::UnresolvableSchema,
+        Reason::UndecodablePayload,
     ];
 
     /// The code as it travels (a dead letter's reason, a validation issue's `code`).
@@ -108,6 +116,10 @@ impl Reason {
             Reason::UnexpectedWriter => "unexpected_writer",
             Reason::ContractError => "contract_error",
             Reason::ReaderError => "reader_error",
+            Reason::WrongMagicByte => "wrong_magic_byte",
+            Reason::UnknownSchema => "unknown_schema",
+            Reason::UnresolvableSchema => "unresolvable_schema",
+            Reason::UndecodablePayload => "undecodable_payload",
         }
     }
 

@@ -118,6 +118,10 @@ const REASON_CODES: &[&str] = &[
     "unexpected_writer",
     "contract_error",
     "reader_error",
+    "wrong_magic_byte",
+    "unknown_schema",
+    "unresolvable_schema",
+    "undecodable_payload",
 ];
 
 const ERROR_TYPE: Rule = Rule::Word(ERROR_TYPES);

@@ -66,6 +66,7 @@ fn the_core_reaches_the_python_readers_verdict_on_the_campaigns_records() {
             contract: "claims".to_owned(),
             contract_version: 1,
             writers: Vec::new(),
+            binary_payload: false,
         };
         let record = Record {
             value: value.as_deref(),

@@ -135,6 +135,7 @@ fn appending_a_hop_writes_the_bytes_the_python_writer_writes() {
             contract: "claims".to_owned(),
             contract_version: 1,
             writers: Vec::new(),
+            binary_payload: false,
         };
         let record = Record {
             value: Some(&value),

@@ -50,9 +50,7 @@ from typing import Any, Unpack
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 
-from hopchain.exceptions import (
-    ConfigurationError,
-)
+from hopchain.exceptions import ConfigurationError, SchemaRegistryUnavailable
 from hopchain.header_names import read_undecodable_header_names
 from hopchain.middleware.aiokafka_batches import (
     DEFAULT_BATCH_RECORDS,
@@ -188,6 +186,9 @@ class EnvelopeConsumer:
                 came from a topic without a contract (the consumer is rewound to it).
             DeadLetterWriteError: an invalid record could not be parked; the consumer is
                 rewound to it and its offset is not committed.
+            SchemaRegistryUnavailable: the schema registry did not answer for a record of a
+                registry payload format; the consumer is rewound to it (nothing is parked):
+                back off and call again.
             aiokafka.errors.ConsumerStoppedError: the consumer was stopped, or a stage
                 aborted (``async for`` then simply ends).
         """
@@ -200,7 +201,7 @@ class EnvelopeConsumer:
             scope = ExitStack()
             try:
                 received = self.hopchain.receive(record, group=self.group, scope=scope)
-            except ConfigurationError:
+            except (ConfigurationError, SchemaRegistryUnavailable):
                 self._rewind(record)
                 raise
             hop = await self.one.decide(received, scope)

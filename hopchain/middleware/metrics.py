@@ -43,6 +43,13 @@ class MiddlewareMetrics:
             ["topic", "reason"],
             registry=self.registry,
         )
+        self.registry_unavailable = Counter(
+            "hopchain_schema_registry_unavailable_total",
+            "Records read again later because the schema registry did not answer (unreachable, "
+            "a timeout, 5xx): never parked for it; their partition pauses and retries.",
+            ["topic"],
+            registry=self.registry,
+        )
         self.rejected = Counter(
             "hopchain_rejected_total",
             "Records refused at a boundary, by direction (consume, produce) and reason code.",

@@ -37,7 +37,7 @@ from hopchain.schemas.received import (
     settle_written,
     written_by_core,
 )
-from hopchain.schemas.refusals import from_validation, refuse_non_finite
+from hopchain.schemas.refusals import from_validation
 from hopchain.schemas.sealed import Wire, verify_wire_fields, wire_of
 from hopchain.schemas.traceparent import format_traceparent, hop_traceparent, usual_traceparent
 from hopchain.schemas.wire import WIRE_MAJOR
@@ -260,6 +260,9 @@ class EnvelopeCodec:
                 contract.name,
                 contract.version,
                 sorted(contract.writers),
+                payload_format=(
+                    "json" if contract.payload_format is None else contract.payload_format.kind
+                ),
             )
             self._core_topics[contract.topic] = topic
         return topic
@@ -281,12 +284,12 @@ class EnvelopeCodec:
                 f"record is {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
         try:
-            value.decode()
+            contract.binary_payload or value.decode()  # framed bytes are not text
         except UnicodeDecodeError as exc:
             raise EnvelopeError(
                 ReasonCode.NOT_UTF8, f"the value is not UTF-8 (byte {exc.start})"
             ) from None
-        refuse_non_finite(value, "$.payload" if contract.mode is WireMode.HEADERS else "$")
+        contract.refuse_non_finite(value)
         envelope_bytes = None
         if contract.mode is WireMode.HEADERS:
             envelope_bytes = first.get(ENVELOPE_HEADER)
@@ -542,6 +545,8 @@ class EnvelopeCodec:
                 f"{contract.model.__name__}",
                 "$.payload",
             )
+        if contract.binary_payload:  # a registry payload format: framed bytes, not JSON
+            return contract.framed_payload(payload, (read, self._read_payload))
         # No serializer warnings: a wrong value is reported, typed, by the re-read below.
         payload_json = payload.__pydantic_serializer__.to_json(payload, warnings=False)
         for known in (read, self._read_payload):

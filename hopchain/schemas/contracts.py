@@ -7,13 +7,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from hopchain.exceptions import ConfigurationError, DecodeError, ReasonCode, UnknownTopicError
 from hopchain.schemas.envelope import BodyEnvelope
+from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.wire import NAME_PATTERN, TOPIC_PATTERN
+
+if TYPE_CHECKING:
+    # Not at run time: importing hopchain loads no schema-registry client (an extra).
+    from hopchain.formats.registry import RegistryFormat
 
 __all__ = [
     "BARE_RECORD_HINT",
@@ -74,6 +79,11 @@ class TopicContract:
             the JSON type the model declares, as the exported JSON Schema says. An explicit
             opt-out for one topic while its producers are fixed; its exported schema then
             says that its reader is laxer than the schema.
+        payload_format: ``None`` for JSON read by ``model`` (the default); a
+            :class:`~hopchain.formats.RegistryFormat` (``AvroFormat(schema=...)``) for values in
+            Confluent's schema-registry wire format, decoded with its reader schema and then
+            validated by ``model`` (:class:`~hopchain.formats.Record` takes the decoded
+            record as it is). Headers mode only: the value stays the framed bytes.
     """
 
     topic: str
@@ -88,6 +98,7 @@ class TopicContract:
     report_only: bool = False
     writers: frozenset[str] = frozenset()
     lax_payloads: bool = False
+    payload_format: RegistryFormat | None = None
 
     def __post_init__(self) -> None:
         for label, value in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):
@@ -106,6 +117,11 @@ class TopicContract:
             raise ConfigurationError(
                 f"topic {self.topic!r} adopts bare records, which needs mode=WireMode.HEADERS: "
                 "in body mode a record without an envelope has no payload to read"
+            )
+        if self.payload_format is not None and self.mode is not WireMode.HEADERS:
+            raise ConfigurationError(
+                f"topic {self.topic!r} carries {self.payload_format.kind} payloads, which travel "
+                "in headers mode only (the value stays the framed bytes): use WireMode.HEADERS"
             )
         object.__setattr__(self, "name", self._checked_name())
         if not self.dead_letter_topic:
@@ -138,29 +154,125 @@ class TopicContract:
             )
         return dead_letter_topic
 
+    @property
+    def binary_payload(self) -> bool:
+        """Whether the payload is bytes rather than JSON text (a registry payload format).
+
+        Such a value is neither checked to be UTF-8 nor searched for NaN and Infinity.
+        """
+        return self.payload_format is not None
+
+    def refuse_non_finite(self, value: bytes) -> None:
+        """A JSON value: refuse NaN and Infinity (``bad_json``); framed bytes are not text.
+
+        Raises:
+            EnvelopeError: ``bad_json`` at ``$.payload`` (headers mode) or ``$`` (body mode).
+        """
+        if not self.binary_payload:
+            refuse_non_finite(value, "$.payload" if self.mode is WireMode.HEADERS else "$")
+
     def validate_payload(self, raw: bytes) -> BaseModel:
-        """Read a payload's JSON with the contract's model: strict, unless ``lax_payloads``.
+        """Read a payload with the contract's model: strict, unless ``lax_payloads``.
+
+        JSON, or with a registry payload format the record its serde decodes.
 
         Raises:
             ValidationError: the payload breaks the contract (the caller reports where).
+            DecodeError: a registry payload that cannot be decoded (``wrong_magic_byte``,
+                ``unknown_schema``, ``unresolvable_schema``, ``undecodable_payload``).
+            SchemaRegistryUnavailable: the registry did not answer (transient).
             DecodeError: ``contract_error`` at ``$.payload``: the model itself raised something
                 other than a validation error (a validator with a bug); the record is parked
                 rather than acknowledged.
         """
+        strict = None if self.lax_payloads else True
+        if self.payload_format is not None:
+            data = self.payload_format.read(self.topic, raw)
+            try:
+                model = self.model.model_validate(data, strict=strict)
+            except ValidationError:
+                raise
+            except Exception as exc:
+                raise self._contract_error(exc) from exc
+            self.payload_format.remember(raw, model)
+            return model
         try:
             # Lax: as the model's own configuration says (pydantic's default is lax).
-            return self.model.model_validate_json(raw, strict=None if self.lax_payloads else True)
+            return self.model.model_validate_json(raw, strict=strict)
         except ValidationError:
             raise
         except Exception as exc:
-            raise DecodeError(
-                ReasonCode.CONTRACT_ERROR,
-                f"the model {self.model.__name__} of contract {self.name!r} raised "
-                f"{type(exc).__name__} while validating the payload: a bug in one of its "
-                "validators; fix the model and redrive the record",
-                "$.payload",
-                topic=self.topic,
-            ) from exc
+            raise self._contract_error(exc) from exc
+
+    def _contract_error(self, exc: Exception) -> DecodeError:
+        return DecodeError(
+            ReasonCode.CONTRACT_ERROR,
+            f"the model {self.model.__name__} of contract {self.name!r} raised "
+            f"{type(exc).__name__} while validating the payload: a bug in one of its "
+            "validators; fix the model and redrive the record",
+            "$.payload",
+            topic=self.topic,
+        )
+
+    def holds(self, raw: bytes, payload: BaseModel) -> bool:
+        """A registry payload format: whether the framed bytes ``raw`` read as ``payload``.
+
+        A payload written on as it was read is written as the bytes read, whatever schema
+        version framed them: consumers downstream read the producer's bytes unchanged.
+        """
+        if self.payload_format is None:
+            return False
+        known = self.payload_format.recall(raw)
+        if known is not None:
+            return bool(known == payload)
+        try:
+            return bool(self.validate_payload(raw) == payload)
+        except (ValidationError, DecodeError):
+            return False
+
+    def framed_payload(
+        self,
+        payload: BaseModel,
+        reads: Iterable[tuple[type[BaseModel], bool, bytes, str] | None],
+    ) -> tuple[bytes, str | None]:
+        """A registry payload to write, framed, with its digest if known.
+
+        The framed bytes it was read from (one of ``reads``: model, strictness, bytes,
+        digest), with their digest; else encoded anew, without.
+
+        Raises:
+            EnvelopeError: as :meth:`write_payload`, validation errors at ``$.payload...``.
+            SchemaRegistryUnavailable: the registry did not answer (transient).
+        """
+        for known in reads:
+            if (
+                known is not None
+                and known[0] is self.model
+                and known[1] == self.lax_payloads
+                and self.holds(known[2], payload)
+            ):
+                return known[2], known[3]
+        try:
+            return self.write_payload(payload), None
+        except ValidationError as exc:
+            raise from_validation(exc, prefix=("payload",)) from None
+
+    def write_payload(self, payload: BaseModel) -> bytes:
+        """A registry payload format: the payload framed with the contract's schema.
+
+        It is then read back as its readers will read it.
+
+        Raises:
+            ValidationError: the payload, read back, breaks the contract.
+            DecodeError: ``unknown_schema`` (not registered, and no auto-registration) or
+                ``payload_invalid`` (it does not fit the schema).
+            SchemaRegistryUnavailable: the registry did not answer (transient).
+        """
+        if self.payload_format is None:
+            raise TypeError(f"topic {self.topic!r} carries JSON payloads")
+        framed = self.payload_format.write(self.topic, payload.model_dump(mode="python"))
+        self.validate_payload(framed)
+        return framed
 
     @cached_property
     def body_model(self) -> type[BodyEnvelope[Any]]:

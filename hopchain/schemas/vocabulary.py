@@ -1,4 +1,4 @@
-"""The closed vocabularies of the envelope, version 1.
+"""The closed vocabularies of the envelope, version 2.
 
 A word belongs in a vocabulary only if some receiver branches differently on it. Finer causes
 go in a failure's description, which is for people. Adding a word is a versioned change: it
@@ -23,7 +23,9 @@ __all__ = [
     "ErrorType",
 ]
 
-VOCABULARY_VERSION = 1
+VOCABULARY_VERSION = 2
+"""2: the reason codes of registry payload formats (``wrong_magic_byte``, ``unknown_schema``,
+``unresolvable_schema``, ``undecodable_payload``), which a validation issue may carry."""
 
 
 class ErrorType(StrEnum):

@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
             .filter(|writer| !writer.is_empty())
             .map(str::to_owned)
             .collect(),
+        binary_payload: input.flag(5),
     };
     let value = (!input.flag(3)).then(|| input.field(4));
     let headers = headers(input.fields.get(5..).unwrap_or_default());

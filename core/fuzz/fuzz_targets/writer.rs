@@ -65,6 +65,7 @@ fn record_reads_back(written: &Written, keyring: Option<&Keyring>, payload: &[u8
         contract: written.hop.contract.clone(),
         contract_version: written.hop.contract_version,
         writers: Vec::new(),
+        binary_payload: false,
     };
     let limits = Limits {
         max_hops: usize::MAX,

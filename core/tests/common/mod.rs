@@ -101,6 +101,7 @@ pub fn load(path: &Path) -> Vector {
             contract: text(at(&vector, &["contract", "0"])),
             contract_version: at(&vector, &["contract", "1"]).as_i64().unwrap_or_default(),
             writers: Vec::new(),
+            binary_payload: false,
         },
         keyring,
         value: text(at(&vector, &["value"])).into_bytes(),

@@ -49,7 +49,7 @@ from typing import Any, Self, Unpack
 
 from confluent_kafka import Consumer, Message, Producer
 
-from hopchain.exceptions import ConfigurationError
+from hopchain.exceptions import ConfigurationError, SchemaRegistryUnavailable
 from hopchain.middleware.confluent.batches import (
     DEFAULT_BATCH_RECORDS,
     DEFAULT_BATCH_TIMEOUT,
@@ -214,10 +214,12 @@ class ConfluentEnvelopeConsumer:
 
         Raises:
             ConfigurationError: its topic has no contract (the consumer is rewound to it).
+            SchemaRegistryUnavailable: the schema registry did not answer (the consumer is
+                rewound to it; nothing is parked).
         """
         try:
             return self.hopchain.receive(record, group=self.group, scope=scope)
-        except ConfigurationError:
+        except (ConfigurationError, SchemaRegistryUnavailable):
             self.rewind(record)
             raise
 

@@ -28,6 +28,7 @@ from hopchain.schemas import (
     new_envelope,
     new_envelope_id,
 )
+from hopchain.schemas.chain_v2 import payload_digest
 from hopchain.schemas.ids import new_span_id, new_trace_id
 from hopchain.schemas.traceparent import TraceParent, format_traceparent, parse_traceparent
 
@@ -86,7 +87,14 @@ def adopt(parts: EngineParts, contract: TopicContract, record: ConsumedRecord) -
         ),
     )
     parts.metrics.adopted.labels(record.topic, parts.component).inc()
-    return Decoded(envelope, payload, contract, traceparent, _last_text(record, TRACESTATE_HEADER))
+    # A registry payload is written on as the producer framed it, not encoded again.
+    read = (
+        (contract.model, contract.lax_payloads, record.value, payload_digest(record.value))
+        if contract.binary_payload
+        else None
+    )
+    tracestate = _last_text(record, TRACESTATE_HEADER)
+    return Decoded(envelope, payload, contract, traceparent, tracestate, read)
 
 
 def origin_for(

@@ -21,6 +21,7 @@ from hopchain.exceptions import (
     DeadLetterWriteError,
     DecodeError,
     ReasonCode,
+    SchemaRegistryUnavailable,
 )
 from hopchain.middleware.context import HopContext, reset_current_hop, set_current_hop
 from hopchain.middleware.engine.adopt import adopt, is_bare
@@ -123,13 +124,15 @@ class Receiver:
 
         With ``scope``, a valid record's hop is opened in it (its span, ``current_hop()``):
         a failure to open it (a span processor, the dedupe store) parks the record too.
-        With ``body``, a valid body-mode record's payload is serialized for a handler that
-        takes bytes (``Received.body``): the contract's serializer runs here, where its
-        failure parks the record as one its validator failed on would be.
+        With ``body``, a valid body-mode (or registry-format) record's payload is serialized
+        for a handler that takes bytes (``Received.body``): the contract's serializer runs
+        here, where its failure parks the record as one its validator failed on would be.
 
         Raises:
             ConfigurationError: the record's topic has no contract (a deployment error:
                 nothing can be parked without knowing where).
+            SchemaRegistryUnavailable: the schema registry did not answer; the record is not
+                to blame: it is read again later, never parked for it.
         """
         if self.parts.registry.is_dead_letter_topic(record.topic):
             return Received(Verdict.SKIP, record)
@@ -137,12 +140,13 @@ class Receiver:
             decoded = self.accept(record)
         except DecodeError as error:
             return self._refused(record, error, None)
-        except ConfigurationError:
+        except (ConfigurationError, SchemaRegistryUnavailable):
             raise
         except UNEXPECTED as exc:  # nothing read may end unparked
             return self._refused(record, internal_error(record, exc, step="accept"), exc)
         received = Received(Verdict.HANDLE, record, decoded)
-        if body and decoded.contract.mode is WireMode.BODY:
+        # A registry payload's value is framed bytes: its handler reads the decoded payload.
+        if body and (decoded.contract.mode is WireMode.BODY or decoded.contract.binary_payload):
             try:
                 received.body = bytes(
                     decoded.payload.__pydantic_serializer__.to_json(decoded.payload)

@@ -21,6 +21,7 @@ from hopchain.exceptions import (
     ConfigurationError,
     DeadLetterWriteError,
     EnvelopeRejected,
+    SchemaRegistryUnavailable,
 )
 from hopchain.middleware.context import HopContext, current_hop
 from hopchain.middleware.control import register_control_flow
@@ -66,6 +67,8 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         """Per-record mode: the rejection's dead letter failed; rewound in consume_scope."""
         self._parked = False
         """Per-record mode: parked, and the dead letter acknowledged."""
+        self._unavailable: SchemaRegistryUnavailable | None = None
+        """Per-record mode: the schema registry did not answer; read again in consume_scope."""
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -92,9 +95,17 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
             raise NackMessage from exc
         self._record = record
-        received = self.hopchain.receive(
-            record, group=self.owner.group, scope=self._scope, body=True
-        )
+        try:
+            received = self.hopchain.receive(
+                record, group=self.owner.group, scope=self._scope, body=True
+            )
+        except SchemaRegistryUnavailable as exc:
+            # Not the record's fault: read again after a pause, in consume_scope, where
+            # FastStream hands over the consumer to pause.
+            self._unavailable = exc
+            self.hopchain.metrics.registry_unavailable.labels(record.topic).inc()
+            self.owner.family.parseable(self.msg)
+            return
         if received.verdict is Verdict.HANDLE:
             self._started = time.perf_counter()
             self.hop, self._body = received.hop, received.body
@@ -164,8 +175,9 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             raise NackMessage from self.owner.refusal
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
-        if self._unwritten is not None and self._record is not None:
-            await self._retry_later(self._record, self._unwritten)
+        unread = self._unwritten or self._unavailable
+        if unread is not None and self._record is not None:
+            await self._retry_later(self._record, unread)
         if self._parked:
             # Parked and acknowledged by the broker: now, and only now, move past it.
             raise AckMessage

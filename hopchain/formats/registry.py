@@ -1,0 +1,478 @@
+"""Payloads in Confluent's schema-registry wire format, read and written with its serdes.
+
+The framing is confluent-kafka's: hopchain looks at the first five bytes only to refuse, typed,
+a value that is not framed at all (``wrong_magic_byte``) or too short to be; everything else
+(the schema id's lookup, schema resolution, decoding, encoding) is the serde's.
+
+What can go wrong, and what it becomes:
+
+* the registry does not know the value's schema id: ``unknown_schema`` at ``$.payload``;
+* the writer's schema cannot be resolved to the contract's reader schema:
+  ``unresolvable_schema``;
+* the bytes do not decode with the writer's schema: ``undecodable_payload``;
+* the registry is unreachable, times out or answers 5xx (or 429):
+  :class:`~hopchain.exceptions.SchemaRegistryUnavailable`, a transient error and never a
+  refusal: the record is not to blame. Schemas are cached by id by the registry client, so a
+  running stage that has seen a schema id keeps reading it while its registry restarts.
+
+A registry fetch is a blocking HTTP request: it happens once per schema id, the first time
+one is read or written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from confluent_kafka.schema_registry import (
+    SchemaRegistryClient,
+    record_subject_name_strategy,
+    topic_record_subject_name_strategy,
+    topic_subject_name_strategy,
+)
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+# The HTTP library the registry client itself was built with (httpx2, else httpx): its
+# transport errors are what "the registry did not answer" looks like.
+from confluent_kafka.schema_registry.common._httpx_compat import httpx
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro.read import SchemaResolutionError
+from jsonschema import ValidationError as SchemaViolation  # type: ignore[import-untyped]
+from pydantic import BaseModel, ConfigDict
+
+from hopchain.exceptions import (
+    ConfigurationError,
+    DecodeError,
+    ReasonCode,
+    SchemaRegistryUnavailable,
+)
+
+__all__ = [
+    "MAGIC_BYTE",
+    "REGISTRY_URL_SETTING",
+    "AvroFormat",
+    "JsonSchemaFormat",
+    "PayloadFormat",
+    "Record",
+    "RegistryFormat",
+    "SubjectStrategy",
+    "registry_client",
+]
+
+REGISTRY_URL_SETTING = "HOPCHAIN_SCHEMA_REGISTRY_URL"
+MAGIC_BYTE = 0
+"""The first byte of every value Confluent's serializers frame."""
+_FRAME_BYTES = 5
+"""The magic byte and the 4-byte big-endian schema id."""
+_CLIENT_CONF: dict[str, Any] = {
+    "timeout": 5,
+    "max.retries": 1,
+    "retries.wait.ms": 200,
+    "retries.max.wait.ms": 1000,
+}
+"""Short: a registry that does not answer is reported as unavailable, and retried by the
+caller with its own backoff, rather than blocking the event loop for the client's default."""
+_SERVER_ERROR = 500
+_NOT_NOW = frozenset({401, 403, 429})
+"""Answers an operator or time fixes: a refused login, too many requests."""
+_NOT_FOUND = 404
+_clients: dict[str, SchemaRegistryClient] = {}
+_clients_lock = threading.Lock()
+
+
+class PayloadFormat(StrEnum):
+    """How a topic's payloads are encoded."""
+
+    JSON = "json"
+    """JSON text read by the contract's pydantic model (the default)."""
+    AVRO = "avro"
+    """Avro in Confluent's wire format, with its schemas in a registry."""
+    JSON_SCHEMA = "json_schema"
+    """JSON validated by a JSON Schema, in Confluent's wire format (framed JSON text)."""
+
+
+class SubjectStrategy(StrEnum):
+    """Which registry subject a topic's value schemas are registered under."""
+
+    TOPIC = "topic"
+    """``<topic>-value`` (Confluent's TopicNameStrategy, the default)."""
+    RECORD = "record"
+    """The record's full name (RecordNameStrategy)."""
+    TOPIC_RECORD = "topic_record"
+    """``<topic>-<record full name>`` (TopicRecordNameStrategy)."""
+
+
+_STRATEGIES: dict[SubjectStrategy, Callable[..., str | None]] = {
+    SubjectStrategy.TOPIC: topic_subject_name_strategy,
+    SubjectStrategy.RECORD: record_subject_name_strategy,
+    SubjectStrategy.TOPIC_RECORD: topic_record_subject_name_strategy,
+}
+
+
+class Record(BaseModel):
+    """A payload model that takes the decoded record as it is.
+
+    ``record.model_dump()`` is the serde's dictionary: for handlers that want no typed model.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+def registry_url(url: str | None = None) -> str:
+    """``url``, else ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
+
+    Raises:
+        ConfigurationError: no URL is given and the setting is not set.
+    """
+    if url is None:
+        # The setting HopchainConfig declares and documents, read here because the config
+        # imports the schemas, whose contracts name this module's formats.
+        url = os.environ.get(REGISTRY_URL_SETTING) or None
+        if url is None:
+            raise ConfigurationError(
+                f"a registry payload format needs a schema registry: set {REGISTRY_URL_SETTING} "
+                "(or give the format registry_url=...)"
+            )
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"{REGISTRY_URL_SETTING}: must be an http(s) address, e.g. 'http://registry:8081'"
+            )
+    return url.rstrip("/")
+
+
+def registry_client(url: str | None = None) -> SchemaRegistryClient:
+    """The process's client of the registry at ``url`` (else ``HOPCHAIN_SCHEMA_REGISTRY_URL``).
+
+    One per URL, shared: its cache of schemas by id is what lets a stage read on while the
+    registry restarts.
+
+    Raises:
+        ConfigurationError: no URL is given and the setting is not set.
+    """
+    url = registry_url(url)
+    with _clients_lock:
+        client = _clients.get(url)
+        if client is None:
+            client = _clients[url] = SchemaRegistryClient({"url": url, **_CLIENT_CONF})
+        return client
+
+
+def unavailable(url: str, exc: Exception) -> SchemaRegistryUnavailable:
+    """The transient error for a registry that did not answer usefully."""
+    if isinstance(exc, SchemaRegistryError):
+        what = f"answered HTTP {exc.http_status_code}: {exc.error_message}"
+    else:
+        what = f"could not be reached: {type(exc).__name__}: {exc}"
+    return SchemaRegistryUnavailable(f"the schema registry at {url} {what}"[:500])
+
+
+def is_unavailable(exc: Exception) -> bool:
+    """Whether the registry, not the record, is to blame.
+
+    No answer, a timeout, a 5xx or 429, or a refused login (fixed by an operator, not by
+    parking records).
+    """
+    if isinstance(exc, httpx.TransportError):
+        return True
+    return isinstance(exc, SchemaRegistryError) and (
+        exc.http_status_code >= _SERVER_ERROR or exc.http_status_code in _NOT_NOW
+    )
+
+
+@dataclass(frozen=True)
+class RegistryFormat:
+    """A payload format whose schemas live in a schema registry (Confluent's wire format).
+
+    Attributes:
+        schema: the reader schema the contract accepts (its text). Values written with
+            another schema version are resolved to it; those that cannot be are refused.
+        subject_strategy: the subject the topic's schemas are registered under.
+        auto_register: let writers register ``schema`` under the subject when it is not
+            there. Off by default: a schema is registered by whoever owns the subject, and
+            a writer with an unregistered schema is refused before anything is sent.
+        registry_url: the registry's Confluent-compatible API; by default
+            ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
+    """
+
+    kind: ClassVar[PayloadFormat]
+    schema: str
+    subject_strategy: SubjectStrategy = SubjectStrategy.TOPIC
+    auto_register: bool = False
+    registry_url: str | None = None
+    _serdes: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        """Raise ConfigurationError, in one line, for a schema this format cannot use."""
+
+    @property
+    def record_name(self) -> str | None:
+        """The full name of the schema's record, for the record-name subject strategies."""
+        return None
+
+    def subject(self, topic: str) -> str:
+        """The subject the topic's value schemas are registered under."""
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        subject = _STRATEGIES[self.subject_strategy](ctx, self.record_name)
+        if subject is None:
+            raise ConfigurationError(
+                f"subject strategy {self.subject_strategy} needs a named record schema"
+            )
+        return subject
+
+    # -- the serdes, built on first use (they need the registry's client) ------------------------
+
+    def _serde(self, name: str, build: Callable[[SchemaRegistryClient], Any]) -> Any:
+        serde = self._serdes.get(name)
+        if serde is None:
+            serde = self._serdes[name] = build(registry_client(self.registry_url))
+        return serde
+
+    def _url(self) -> str:
+        return registry_url(self.registry_url)
+
+    def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
+        raise NotImplementedError
+
+    def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
+        raise NotImplementedError
+
+    def remember(self, raw: bytes, payload: BaseModel) -> None:
+        """Keep the payload read last: written on unchanged, it is not encoded again."""
+        self._serdes["last"] = (raw, payload)
+
+    def recall(self, raw: bytes) -> BaseModel | None:
+        """The payload read last from exactly ``raw``, if that was the last value read."""
+        last = self._serdes.get("last")
+        return last[1] if last is not None and last[0] == raw else None
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def read(self, topic: str, raw: bytes) -> Any:
+        """The payload decoded from its framed bytes, with the reader schema.
+
+        Raises:
+            DecodeError: ``wrong_magic_byte``, ``unknown_schema``, ``unresolvable_schema`` or
+                ``undecodable_payload``, at ``$.payload``.
+            SchemaRegistryUnavailable: the registry did not answer; the record is not to blame.
+            ConfigurationError: no registry is configured.
+        """
+        schema_id = frame_schema_id(raw, topic)
+        deserialize = self._deserializer()  # outside: a configuration error is no record's
+        try:
+            return deserialize(raw, SerializationContext(topic, MessageField.VALUE))
+        except SchemaRegistryError as exc:
+            if is_unavailable(exc):
+                raise unavailable(self._url(), exc) from None
+            if exc.http_status_code == _NOT_FOUND:
+                raise DecodeError(
+                    ReasonCode.UNKNOWN_SCHEMA,
+                    f"schema id {schema_id} is not in the registry",
+                    "$.payload",
+                    topic=topic,
+                ) from None
+            raise _undecodable(topic, schema_id, exc) from None
+        except httpx.TransportError as exc:
+            raise unavailable(self._url(), exc) from None
+        except Exception as exc:  # noqa: BLE001 - whatever the decoder raised, the bytes are bad
+            if not resolution_failed(exc):
+                raise _undecodable(topic, schema_id, exc) from None
+            raise DecodeError(
+                ReasonCode.UNRESOLVABLE_SCHEMA,
+                f"the writer's schema (id {schema_id}) cannot be resolved to the contract's "
+                f"reader schema: {exc}"[:500],
+                "$.payload",
+                topic=topic,
+            ) from None
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, topic: str, data: Any) -> bytes:
+        """The payload encoded and framed with the contract's schema, as registered.
+
+        Raises:
+            DecodeError: ``unknown_schema`` (the schema is not registered under the subject and
+                ``auto_register`` is off) or ``payload_invalid`` (the data does not fit it).
+            SchemaRegistryUnavailable: the registry did not answer.
+        """
+        serialize = self._serializer()  # outside: a configuration error is no payload's
+        try:
+            framed = serialize(data, SerializationContext(topic, MessageField.VALUE))
+        except SchemaRegistryError as exc:
+            if is_unavailable(exc):
+                raise unavailable(self._url(), exc) from None
+            raise DecodeError(
+                ReasonCode.UNKNOWN_SCHEMA,
+                f"the contract's schema is not registered under subject {self.subject(topic)!r} "
+                f"({exc.error_message}); register it, or give the format auto_register=True"[:500],
+                "$.payload",
+                topic=topic,
+            ) from None
+        except httpx.TransportError as exc:
+            raise unavailable(self._url(), exc) from None
+        except Exception as exc:  # noqa: BLE001 - the serializer's refusal of the data
+            raise DecodeError(
+                ReasonCode.PAYLOAD_INVALID,
+                f"the payload does not fit the contract's {self.kind} schema: "
+                f"{type(exc).__name__}: {exc}"[:500],
+                "$.payload",
+                topic=topic,
+            ) from None
+        return bytes(framed)
+
+
+def frame_schema_id(raw: bytes, topic: str) -> int:
+    """The schema id of a framed value; a value not framed is refused, typed.
+
+    Raises:
+        DecodeError: ``wrong_magic_byte`` (the first byte is not 0), or ``undecodable_payload``
+            (too short to hold a schema id and a payload).
+    """
+    if raw[0] != MAGIC_BYTE:
+        raise DecodeError(
+            ReasonCode.WRONG_MAGIC_BYTE,
+            f"the value starts with byte {raw[0]}, not {MAGIC_BYTE}: it was not framed by a "
+            "schema-registry serializer",
+            "$.payload",
+            topic=topic,
+        )
+    if len(raw) <= _FRAME_BYTES:
+        raise DecodeError(
+            ReasonCode.UNDECODABLE_PAYLOAD,
+            f"the value is {len(raw)} bytes: too short for a schema id and a payload",
+            "$.payload",
+            topic=topic,
+        )
+    return int.from_bytes(raw[1:_FRAME_BYTES], "big")
+
+
+def resolution_failed(exc: BaseException) -> bool:
+    """Whether the payload decoded but does not fit the reader schema.
+
+    Avro's schema resolution failed, or (JSON Schema) the document breaks the reader schema:
+    the JSON serde reports that as a SerializationError raised while handling the violation.
+    """
+    return isinstance(exc, SchemaResolutionError) or isinstance(exc.__context__, SchemaViolation)
+
+
+def _undecodable(topic: str, schema_id: int, exc: Exception) -> DecodeError:
+    return DecodeError(
+        ReasonCode.UNDECODABLE_PAYLOAD,
+        f"the payload does not decode with its writer's schema (id {schema_id}): "
+        f"{type(exc).__name__}: {exc}"[:500],
+        "$.payload",
+        topic=topic,
+    )
+
+
+@dataclass(frozen=True)
+class AvroFormat(RegistryFormat):
+    """Avro in Confluent's wire format (``AvroSerializer`` / ``AvroDeserializer``)."""
+
+    kind: ClassVar[PayloadFormat] = PayloadFormat.AVRO
+
+    def _check_schema(self) -> None:
+        try:
+            parsed = json.loads(self.schema)
+        except ValueError:
+            raise ConfigurationError(
+                "an AvroFormat schema is the schema's JSON text (an .avsc document)"
+            ) from None
+        if self.subject_strategy is not SubjectStrategy.TOPIC and not (
+            isinstance(parsed, dict) and parsed.get("type") == "record" and parsed.get("name")
+        ):
+            raise ConfigurationError(
+                f"subject strategy {self.subject_strategy} names the subject after the record: "
+                "the Avro schema must be a named record"
+            )
+
+    @property
+    def record_name(self) -> str | None:
+        """The record's full name (``namespace.name``), if the schema is a named record."""
+        parsed = json.loads(self.schema)
+        if not isinstance(parsed, dict) or not parsed.get("name"):
+            return None
+        name = str(parsed["name"])
+        namespace = parsed.get("namespace")
+        return name if "." in name or not namespace else f"{namespace}.{name}"
+
+    def _serde_conf(self) -> dict[str, Any]:
+        return {"subject.name.strategy": _STRATEGIES[self.subject_strategy]}
+
+    def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
+        return self._serde(  # type: ignore[no-any-return]
+            "read",
+            lambda client: AvroDeserializer(client, self.schema, conf=self._serde_conf()),
+        )
+
+    def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
+        conf = {
+            **self._serde_conf(),
+            "auto.register.schemas": self.auto_register,
+            "use.latest.version": False,
+        }
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: AvroSerializer(client, self.schema, conf=conf)
+        )
+
+
+@dataclass(frozen=True)
+class JsonSchemaFormat(RegistryFormat):
+    """JSON Schema in Confluent's wire format (``JSONSerializer`` / ``JSONDeserializer``).
+
+    A document that breaks the reader schema is refused as ``unresolvable_schema``; one that
+    is not JSON as ``undecodable_payload``.
+    """
+
+    kind: ClassVar[PayloadFormat] = PayloadFormat.JSON_SCHEMA
+
+    def _check_schema(self) -> None:
+        try:
+            parsed = json.loads(self.schema)
+        except ValueError:
+            raise ConfigurationError(
+                "a JsonSchemaFormat schema is the JSON Schema document's text"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ConfigurationError("a JsonSchemaFormat schema is a JSON object")
+        if self.subject_strategy is not SubjectStrategy.TOPIC and not parsed.get("title"):
+            raise ConfigurationError(
+                f"subject strategy {self.subject_strategy} names the subject after the record: "
+                "the JSON Schema needs a title"
+            )
+
+    @property
+    def record_name(self) -> str | None:
+        """The schema's title, which Confluent's JSON serdes take as the record's name."""
+        title = json.loads(self.schema).get("title")
+        return str(title) if title else None
+
+    def _serde_conf(self) -> dict[str, Any]:
+        return {"subject.name.strategy": _STRATEGIES[self.subject_strategy]}
+
+    def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
+        return self._serde(  # type: ignore[no-any-return]
+            "read",
+            lambda client: JSONDeserializer(
+                self.schema, schema_registry_client=client, conf=self._serde_conf()
+            ),
+        )
+
+    def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
+        conf = {
+            **self._serde_conf(),
+            "auto.register.schemas": self.auto_register,
+            "use.latest.version": False,
+        }
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: JSONSerializer(self.schema, client, conf=conf)
+        )
