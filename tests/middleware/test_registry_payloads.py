@@ -77,7 +77,7 @@ def foreign_frames(url: str, topic: str, values: list[tuple[dict[str, Any], Any]
     """Values framed by confluent-kafka's own serializer, which registers their schemas."""
     context = SerializationContext(topic, MessageField.VALUE)
     framed: list[bytes] = []
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         for schema, value in values:
             data = AvroSerializer(client, json.dumps(schema))(value, context)
             assert data is not None
@@ -120,7 +120,7 @@ async def test_foreign_avro_is_adopted_forwarded_unchanged_and_what_cannot_be_re
             (ORDER_V2, {"order_id": "o-2", "amount_cents": 7, "note": "gift"}),
         ],
     )
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         known = client.get_latest_version(f"{orders}-value").schema_id
     assert known is not None
     bad = {
@@ -155,7 +155,7 @@ async def test_foreign_avro_is_adopted_forwarded_unchanged_and_what_cannot_be_re
     assert [record.value for record in out] == good
     assert all(ENVELOPE_HEADER in dict(record.headers) for record in out)
     context = SerializationContext(shipped, MessageField.VALUE)
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         foreign = AvroDeserializer(client)
         assert [foreign(record.value, context) for record in out] == [
             {"order_id": "o-1", "amount_cents": 1200},
@@ -296,7 +296,7 @@ async def test_a_plain_producer_frames_with_the_registered_schema_and_registers_
     kafka_bootstrap: str, new_topic: TopicFactory, schema_registry_url: str
 ) -> None:
     registered, unregistered = await new_topic(prefix="orders"), await new_topic(prefix="refunds")
-    with SchemaRegistryClient({"url": schema_registry_url}) as client:
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
         client.register_schema(f"{registered}-value", Schema(json.dumps(ORDER_V1), "AVRO"))
     runtime = Hopchain(
         registry(
@@ -314,7 +314,7 @@ async def test_a_plain_producer_frames_with_the_registered_schema_and_registers_
 
     assert (caught.value.code, caught.value.path) == (ReasonCode.UNKNOWN_SCHEMA, "$.payload")
     assert await record_count(kafka_bootstrap, unregistered) == 0  # nothing was sent
-    with SchemaRegistryClient({"url": schema_registry_url}) as client:
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
         assert client.get_subjects().count(f"{unregistered}-value") == 0  # nor registered
         [record] = await read_topic(kafka_bootstrap, registered)
         context = SerializationContext(registered, MessageField.VALUE)
@@ -345,7 +345,7 @@ async def test_a_plain_aiokafka_consumer_is_rewound_when_the_registry_does_not_a
             async with envelope_consumer_client(kafka_bootstrap, orders, group) as consumer:
                 records = EnvelopeConsumer(consumer, producer, runtime, group=group)
                 with pytest.raises(SchemaRegistryUnavailable):
-                    await records.next()
+                    await asyncio.wait_for(records.next(), timeout=60)
                 proxy.down = False
                 read = []
                 for _ in sent:

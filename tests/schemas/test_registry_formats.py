@@ -105,7 +105,7 @@ def origin(codec: EnvelopeCodec, topic: str, payload: BaseModel) -> EncodedRecor
 
 def foreign_frame(url: str, topic: str, schema: dict[str, Any], data: dict[str, Any]) -> bytes:
     """Avro framed by confluent-kafka's own serializer, registering its schema as it goes."""
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         framed = AvroSerializer(client, schema_text(schema))(
             data, SerializationContext(topic, MessageField.VALUE)
         )
@@ -114,12 +114,12 @@ def foreign_frame(url: str, topic: str, schema: dict[str, Any], data: dict[str, 
 
 
 def foreign_read(url: str, topic: str, value: bytes) -> Any:
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         return AvroDeserializer(client)(value, SerializationContext(topic, MessageField.VALUE))
 
 
 def register(url: str, subject: str, schema: dict[str, Any]) -> int:
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         schema_id = client.register_schema(subject, Schema(schema_text(schema), "AVRO"))
     assert isinstance(schema_id, int)
     return schema_id
@@ -355,7 +355,7 @@ def test_json_schema_values_are_framed_read_by_a_foreign_deserializer_and_refuse
     codec = codec_for(contract)
     record = origin(codec, topic, Order(order_id="o-1", amount_cents=5))
     context = SerializationContext(topic, MessageField.VALUE)
-    with SchemaRegistryClient({"url": url}) as client:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
         read = JSONDeserializer(json.dumps(ORDER_JSON), schema_registry_client=client)(
             record.value, context
         )

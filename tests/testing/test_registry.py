@@ -52,11 +52,11 @@ def test_avro_round_trips_through_the_real_registry_and_stop_closes_its_ports(
     order = {"id": "o-1", "amount_cents": 12_345, "note": "ß and ✓"}
     with registry:
         assert registry.url.endswith("/apis/ccompat/v7")
-        with SchemaRegistryClient({"url": registry.url}) as writer:
+        with SchemaRegistryClient({"url": registry.url, "timeout": 30}) as writer:
             schema_id = writer.register_schema("orders-value", Schema(json.dumps(ORDER), "AVRO"))
             framed = AvroSerializer(writer, json.dumps(ORDER))(order, context)
         # A reader with an empty cache learns the writer's schema from the registry by id.
-        with SchemaRegistryClient({"url": registry.url}) as reader:
+        with SchemaRegistryClient({"url": registry.url, "timeout": 30}) as reader:
             read = AvroDeserializer(reader)(framed, context)
         ports = (registry.port, registry.management_port)
         data_dir = registry.data_dir
@@ -75,11 +75,11 @@ def test_the_session_registry_gives_each_schema_one_id_and_serves_it_back(
     schema_registry_url: str,
 ) -> None:
     renamed = {**ORDER, "name": "Refund"}
-    with SchemaRegistryClient({"url": schema_registry_url}) as client:
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
         first = client.register_schema("shared-orders-value", Schema(json.dumps(ORDER), "AVRO"))
         again = client.register_schema("shared-orders-value", Schema(json.dumps(ORDER), "AVRO"))
         other = client.register_schema("shared-refunds-value", Schema(json.dumps(renamed), "AVRO"))
-    with SchemaRegistryClient({"url": schema_registry_url}) as fresh:
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as fresh:
         served = fresh.get_schema(other)
 
     assert first == again
