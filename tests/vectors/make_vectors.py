@@ -744,6 +744,21 @@ def clarified(out: list[Vector]) -> None:
             schema="reject",
         )
     )
+    value, headers = pipeline(topic, eventful=True)
+    text = Text(_envelope_of(headers, value.decode()))
+    text.hops[-1]["failure"]["validation_errors"] = [
+        {"code": "score_too_high", "message": "score was 1.7", "path": "$.score"}
+    ]
+    out.append(
+        vector(
+            "unknown-validation-error-code",
+            "the last hop's failure names a validation error code that is no reason code",
+            topic,
+            *_with(headers, value.decode(), text.write()),
+            "unknown_vocabulary",
+            "$.chain[2].failure.validation_errors[0].code",
+        )
+    )
     value, headers = pipeline(topic)
     spaced = [[n, f" {raw}\t" if n == TRACEPARENT_HEADER else raw] for n, raw in headers]
     out.append(
