@@ -448,8 +448,8 @@ function namesTheSpan(value, traceId, spanId) {
   return found[2] === traceId && found[3] === spanId;
 }
 
-// SPEC.md section 5 on one record. Returns { kind: "schema1" | "legacy" } for what this
-// verifier leaves to schema 1's rules, else { payload: [start, end], after } where after()
+// SPEC.md section 5 on one record. Returns { kind: "schema1" } for what this verifier
+// leaves to schema 1's reader, else { payload: [start, end], after } where after()
 // applies steps 11 to 14; step 10 is the caller's.
 function readRecord(record) {
   const { value, topic, mode, limits } = record;
@@ -482,9 +482,10 @@ function readRecord(record) {
   }
   const identityBytes = Buffer.concat([raw.subarray(0, start), Buffer.from("}")]);
   const identity = readObject(identityBytes, IDENTITY, "$");
+  // A schema-1 chain continued (SPEC.md section 6): this verifier checks its shape and its
+  // integers, leaves the rest of step 4 to schema 1's rules, and counts its hops and markers.
+  let legacyHops = [];
   if (identity.legacy !== null) {
-    // A schema-1 chain continued (SPEC.md section 6): this verifier checks its integers, and
-    // leaves the rest of step 4 to schema 1's rules.
     const legacy = identity.legacy;
     const texts = ["contract", "head", "id", "intent_key", "origin_span_id", "run_id", "trace_id",
       "work_item_id"];
@@ -506,7 +507,8 @@ function readRecord(record) {
     const within64 = (v) => v >= -(2n ** 63n) && v <= 2n ** 64n - 1n;
     if (integers.some(within64)) refuse("invalid_value", "$.legacy", "an integer beyond 2**53 - 1");
     if (integers.length > 0 || spelled) refuse("not_canonical", "$.legacy", "a number's spelling");
-    return { kind: "legacy" };
+    legacyHops = legacy.chain ?? [];
+    record.continuesLegacy = true; // what follows is compared where step 4 is not the cause
   }
   const chainText = raw.subarray(start + CHAIN_START.length, end);
   const hops = [];
@@ -568,7 +570,9 @@ function readRecord(record) {
       signature === "hmac-sha256:" + createHmac("sha256", key).update(digest).digest("hex");
   };
   let previous = sha256("hopchain-v2 genesis\n", identityBytes);
-  const markers = [];
+  const markers = legacyHops
+    .filter((hop) => hop?.degradation != null)
+    .map((hop) => (typeof hop.degradation.stage === "string" ? hop.degradation.stage : ""));
   hops.forEach((bytes, i) => {
     const path = `$.chain[${i}]`;
     const digest = sha256(previous, "\n", bytes);
@@ -603,7 +607,7 @@ function readRecord(record) {
     if (last.payload_digest !== sha256(value.subarray(...payload))) {
       refuse("payload_mismatch", `$.chain[${n}].payload_digest`);
     }
-    if (hops.length > limits.max_hops) refuse("hop_limit", "$.chain");
+    if (legacyHops.length + hops.length > limits.max_hops) refuse("hop_limit", "$.chain");
     // traceparent may repeat (an instrumentation appends its own): one must name this trace
     // and the last hop's span.
     if (!headers.traceparents.some((p) => namesTheSpan(p, identity.trace_id, last.span_id))) {
@@ -613,7 +617,7 @@ function readRecord(record) {
       refuse("invalid_value", `$.headers.${DEGRADED_HEADER}`);
     }
   };
-  return { payload, after };
+  return { payload, after, legacy: identity.legacy !== null };
 }
 
 // A vector of tests/vectors/v2 as a record of its topic ("claims" contract, any writer).
@@ -648,7 +652,7 @@ function verify(vector) {
   const record = recordOfVector(vector);
   const read = readRecord(record);
   if (read.kind === "schema1") throw new Error("schema 1 records are not covered by this verifier");
-  if (read.kind === "legacy") throw new Error("legacy chains are not covered by this verifier");
+  if (read.legacy) throw new Error("legacy chains are not covered by this verifier");
   checkClaim(record.value.subarray(...read.payload));
   read.after();
 }
@@ -667,8 +671,9 @@ function outcome(vector) {
 // [name, version], writers, value, headers: [[name, value]], keys, public_keys, max_hops,
 // max_record_bytes}); one verdict a line on stdout, step 10 left to the caller as the core
 // leaves it: {kind: "accepted" | "refused_after_payload", payload: [start, end]} (plus code
-// and path when refused), {kind: "refused", code, path}, or {kind: "schema1" | "legacy"} for
-// what this verifier leaves to schema 1's rules.
+// and path when refused), {kind: "refused", code, path}, or {kind: "schema1"} for what it
+// leaves to schema 1's reader; "legacy": true when the record continues a schema-1 chain,
+// whose links (step 4 past shape and integers) this verifier does not check.
 function readLine(line) {
   const input = JSON.parse(line);
   const bytes = (text) => (text === null ? null : Buffer.from(text, "base64"));
@@ -682,17 +687,22 @@ function readLine(line) {
   try {
     read = readRecord(record);
   } catch (error) {
-    if (error instanceof Refused) return { kind: "refused", code: error.reason, path: error.path };
+    if (error instanceof Refused) {
+      const legacy = record.continuesLegacy ? { legacy: true } : {};
+      return { kind: "refused", code: error.reason, path: error.path, ...legacy };
+    }
     return { kind: "error", path: String(error.stack) };
   }
   if (read.kind) return read;
+  const legacy = record.continuesLegacy ? { legacy: true } : {};
   try {
     read.after();
   } catch (error) {
     if (!(error instanceof Refused)) return { kind: "error", path: String(error.stack) };
-    return { kind: "refused_after_payload", code: error.reason, path: error.path, payload: read.payload };
+    return { kind: "refused_after_payload", code: error.reason, path: error.path,
+      payload: read.payload, ...legacy };
   }
-  return { kind: "accepted", payload: read.payload };
+  return { kind: "accepted", payload: read.payload, ...legacy };
 }
 
 // The output goes to a pipe, written asynchronously: the process ends when it is flushed
