@@ -1,12 +1,16 @@
-"""The compiled core and the Python oracle reach the same verdict on the same records.
+"""The compiled core, the Python oracle and verify.mjs reach the same verdict on the same records.
 
-Every test vector (``tests/vectors/v2``), the mutation campaign of ``tests/schemas`` (designed
+Every test vector (``tests/vectors/v2``), the crash corpus's record reads
+(``tests/vectors/crashes``), the mutation campaign of ``tests/schemas`` (designed
 and random mutations of records hopchain wrote, resealed), and record-level variants of the
 vectors (tombstones, headers repeated, not UTF-8, null, missing, NaN payloads, limits) are read
 by the Python reader kept as the oracle (``tests/oracle/python_reader.py``) and by
 ``hopchain._core.read_batch``; verdict, reason code and JSON path must be equal, and
 ``EnvelopeCodec.decode`` (which reads with the core) must give the same. A record the core
-leaves to schema 1's reader is counted, not compared.
+leaves to schema 1's reader is counted, not compared. ``tests/vectors/verify.mjs --records``
+(written from SPEC.md alone) reads the same records and must give the core's verdict; it
+does not check a continued schema-1 chain's links, so a refusal the core makes for one is
+counted, not compared.
 
 The core leaves step 10 (the payload's contract) to its caller: this test
 applies it as the codec does, before a refusal the core made after that step.
@@ -17,9 +21,13 @@ Opt in with ``HOPCHAIN_CORE_DIFF=1`` once ``hopchain._core`` is built
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -245,12 +253,42 @@ def _variants(case: Case) -> list[Case]:
     ]
 
 
+def _crash_cases() -> list[Case]:
+    """The crash corpus's record reads (``target`` codec); its dead letters are not records a
+    topic's reader reads, and the dead-letter test below compares those."""
+    public = {
+        name: [bytes.fromhex(key) for key in keys] for name, keys in GENERATOR.public_keys().items()
+    }
+    cases = []
+    for path in sorted((VECTORS / "crashes").glob("*.json")):
+        crash = json.loads(path.read_text(encoding="utf-8"))
+        if crash["target"] != "codec":
+            continue
+        cases.append(
+            Case(
+                name=crash["name"],
+                origin="crash",
+                topic=crash["topic"],
+                value=_unb64(crash["value"]),
+                headers=tuple((name, _unb64(raw)) for name, raw in crash["headers"]),
+                registry=GENERATOR.registry(),
+                hmac=dict(GENERATOR.KEYS) if crash["keyed"] else {},
+                public=public if crash["keyed"] else {},
+            )
+        )
+    return cases
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
 def _cases() -> list[Case]:
     vectors = _vector_cases()
     variants = [
         variant for case in vectors if case.name.startswith("valid") for variant in _variants(case)
     ]
-    return [*vectors, *_mutation_cases(), *variants]
+    return [*vectors, *_crash_cases(), *_mutation_cases(), *variants]
 
 
 def test_the_core_reaches_the_oracles_verdict_on_every_record() -> None:
@@ -279,6 +317,112 @@ def test_the_core_reaches_the_oracles_verdict_on_every_record() -> None:
     # Only what continues a schema-1 chain (SPEC.md section 6) is left to the Python reader.
     assert sum(agree.values()) + sum(deferred.values()) == len(cases)
     assert sum(deferred.values()) <= 0.1 * len(cases)
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("node is not installed; CI installs it", pytrace=False)
+        pytest.skip("node is not installed")
+    return node
+
+
+def _b64(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode()
+
+
+def _record_line(case: Case) -> str:
+    """A case as a line of ``verify.mjs --records``: the topic as the core is told it."""
+    contract = case.registry.get(case.topic)
+    return json.dumps(
+        {
+            "topic": contract.topic,
+            "mode": "body" if contract.mode is WireMode.BODY else "headers",
+            "contract": [contract.name, contract.version],
+            "writers": sorted(contract.writers),
+            "value": _b64(case.value),
+            # Names the client could not decode are handed over as surrogate escapes.
+            "headers": [
+                [_b64(name.encode("utf-8", "surrogateescape")), _b64(raw)]
+                for name, raw in case.headers
+            ],
+            "keys": {name: key.hex() for name, key in case.hmac.items()},
+            "public_keys": {name: [k.hex() for k in keys] for name, keys in case.public.items()},
+            "max_hops": case.limits.max_hops,
+            "max_record_bytes": case.limits.max_record_bytes,
+        }
+    )
+
+
+def _read_with_verifier(cases: list[Case]) -> list[dict[str, Any]]:
+    result = subprocess.run(  # noqa: S603 - fixed arguments
+        [_node(), str(VECTORS / "verify.mjs"), "--records"],
+        input="".join(_record_line(case) + "\n" for case in cases),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    verdicts: list[dict[str, Any]] = [
+        json.loads(line) for line in result.stdout.split("\n") if line
+    ]
+    return verdicts
+
+
+def _verifier(case: Case, verdict: dict[str, Any]) -> tuple[str | None, str | None]:
+    """verify.mjs's verdict, step 10 applied as for the core."""
+    if verdict["kind"] in {"refused", "error"}:
+        return verdict.get("code", "error"), verdict["path"]
+    assert case.value is not None
+    start, end = verdict["payload"]
+    refused = _payload_step(case, case.value[start:end])
+    if refused is not None:
+        return refused
+    if verdict["kind"] == "refused_after_payload":
+        return verdict["code"], verdict["path"]
+    return None, None
+
+
+def _schema_1_link(path: str | None) -> bool:
+    """Whether a refusal's path names a legacy chain's envelope, head or links."""
+    return path is not None and (
+        path in {"$.legacy", "$.head"}
+        or re.fullmatch(r"\$\.chain\[[0-9]+\]\.(?:seq|prev_digest|digest|signature)", path)
+        is not None
+    )
+
+
+def test_the_javascript_verifier_reaches_the_cores_verdict_on_every_record() -> None:
+    """verify.mjs, written from SPEC.md alone, reads every record as the core does."""
+    cases = _cases()
+    verdicts = _read_with_core(cases)
+    verified = _read_with_verifier(cases)
+    agree: Counter[str] = Counter()
+    left: Counter[str] = Counter()
+    differ = []
+    for case, read, checked in zip(cases, verdicts, verified, strict=True):
+        if read.kind == "schema1" and checked["kind"] == "schema1":
+            left[f"{case.origin}: schema 1"] += 1
+            continue
+        schema_1: tuple[str | None, str | None] = ("schema 1", None)
+        core_said = schema_1 if read.kind == "schema1" else _core(case, read)
+        if checked.get("legacy") and _schema_1_link(core_said[1]):
+            # verify.mjs does not check a continued schema-1 chain's links (step 4).
+            left[f"{case.origin}: refused for a schema-1 link"] += 1
+            continue
+        got = schema_1 if checked["kind"] == "schema1" else _verifier(case, checked)
+        if got == core_said:
+            agree[case.origin] += 1
+        else:
+            differ.append(f"{case.origin}: {case.name}: core {core_said}, verify.mjs {got}")
+    lines = [f"{origin}: {count} agree" for origin, count in sorted(agree.items())]
+    lines += [f"{what}: {count} not compared" for what, count in sorted(left.items())]
+    lines.append(f"{len(differ)} disagree")
+    print("\n" + "\n".join(lines + differ[:60]))  # noqa: T201
+    assert differ == []
+    assert sum(agree.values()) + sum(left.values()) == len(cases)
+    assert sum(left.values()) <= 0.1 * len(cases)
 
 
 def test_the_core_names_the_same_reason_codes() -> None:

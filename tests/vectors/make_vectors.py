@@ -667,6 +667,7 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
             public=public_keys(),
         )
     )
+    clarified(out)
     value, headers = pipeline(BODY_TOPIC)
     text = Text(value.decode())
     text.payload = None
@@ -683,6 +684,117 @@ def vectors() -> list[Vector]:  # noqa: PLR0915 - one list, read top to bottom
         )
     )
     return out
+
+
+def clarified(out: list[Vector]) -> None:
+    """Records on which SPEC.md's text, the reference reader and verify.mjs once differed."""
+    topic = HEADERS_TOPIC
+    v, h = edited(
+        topic, _raw(2, lambda hop: hop.replace('"contract_version":1,', '"contract_version":1.0,'))
+    )
+    out.append(
+        vector(
+            "integer-spelled-with-a-fraction",
+            "the last hop's contract_version written 1.0, digests recomputed: not an integer",
+            topic,
+            v,
+            h,
+            "wrong_type",
+            "$.chain[2].contract_version",
+            schema="accept",
+        )
+    )
+    v, h = edited(topic, _set(["hop", -1, "decided_at"], "0001-03-01T09:30:02Z"))
+    out.append(
+        vector(
+            "decided-in-year-0001",
+            "the last hop decided on 1 March of the year 1, a date the calendar has",
+            topic,
+            v,
+            h,
+            None,
+        )
+    )
+    v, h = edited(topic, _set(["hop", -1, "decided_at"], "0000-03-01T09:30:02Z"))
+    out.append(
+        vector(
+            "decided-in-year-0000",
+            "the last hop decided in the year 0, which the calendar does not have",
+            topic,
+            v,
+            h,
+            "invalid_value",
+            "$.chain[2].decided_at",
+        )
+    )
+
+    def bad_signature_form(text: Text) -> None:
+        text.signatures[1] = "hmac-sha256:" + "0" * 63
+
+    v, h = edited(topic, bad_signature_form)
+    out.append(
+        vector(
+            "signature-of-the-wrong-form",
+            "the second signature is one hex digit short",
+            topic,
+            v,
+            h,
+            "invalid_value",
+            "$.signatures[1]",
+            schema="reject",
+        )
+    )
+    value, headers = pipeline(topic, eventful=True)
+    text = Text(_envelope_of(headers, value.decode()))
+    text.hops[-1]["failure"]["validation_errors"] = [
+        {"code": "score_too_high", "message": "score was 1.7", "path": "$.score"}
+    ]
+    out.append(
+        vector(
+            "unknown-validation-error-code",
+            "the last hop's failure names a validation error code that is no reason code",
+            topic,
+            *_with(headers, value.decode(), text.write()),
+            "unknown_vocabulary",
+            "$.chain[2].failure.validation_errors[0].code",
+        )
+    )
+    value, headers = pipeline(topic)
+    spaced = [[n, f" {raw}\t" if n == TRACEPARENT_HEADER else raw] for n, raw in headers]
+    out.append(
+        vector(
+            "traceparent-spaced",
+            "white space around the traceparent's value: ignored",
+            topic,
+            value.decode(),
+            spaced,
+            None,
+        )
+    )
+    out.append(
+        vector(
+            "nan-payload-without-envelope",
+            "headers mode, a NaN in the value and no hopchain-envelope header: the NaN first",
+            topic,
+            '{"amount_cents":NaN,"number":1}',
+            [[n, raw] for n, raw in headers if n != ENVELOPE_HEADER],
+            "bad_json",
+            "$.payload",
+            schema="unparsed",
+        )
+    )
+    out.append(
+        vector(
+            "schema-2-not-json-without-layout",
+            "body mode, a text naming schema 2.0 that is neither JSON nor in the layout",
+            BODY_TOPIC,
+            '{"schema_version":"2.0","chain":[',
+            [[n, raw] for n, raw in headers if n != ENVELOPE_HEADER],
+            "not_canonical",
+            "$",
+            schema="unparsed",
+        )
+    )
 
 
 def _raw(index: int, change: Callable[[str], str]) -> Callable[[Text], None]:
