@@ -12,6 +12,7 @@ parsed (a hop is parsed when one of its fields is read).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -23,7 +24,6 @@ from hopchain.schemas.sealed import (
     SIGNATURES,
     Received,
     Wire,
-    genesis_of,
     sealed_envelope,
 )
 from hopchain.schemas.wire import HopWire, IdentityWire
@@ -40,16 +40,22 @@ __all__ = [
 _DEGRADATION = b'"degradation":{'
 _NO_LEGACY = b',"legacy":null,'
 _NULL = msgspec.Raw(b"null")
+_PAYLOAD_DIGEST = b'"payload_digest":"'
+_CONTRACT_OF_HOP = re.compile(
+    rb'\{"component":"[A-Za-z0-9._-]+","contract":"([A-Za-z0-9._-]+)","contract_version":([1-9][0-9]{0,8}),'
+)
+"""A canonical hop's first members (sorted): its contract read without parsing the hop."""
 
 
 def received_envelope(
-    raw: bytes, close: int, identity_members: dict[str, Any] | None = None
+    raw: bytes, close: int, identity_members: dict[str, Any] | None = None, verdict: Any = None
 ) -> Envelope:
     """The envelope of a text the core accepted; ``raw[close]`` is its closing brace.
 
     ``raw`` may go on after ``close`` (a body-mode value: the payload follows); the parts
     kept are views of it, and the writer copies them once, into the record it writes.
-    ``identity_members``: the identity as the core read it (``legacy`` left out).
+    ``identity_members``: the identity as the core read it (``legacy`` left out);
+    ``verdict``: the core's verdict on the record (a hop appended is written from it).
     """
     start = raw.find(CHAIN_START)
     end = raw.rfind(CHAIN_END, start, close)
@@ -70,18 +76,18 @@ def received_envelope(
         ident = IdentityWire(legacy=_NULL, **identity_members)  # the core checked them
     else:
         ident = msgspec.json.decode(identity, type=IdentityWire)
-    last = msgspec.json.decode(hops[-1], type=HopWire)
+    # The core checked the genesis and every hop: the last is parsed only when asked for.
+    contract, contract_version = _contract_of(hops[-1])
     wire = Wire(
         identity,
         ident,
-        genesis_of(identity),
+        None,
         hops,
         digests,
         signatures,
         legacy_hops=_legacy_hops(ident),
-        last=last,
         markers=_markers(hops) if _DEGRADATION in chain else {},
-        received=Received(raw, end, middle, len(hops), close),
+        received=Received(raw, end, middle, len(hops), close, verdict),
     )
     state: dict[str, Any] = {
         "id": ident.id,
@@ -91,11 +97,20 @@ def received_envelope(
         "run_id": ident.run_id,
         "work_item_id": ident.work_item_id,
         "schema_version": ident.schema_version,
-        "contract": last.contract,
-        "contract_version": last.contract_version,
+        "contract": contract,
+        "contract_version": contract_version,
         "head": digests[-1],
     }
     return sealed_envelope(state, wire)
+
+
+def _contract_of(hop: bytes) -> tuple[str, int]:
+    """The contract a hop the core accepted names: read at its start, else parsed."""
+    named = _CONTRACT_OF_HOP.match(hop)
+    if named is not None:
+        return named[1].decode(), int(named[2])
+    parsed = msgspec.json.decode(hop, type=HopWire)
+    return parsed.contract, parsed.contract_version
 
 
 def _markers(hops: tuple[bytes, ...]) -> dict[int, str]:
@@ -153,10 +168,11 @@ def received_text(wire: Wire) -> bytes:
     return received.text[: received.close] + b"}"
 
 
-def settle_written(wire: Wire, text: bytes, payload_digest: str) -> None:
+def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -> None:
     """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop).
 
-    ``payload_digest``: the digest of the payload it was sealed over.
+    ``payload_digest``: the digest of the payload it was sealed over (read from the hop
+    written when not given: the core hashed the payload).
     """
     pending = wire.pending
     assert pending is not None  # noqa: S101 - written_by_core said so
@@ -164,7 +180,13 @@ def settle_written(wire: Wire, text: bytes, payload_digest: str) -> None:
     middle = text.find(b"]", end + len(CHAIN_END))
     hop = text[text.rfind(b"\n", 0, end) + 1 : end]
     digest = text[middle - 65 : middle - 1].decode()
-    signature = json.loads(text[middle + 1 + len(SIGNATURES) : -1])[-1]
+    if payload_digest is None:
+        at = hop.find(_PAYLOAD_DIGEST) + len(_PAYLOAD_DIGEST)
+        payload_digest = hop[at : at + 64].decode()
+    # The last signature only: none holds a comma (hex or base64 between quotes, or null).
+    signatures = text[middle + 1 + len(SIGNATURES) : -2]
+    last_signature = signatures[signatures.rfind(b",") + 1 :].lstrip(b"[")
+    signature = None if last_signature == b"null" else last_signature[1:-1].decode()
     last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
     if last.degradation is not None:
         wire.markers = {**wire.markers, len(wire.hops): last.degradation.stage}

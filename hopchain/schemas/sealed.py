@@ -105,12 +105,14 @@ class Wire:
     Attributes:
         identity: the envelope's own members, canonical bytes (the genesis covers them).
         ident: those members, parsed.
-        genesis: the genesis digest.
+        genesis_digest: the genesis digest, or None until it is first asked for (see
+            :attr:`genesis`: a chain the core read has its genesis checked already).
         hops: each hop's sealed bytes, oldest first.
         digests: each hop's digest.
         signatures: each hop's signature, or None.
         legacy_hops: schema-1 hops the chain starts with (carried over in the identity).
-        last: the last hop, parsed (None for an empty chain).
+        last_parsed: the last hop, parsed, or None until it is first asked for (see
+            :attr:`last`).
         markers: the degradation marker's stage of each hop that has one, by index.
         built: the whole chain as :class:`Hop` objects, once someone asked for it (see
             :func:`chain_of`); the tuple the envelope carries, so a replaced chain is told
@@ -119,12 +121,12 @@ class Wire:
 
     identity: bytes
     ident: IdentityWire
-    genesis: str
+    genesis_digest: str | None
     hops: tuple[bytes, ...]
     digests: tuple[str, ...]
     signatures: tuple[str | None, ...]
     legacy_hops: tuple[Hop, ...] = ()
-    last: HopWire | None = None
+    last_parsed: HopWire | None = None
     markers: dict[int, str] = field(default_factory=dict)
     built: tuple[Hop, ...] | None = None
     pending: Pending | None = None
@@ -133,6 +135,24 @@ class Wire:
     received: Received | None = None
     """The text this chain was read from, while its hops start with the ones read: written
     again by splicing the new hops in (see :func:`write_envelope_text`)."""
+
+    @property
+    def genesis(self) -> str:
+        """The digest the first hop links to (computed once, when first asked for)."""
+        if self.genesis_digest is None:
+            self.genesis_digest = genesis_of(self.identity)
+        return self.genesis_digest
+
+    @property
+    def last(self) -> HopWire | None:
+        """The last sealed hop, parsed (once, when first asked for); None for no hop."""
+        if self.last_parsed is None and self.hops:
+            self.last_parsed = msgspec.json.decode(self.hops[-1], type=HopWire)
+        return self.last_parsed
+
+    @last.setter
+    def last(self, hop: HopWire | None) -> None:
+        self.last_parsed = hop
 
     @property
     def legacy(self) -> int:
@@ -165,6 +185,9 @@ class Received(NamedTuple):
     close: int = -1
     """Where the envelope text's closing brace is (-1: not known; a body-mode value goes on
     with its payload after it)."""
+    verdict: Any = None
+    """The core's verdict on the record the text was read from (``hopchain._core.Verdict``):
+    a hop appended to it is written without reading the text again."""
 
 
 class Pending(NamedTuple):

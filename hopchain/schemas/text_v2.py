@@ -252,7 +252,7 @@ def read_envelope_text(
         read.digests,
         read.signatures,
         legacy_hops=read.legacy,
-        last=last,
+        last_parsed=last,
         markers=read.chain.markers,
         received=Received(raw, read.end, read.middle, len(read.hops)),
     )
