@@ -37,7 +37,6 @@ __all__ = [
     "written_by_core",
 ]
 
-_DEGRADATION = b'"degradation":{'
 _NO_LEGACY = b',"legacy":null,'
 _NULL = msgspec.Raw(b"null")
 _PAYLOAD_DIGEST = b'"payload_digest":"'
@@ -61,33 +60,29 @@ def received_envelope(
     end = raw.rfind(CHAIN_END, start, close)
     middle = raw.find(b"]", end + len(CHAIN_END))
     identity = raw[:start] + b"}"
-    chain = raw[start + len(CHAIN_START) : end]
-    # Canonical text holds no raw line feed: the hops are the lines between the brackets,
-    # and the digests are 64 hex digits each between quotes.
-    hops = tuple(chain.split(b",\n"))
-    digests = tuple(raw[end + len(CHAIN_END) + 2 : middle - 1].decode().split('","'))
-    signatures_text = raw[middle + 1 + len(SIGNATURES) : close]
-    signatures: tuple[str | None, ...] = (
-        (None,) * len(hops)
-        if signatures_text == b"[%s]" % b",".join([b"null"] * len(hops))
-        else tuple(json.loads(signatures_text))
-    )
+    first = start + len(CHAIN_START)
+    # Canonical text holds no raw line feed: the hops are the lines between the brackets
+    # (cut apart only when asked for, see Wire.hops), the last digest the 64 hex digits
+    # before the digests' closing quote.
+    last = raw[max(raw.rfind(b"\n", first, end) + 1, first) : end]
     if identity_members is not None and _NO_LEGACY in identity:
         ident = IdentityWire(legacy=_NULL, **identity_members)  # the core checked them
     else:
         ident = msgspec.json.decode(identity, type=IdentityWire)
     # The core checked the genesis and every hop: the last is parsed only when asked for.
-    contract, contract_version = _contract_of(hops[-1])
+    contract, contract_version = _contract_of(last)
+    legacy = _legacy_hops(ident)
+    count = verdict.hops - len(legacy) if verdict is not None else raw.count(b",\n", first, end) + 1
     wire = Wire(
         identity,
         ident,
         None,
-        hops,
-        digests,
-        signatures,
-        legacy_hops=_legacy_hops(ident),
-        markers=_markers(hops) if _DEGRADATION in chain else {},
-        received=Received(raw, end, middle, len(hops), close, verdict),
+        None,
+        None,
+        None,
+        legacy_hops=legacy,
+        found_markers=None,  # looked for when asked for
+        received=Received(raw, end, middle, count, close, verdict),
     )
     state: dict[str, Any] = {
         "id": ident.id,
@@ -99,7 +94,7 @@ def received_envelope(
         "schema_version": ident.schema_version,
         "contract": contract,
         "contract_version": contract_version,
-        "head": digests[-1],
+        "head": raw[middle - 65 : middle - 1].decode(),
     }
     return sealed_envelope(state, wire)
 
@@ -111,17 +106,6 @@ def _contract_of(hop: bytes) -> tuple[str, int]:
         return named[1].decode(), int(named[2])
     parsed = msgspec.json.decode(hop, type=HopWire)
     return parsed.contract, parsed.contract_version
-
-
-def _markers(hops: tuple[bytes, ...]) -> dict[int, str]:
-    """The degradation marker's stage of each hop that has one (few do: parsed only then)."""
-    markers: dict[int, str] = {}
-    for index, hop in enumerate(hops):
-        if _DEGRADATION in hop:
-            degradation = json.loads(hop).get("degradation")
-            if isinstance(degradation, dict):
-                markers[index] = degradation["stage"]
-    return markers
 
 
 def _legacy_hops(ident: IdentityWire) -> tuple[Any, ...]:
@@ -142,8 +126,8 @@ def written_by_core(wire: Wire) -> bool:
         return False
     if wire.received is not None:
         received = wire.received
-        return received.hops == len(wire.hops) and received.close > 0 and not wire.legacy_hops
-    return not wire.hops and not wire.legacy_hops
+        return received.hops == wire.sealed_count and received.close > 0 and not wire.legacy_hops
+    return wire.sealed_count == 0 and not wire.legacy_hops
 
 
 def core_hop(wire: Wire) -> dict[str, Any]:
@@ -188,10 +172,16 @@ def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -
     last_signature = signatures[signatures.rfind(b",") + 1 :].lstrip(b"[")
     signature = None if last_signature == b"null" else last_signature[1:-1].decode()
     last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
+    count = wire.sealed_count
     if last.degradation is not None:
-        wire.markers = {**wire.markers, len(wire.hops): last.degradation.stage}
-    wire.hops = (*wire.hops, hop)
-    wire.digests = (*wire.digests, digest)
-    wire.signatures = (*wire.signatures, signature)
+        wire.markers = {**wire.markers, count: last.degradation.stage}
+    if wire.sealed_hops is None and wire.received is not None:
+        # Still uncut: the text written becomes the one the hops are cut from, when asked.
+        # (Its closing brace is left unknown: a further hop is written by Python's writer.)
+        wire.received = Received(text, end, middle, count + 1)
+    else:
+        wire.hops = (*wire.hops, hop)
+        wire.digests = (*wire.digests, digest)
+        wire.signatures = (*wire.signatures, signature)
     wire.last = last
     wire.pending = None

@@ -253,7 +253,7 @@ def read_envelope_text(
         read.signatures,
         legacy_hops=read.legacy,
         last_parsed=last,
-        markers=read.chain.markers,
+        found_markers=read.chain.markers,
         received=Received(raw, read.end, read.middle, len(read.hops)),
     )
     state = {
