@@ -470,7 +470,7 @@ class EnvelopeCodec:
         verify_wire_fields(envelope, wire)
         assert wire.pending is not None  # noqa: S101 - written_by_core said so
         hop = wire.pending.hop
-        index = len(wire.hops)
+        index = wire.sealed_count
         if hop.contract != envelope.contract or hop.contract_version != envelope.contract_version:
             raise EnvelopeError(
                 ReasonCode.CHAIN_REWRITTEN,

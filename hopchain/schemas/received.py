@@ -163,14 +163,9 @@ def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -
     end = text.rfind(CHAIN_END)
     middle = text.find(b"]", end + len(CHAIN_END))
     hop = text[text.rfind(b"\n", 0, end) + 1 : end]
-    digest = text[middle - 65 : middle - 1].decode()
     if payload_digest is None:
         at = hop.find(_PAYLOAD_DIGEST) + len(_PAYLOAD_DIGEST)
         payload_digest = hop[at : at + 64].decode()
-    # The last signature only: none holds a comma (hex or base64 between quotes, or null).
-    signatures = text[middle + 1 + len(SIGNATURES) : -2]
-    last_signature = signatures[signatures.rfind(b",") + 1 :].lstrip(b"[")
-    signature = None if last_signature == b"null" else last_signature[1:-1].decode()
     last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
     count = wire.sealed_count
     if last.degradation is not None:
@@ -180,8 +175,12 @@ def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -
         # (Its closing brace is left unknown: a further hop is written by Python's writer.)
         wire.received = Received(text, end, middle, count + 1)
     else:
+        # The last signature only: none holds a comma (hex or base64 between quotes, or null).
+        signatures = text[middle + 1 + len(SIGNATURES) : -2]
+        last_signature = signatures[signatures.rfind(b",") + 1 :].lstrip(b"[")
+        signature = None if last_signature == b"null" else last_signature[1:-1].decode()
         wire.hops = (*wire.hops, hop)
-        wire.digests = (*wire.digests, digest)
+        wire.digests = (*wire.digests, text[middle - 65 : middle - 1].decode())
         wire.signatures = (*wire.signatures, signature)
     wire.last = last
     wire.pending = None
