@@ -66,6 +66,16 @@ def append_hop(
     payload: bytes,
     keyring: Keyring | None = None,
 ) -> tuple[bytes, str, str | None]: ...
+def append_verdict(
+    verdict: Verdict,
+    hop: Mapping[str, Any],
+    payload: bytes,
+    keyring: Keyring | None = None,
+) -> tuple[bytes, str, str | None]: ...
+def append_batch(
+    items: Iterable[tuple[Verdict, Mapping[str, Any], bytes]],
+    keyring: Keyring | None = None,
+) -> list[tuple[bytes, str, str | None] | ValueError]: ...
 def originate_chain(
     identity: Mapping[str, Any],
     hop: Mapping[str, Any],

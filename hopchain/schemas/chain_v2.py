@@ -258,7 +258,7 @@ def append_v2(
         raise EnvelopeError(ReasonCode.INVALID_VALUE, "not a schema-2 envelope", "$")
     if contract is None:
         contract = (envelope.contract, envelope.contract_version)
-    path = f"$.chain[{len(wire.hops)}]"
+    path = f"$.chain[{wire.sealed_count}]"
     decided = decided_at if decided_at is not None else datetime.now(UTC)
     if decided.tzinfo is None or (received_at is not None and received_at.tzinfo is None):
         raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
@@ -291,13 +291,13 @@ def append_v2(
     new = Wire(
         wire.identity,
         wire.ident,
-        wire.genesis,
-        wire.hops,
-        wire.digests,
-        wire.signatures,
+        wire.genesis_digest,
+        wire.sealed_hops,
+        wire.sealed_digests,
+        wire.sealed_signatures,
         wire.legacy_hops,
-        wire.last,
-        wire.markers,
+        wire.last_parsed,
+        wire.found_markers,
         None,
         Pending(hop_wire, keyring),
         wire.received,

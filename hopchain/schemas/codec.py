@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from hopchain import _core
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
-from hopchain.schemas.chain_v2 import payload_digest, upgrade
+from hopchain.schemas.chain_v2 import upgrade
 from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER, markers, seal_for_topic
 from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
@@ -232,10 +232,12 @@ class EnvelopeCodec:
         if verdict.kind == "refused_after_payload":
             raise _refusal(verdict)
         if verdict.source == "value":
-            envelope = received_envelope(value, start - len(PAYLOAD_MEMBER), verdict.identity)
+            envelope = received_envelope(
+                value, start - len(PAYLOAD_MEMBER), verdict.identity, verdict
+            )
         else:
             text = next(raw for name, raw in headers if name == ENVELOPE_HEADER and raw)
-            envelope = received_envelope(text, len(text) - 1, verdict.identity)
+            envelope = received_envelope(text, len(text) - 1, verdict.identity, verdict)
         assert verdict.traceparent is not None  # noqa: S101 - the core sets it on acceptance
         assert verdict.payload_digest is not None  # noqa: S101 - as above
         read = (contract.model, contract.lax_payloads, payload, verdict.payload_digest)
@@ -423,7 +425,7 @@ class EnvelopeCodec:
             wire = wire_of(envelope)
             if wire is not None and written_by_core(wire):
                 text, traceparent, degraded = self._write_with_core(
-                    contract, envelope, wire, payload_json, digest or payload_digest(payload_json)
+                    contract, envelope, wire, payload_json, digest
                 )
                 return self._record(
                     contract,
@@ -461,16 +463,17 @@ class EnvelopeCodec:
         envelope: Envelope,
         wire: Wire,
         payload_json: bytes,
-        digest: str,
+        digest: str | None,
     ) -> tuple[bytes, str, str | None]:
         """The envelope text with its pending hop sealed over the payload, by the core.
 
         The hop is sealed in ``wire`` as written, so the envelope shows what was sent.
+        ``digest``: the payload's, when known (else the core hashes it).
         """
         verify_wire_fields(envelope, wire)
         assert wire.pending is not None  # noqa: S101 - written_by_core said so
         hop = wire.pending.hop
-        index = len(wire.hops)
+        index = wire.sealed_count
         if hop.contract != envelope.contract or hop.contract_version != envelope.contract_version:
             raise EnvelopeError(
                 ReasonCode.CHAIN_REWRITTEN,
@@ -487,7 +490,11 @@ class EnvelopeCodec:
         keyring = self.keyring if self.keyring is not None else wire.pending.keyring
         core_keyring = keyring.core() if keyring is not None else None
         try:
-            if wire.received is not None:
+            verdict = wire.received.verdict if wire.received is not None else None
+            if verdict is not None:
+                # Appended to the record as the core read it: the text is not read again.
+                written = _core.append_verdict(verdict, core_hop(wire), payload_json, core_keyring)
+            elif wire.received is not None:
                 written = _core.append_hop(
                     received_text(wire), core_hop(wire), payload_json, core_keyring
                 )

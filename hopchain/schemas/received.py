@@ -12,6 +12,7 @@ parsed (a hop is parsed when one of its fields is read).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -23,7 +24,6 @@ from hopchain.schemas.sealed import (
     SIGNATURES,
     Received,
     Wire,
-    genesis_of,
     sealed_envelope,
 )
 from hopchain.schemas.wire import HopWire, IdentityWire
@@ -37,51 +37,52 @@ __all__ = [
     "written_by_core",
 ]
 
-_DEGRADATION = b'"degradation":{'
 _NO_LEGACY = b',"legacy":null,'
 _NULL = msgspec.Raw(b"null")
+_PAYLOAD_DIGEST = b'"payload_digest":"'
+_CONTRACT_OF_HOP = re.compile(
+    rb'\{"component":"[A-Za-z0-9._-]+","contract":"([A-Za-z0-9._-]+)","contract_version":([1-9][0-9]{0,8}),'
+)
+"""A canonical hop's first members (sorted): its contract read without parsing the hop."""
 
 
 def received_envelope(
-    raw: bytes, close: int, identity_members: dict[str, Any] | None = None
+    raw: bytes, close: int, identity_members: dict[str, Any] | None = None, verdict: Any = None
 ) -> Envelope:
     """The envelope of a text the core accepted; ``raw[close]`` is its closing brace.
 
     ``raw`` may go on after ``close`` (a body-mode value: the payload follows); the parts
     kept are views of it, and the writer copies them once, into the record it writes.
-    ``identity_members``: the identity as the core read it (``legacy`` left out).
+    ``identity_members``: the identity as the core read it (``legacy`` left out);
+    ``verdict``: the core's verdict on the record (a hop appended is written from it).
     """
     start = raw.find(CHAIN_START)
     end = raw.rfind(CHAIN_END, start, close)
     middle = raw.find(b"]", end + len(CHAIN_END))
     identity = raw[:start] + b"}"
-    chain = raw[start + len(CHAIN_START) : end]
-    # Canonical text holds no raw line feed: the hops are the lines between the brackets,
-    # and the digests are 64 hex digits each between quotes.
-    hops = tuple(chain.split(b",\n"))
-    digests = tuple(raw[end + len(CHAIN_END) + 2 : middle - 1].decode().split('","'))
-    signatures_text = raw[middle + 1 + len(SIGNATURES) : close]
-    signatures: tuple[str | None, ...] = (
-        (None,) * len(hops)
-        if signatures_text == b"[%s]" % b",".join([b"null"] * len(hops))
-        else tuple(json.loads(signatures_text))
-    )
+    first = start + len(CHAIN_START)
+    # Canonical text holds no raw line feed: the hops are the lines between the brackets
+    # (cut apart only when asked for, see Wire.hops), the last digest the 64 hex digits
+    # before the digests' closing quote.
+    last = raw[max(raw.rfind(b"\n", first, end) + 1, first) : end]
     if identity_members is not None and _NO_LEGACY in identity:
         ident = IdentityWire(legacy=_NULL, **identity_members)  # the core checked them
     else:
         ident = msgspec.json.decode(identity, type=IdentityWire)
-    last = msgspec.json.decode(hops[-1], type=HopWire)
+    # The core checked the genesis and every hop: the last is parsed only when asked for.
+    contract, contract_version = _contract_of(last)
+    legacy = _legacy_hops(ident)
+    count = verdict.hops - len(legacy) if verdict is not None else raw.count(b",\n", first, end) + 1
     wire = Wire(
         identity,
         ident,
-        genesis_of(identity),
-        hops,
-        digests,
-        signatures,
-        legacy_hops=_legacy_hops(ident),
-        last=last,
-        markers=_markers(hops) if _DEGRADATION in chain else {},
-        received=Received(raw, end, middle, len(hops), close),
+        None,
+        None,
+        None,
+        None,
+        legacy_hops=legacy,
+        found_markers=None,  # looked for when asked for
+        received=Received(raw, end, middle, count, close, verdict),
     )
     state: dict[str, Any] = {
         "id": ident.id,
@@ -91,22 +92,20 @@ def received_envelope(
         "run_id": ident.run_id,
         "work_item_id": ident.work_item_id,
         "schema_version": ident.schema_version,
-        "contract": last.contract,
-        "contract_version": last.contract_version,
-        "head": digests[-1],
+        "contract": contract,
+        "contract_version": contract_version,
+        "head": raw[middle - 65 : middle - 1].decode(),
     }
     return sealed_envelope(state, wire)
 
 
-def _markers(hops: tuple[bytes, ...]) -> dict[int, str]:
-    """The degradation marker's stage of each hop that has one (few do: parsed only then)."""
-    markers: dict[int, str] = {}
-    for index, hop in enumerate(hops):
-        if _DEGRADATION in hop:
-            degradation = json.loads(hop).get("degradation")
-            if isinstance(degradation, dict):
-                markers[index] = degradation["stage"]
-    return markers
+def _contract_of(hop: bytes) -> tuple[str, int]:
+    """The contract a hop the core accepted names: read at its start, else parsed."""
+    named = _CONTRACT_OF_HOP.match(hop)
+    if named is not None:
+        return named[1].decode(), int(named[2])
+    parsed = msgspec.json.decode(hop, type=HopWire)
+    return parsed.contract, parsed.contract_version
 
 
 def _legacy_hops(ident: IdentityWire) -> tuple[Any, ...]:
@@ -127,8 +126,8 @@ def written_by_core(wire: Wire) -> bool:
         return False
     if wire.received is not None:
         received = wire.received
-        return received.hops == len(wire.hops) and received.close > 0 and not wire.legacy_hops
-    return not wire.hops and not wire.legacy_hops
+        return received.hops == wire.sealed_count and received.close > 0 and not wire.legacy_hops
+    return wire.sealed_count == 0 and not wire.legacy_hops
 
 
 def core_hop(wire: Wire) -> dict[str, Any]:
@@ -153,23 +152,35 @@ def received_text(wire: Wire) -> bytes:
     return received.text[: received.close] + b"}"
 
 
-def settle_written(wire: Wire, text: bytes, payload_digest: str) -> None:
+def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -> None:
     """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop).
 
-    ``payload_digest``: the digest of the payload it was sealed over.
+    ``payload_digest``: the digest of the payload it was sealed over (read from the hop
+    written when not given: the core hashed the payload).
     """
     pending = wire.pending
     assert pending is not None  # noqa: S101 - written_by_core said so
     end = text.rfind(CHAIN_END)
     middle = text.find(b"]", end + len(CHAIN_END))
     hop = text[text.rfind(b"\n", 0, end) + 1 : end]
-    digest = text[middle - 65 : middle - 1].decode()
-    signature = json.loads(text[middle + 1 + len(SIGNATURES) : -1])[-1]
+    if payload_digest is None:
+        at = hop.find(_PAYLOAD_DIGEST) + len(_PAYLOAD_DIGEST)
+        payload_digest = hop[at : at + 64].decode()
     last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
+    count = wire.sealed_count
     if last.degradation is not None:
-        wire.markers = {**wire.markers, len(wire.hops): last.degradation.stage}
-    wire.hops = (*wire.hops, hop)
-    wire.digests = (*wire.digests, digest)
-    wire.signatures = (*wire.signatures, signature)
+        wire.markers = {**wire.markers, count: last.degradation.stage}
+    if wire.sealed_hops is None and wire.received is not None:
+        # Still uncut: the text written becomes the one the hops are cut from, when asked.
+        # (Its closing brace is left unknown: a further hop is written by Python's writer.)
+        wire.received = Received(text, end, middle, count + 1)
+    else:
+        # The last signature only: none holds a comma (hex or base64 between quotes, or null).
+        signatures = text[middle + 1 + len(SIGNATURES) : -2]
+        last_signature = signatures[signatures.rfind(b",") + 1 :].lstrip(b"[")
+        signature = None if last_signature == b"null" else last_signature[1:-1].decode()
+        wire.hops = (*wire.hops, hop)
+        wire.digests = (*wire.digests, text[middle - 65 : middle - 1].decode())
+        wire.signatures = (*wire.signatures, signature)
     wire.last = last
     wire.pending = None

@@ -59,6 +59,7 @@ CHAIN_START = b',"chain":[\n'
 CHAIN_END = b'\n],"digests":'
 SIGNATURES = b',"signatures":'
 HOP_START = b'{"component":"'
+_DEGRADATION = b'"degradation":{'
 _COMPONENT = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 _ENCODE = msgspec.json.Encoder().encode
@@ -105,13 +106,18 @@ class Wire:
     Attributes:
         identity: the envelope's own members, canonical bytes (the genesis covers them).
         ident: those members, parsed.
-        genesis: the genesis digest.
-        hops: each hop's sealed bytes, oldest first.
-        digests: each hop's digest.
-        signatures: each hop's signature, or None.
+        genesis_digest: the genesis digest, or None until it is first asked for (see
+            :attr:`genesis`: a chain the core read has its genesis checked already).
+        sealed_hops: each hop's sealed bytes, oldest first; None while they are still only
+            in the received text (see :attr:`hops`: cut from it when first asked for).
+        sealed_digests: each hop's digest (None: as above).
+        sealed_signatures: each hop's signature, or None (None: as above).
         legacy_hops: schema-1 hops the chain starts with (carried over in the identity).
-        last: the last hop, parsed (None for an empty chain).
-        markers: the degradation marker's stage of each hop that has one, by index.
+        last_parsed: the last hop, parsed, or None until it is first asked for (see
+            :attr:`last`).
+        found_markers: the degradation marker's stage of each hop that has one, by index;
+            None until asked for, for a chain whose hops are still in the received text
+            (see :attr:`markers`).
         built: the whole chain as :class:`Hop` objects, once someone asked for it (see
             :func:`chain_of`); the tuple the envelope carries, so a replaced chain is told
             by identity.
@@ -119,13 +125,13 @@ class Wire:
 
     identity: bytes
     ident: IdentityWire
-    genesis: str
-    hops: tuple[bytes, ...]
-    digests: tuple[str, ...]
-    signatures: tuple[str | None, ...]
+    genesis_digest: str | None
+    sealed_hops: tuple[bytes, ...] | None
+    sealed_digests: tuple[str, ...] | None
+    sealed_signatures: tuple[str | None, ...] | None
     legacy_hops: tuple[Hop, ...] = ()
-    last: HopWire | None = None
-    markers: dict[int, str] = field(default_factory=dict)
+    last_parsed: HopWire | None = None
+    found_markers: dict[int, str] | None = field(default_factory=dict)
     built: tuple[Hop, ...] | None = None
     pending: Pending | None = None
     """A hop appended but not sealed yet: sealed once, when it is written (with the digest of
@@ -135,6 +141,110 @@ class Wire:
     again by splicing the new hops in (see :func:`write_envelope_text`)."""
 
     @property
+    def hops(self) -> tuple[bytes, ...]:
+        """Each hop's sealed bytes, oldest first."""
+        if self.sealed_hops is None:
+            self._cut_received()
+        assert self.sealed_hops is not None  # noqa: S101 - cut above
+        return self.sealed_hops
+
+    @hops.setter
+    def hops(self, hops: tuple[bytes, ...]) -> None:
+        self.sealed_hops = hops
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        """Each hop's digest."""
+        if self.sealed_digests is None:
+            self._cut_received()
+        assert self.sealed_digests is not None  # noqa: S101 - cut above
+        return self.sealed_digests
+
+    @digests.setter
+    def digests(self, digests: tuple[str, ...]) -> None:
+        self.sealed_digests = digests
+
+    @property
+    def signatures(self) -> tuple[str | None, ...]:
+        """Each hop's signature, or None."""
+        if self.sealed_signatures is None:
+            self._cut_received()
+        assert self.sealed_signatures is not None  # noqa: S101 - cut above
+        return self.sealed_signatures
+
+    @signatures.setter
+    def signatures(self, signatures: tuple[str | None, ...]) -> None:
+        self.sealed_signatures = signatures
+
+    @property
+    def markers(self) -> dict[int, str]:
+        """The degradation marker's stage of each hop that has one, by index."""
+        if self.found_markers is None:
+            received = self.received
+            assert received is not None  # noqa: S101 - only a received chain is left unscanned
+            found: dict[int, str] = {}
+            if received.text.find(_DEGRADATION, 0, received.end) >= 0:
+                for index, hop in enumerate(self.hops):  # few have one: parsed only then
+                    if _DEGRADATION in hop:
+                        degradation = orjson.loads(hop).get("degradation")
+                        if isinstance(degradation, dict):
+                            found[index] = degradation["stage"]
+            self.found_markers = found
+        return self.found_markers
+
+    @markers.setter
+    def markers(self, markers: dict[int, str]) -> None:
+        self.found_markers = markers
+
+    @property
+    def sealed_count(self) -> int:
+        """How many schema-2 hops are sealed, without cutting them from the received text."""
+        if self.sealed_hops is not None:
+            return len(self.sealed_hops)
+        assert self.received is not None  # noqa: S101 - hops are cut from it
+        return self.received.hops
+
+    def _cut_received(self) -> None:
+        """Cut the hops, digests and signatures from the received text (SPEC.md's layout).
+
+        Canonical text holds no raw line feed: the hops are the lines between the chain's
+        brackets, and the digests are 64 hex digits each between quotes.
+        """
+        received = self.received
+        assert received is not None  # noqa: S101 - only a received chain is left uncut
+        text = received.text
+        close = received.close if received.close >= 0 else len(text) - 1
+        start = text.find(CHAIN_START)
+        hops = tuple(text[start + len(CHAIN_START) : received.end].split(b",\n"))
+        digests_at = received.end + len(CHAIN_END) + 2
+        digests = tuple(text[digests_at : received.digests - 1].decode().split('","'))
+        signatures_text = text[received.digests + 1 + len(SIGNATURES) : close]
+        signatures: tuple[str | None, ...] = (
+            (None,) * len(hops)
+            if signatures_text == b"[%s]" % b",".join([b"null"] * len(hops))
+            else tuple(orjson.loads(signatures_text))
+        )
+        self.sealed_hops, self.sealed_digests, self.sealed_signatures = hops, digests, signatures
+
+    @property
+    def genesis(self) -> str:
+        """The digest the first hop links to (computed once, when first asked for)."""
+        if self.genesis_digest is None:
+            self.genesis_digest = genesis_of(self.identity)
+        return self.genesis_digest
+
+    @property
+    def last(self) -> HopWire | None:
+        """The last sealed hop, parsed (once, when first asked for); None for no hop."""
+        if self.last_parsed is None and self.hops:
+            self.last_parsed = msgspec.json.decode(self.hops[-1], type=HopWire)
+        return self.last_parsed
+
+    @last.setter
+    def last(self, hop: HopWire | None) -> None:
+        self.last_parsed = hop
+
+    @property
     def legacy(self) -> int:
         """How many schema-1 hops the chain starts with."""
         return len(self.legacy_hops)
@@ -142,7 +252,7 @@ class Wire:
     @property
     def count(self) -> int:
         """Hops in the chain, schema-1 ones included (and one appended, not yet sealed)."""
-        return len(self.legacy_hops) + len(self.hops) + (self.pending is not None)
+        return len(self.legacy_hops) + self.sealed_count + (self.pending is not None)
 
     @property
     def head(self) -> str:
@@ -165,6 +275,9 @@ class Received(NamedTuple):
     close: int = -1
     """Where the envelope text's closing brace is (-1: not known; a body-mode value goes on
     with its payload after it)."""
+    verdict: Any = None
+    """The core's verdict on the record the text was read from (``hopchain._core.Verdict``):
+    a hop appended to it is written without reading the text again."""
 
 
 class Pending(NamedTuple):

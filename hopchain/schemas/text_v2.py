@@ -252,8 +252,8 @@ def read_envelope_text(
         read.digests,
         read.signatures,
         legacy_hops=read.legacy,
-        last=last,
-        markers=read.chain.markers,
+        last_parsed=last,
+        found_markers=read.chain.markers,
         received=Received(raw, read.end, read.middle, len(read.hops)),
     )
     state = {

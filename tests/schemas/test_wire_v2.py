@@ -40,8 +40,10 @@ from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, Re
 from hopchain.schemas import (
     ContractRegistry,
     Decision,
+    Degradation,
     Envelope,
     EnvelopeCodec,
+    ErrorType,
     Keyring,
     TopicContract,
     append_hop,
@@ -121,6 +123,45 @@ def test_payloads_read_in_a_batch_are_written_on_unchecked_only_while_unchanged(
         again = v2_codec().decode(topic, record.value, list(record.headers))
         assert again.payload == sample_payload()
         assert again.envelope.hop_count == 3
+
+
+@pytest.mark.parametrize("topic", TOPICS)
+def test_the_envelope_a_forwarded_record_was_written_with_is_the_one_it_reads_back_as(
+    topic: str,
+) -> None:
+    """The envelope ``encode`` returns for a received record forwarded (its hops left in the
+    text written until asked for) holds the hops, digests, signatures and degradation markers
+    that a reader of the record finds."""
+    keyring = Keyring({"stage-9": b"stage-9-key"})
+    codec = v2_codec(keyring=keyring)
+    record = v2_record(topic, stages=2)
+    read = codec.decode(topic, record.value, list(record.headers))
+    onward = append_hop(
+        read.envelope,
+        component="stage-9",
+        instance="stage-9-0",
+        decision=Decision.DEGRADED,
+        span_id="c000000000000001",
+        destination=topic,
+        degradation=Degradation(
+            stage="enrich", error_type=ErrorType.TRANSIENT, reason="cached rate used"
+        ),
+    )
+
+    written = codec.encode(topic, onward, read.payload, verified_hops=read.envelope.hop_count)
+
+    again = v2_codec(keyring=keyring).decode(topic, written.value, list(written.headers))
+    sent = written.envelope
+    assert sent is not None
+    assert sent.hop_count == again.envelope.hop_count == 4
+    assert sent.head == again.envelope.head
+    assert [stage.stage for stage in sent.degradations] == ["enrich"]
+    assert sent.model_dump_json() == again.envelope.model_dump_json()
+    assert [(hop.seq, hop.digest, hop.signature) for hop in sent.chain] == [
+        (hop.seq, hop.digest, hop.signature) for hop in again.envelope.chain
+    ]
+    assert sent.chain[-1].signature is not None
+    assert sent.chain[-1].component == "stage-9"
 
 
 @pytest.mark.parametrize("topic", TOPICS)
