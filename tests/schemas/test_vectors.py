@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
 
-from hopchain.exceptions import DecodeError
+from hopchain.exceptions import DecodeError, ReasonCode
 from hopchain.schemas import EnvelopeCodec, Keyring, envelope_schema, topic_schema
 
 VECTORS = Path(__file__).parents[1] / "vectors"
@@ -110,6 +111,17 @@ def test_the_exported_json_schema_agrees_with_the_reader(path: Path) -> None:
 
 def _node() -> str | None:
     return shutil.which("node")
+
+
+def test_the_javascript_verifier_knows_every_reason_code_and_no_other() -> None:
+    # verify.mjs is written from SPEC.md, so it lists the closed vocabulary itself; a code it
+    # lacks would refuse a validation error naming it as unknown_vocabulary.
+    source = (VECTORS / "verify.mjs").read_text()
+    listed = re.search(r"const REASON_CODES = words\(\[(.*?)\]\);", source, re.DOTALL)
+    assert listed is not None
+    assert set(re.findall(r'"([a-z0-9_]+)"', listed.group(1))) == {
+        code.value for code in ReasonCode
+    }
 
 
 def test_an_independent_javascript_verifier_reaches_every_verdict() -> None:

@@ -191,7 +191,8 @@ const REASON_CODES = words(["tombstone", "empty_value", "not_utf8", "duplicate_h
   "newer_major_version", "payload_invalid", "contract_mismatch", "bad_traceparent",
   "bad_digest", "bad_signature", "unsigned_hop", "chain_rewritten", "hop_limit",
   "description_too_long", "oversize", "not_canonical", "truncated_chain", "payload_mismatch",
-  "unexpected_writer", "contract_error", "reader_error"]);
+  "unexpected_writer", "contract_error", "reader_error", "wrong_magic_byte", "unknown_schema",
+  "unresolvable_schema", "undecodable_payload"]);
 const ATTEMPT = object({
   description: nullable(TEXT(1000)), duration_ms: int(0), error_type: nullable(ERROR_TYPES),
   kind: words(["first", "transport", "contract"]), number: int(1),
