@@ -115,6 +115,7 @@ INVALID: dict[str, str | None] = {
     "kafka_sasl_username": None,  # any text is a user name
     "kafka_sasl_password": None,  # any text is a password
     "contracts": "no-colon-here",
+    "schema_registry_url": "registry:8081",  # no scheme
     "hmac_keys": "garbage",
     "dead_letter_attempts": "0",
     "dead_letter_backoff_seconds": "-1",
