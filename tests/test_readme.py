@@ -5,6 +5,7 @@ FastStream guide's service, its metrics wiring and the failure-policy guide's st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
 from pathlib import Path
@@ -12,9 +13,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from pydantic import BaseModel
 
 from hopchain import Hopchain, HopchainMiddleware, Stage, origin
-from hopchain.schemas import ENVELOPE_HEADER
+from hopchain.schemas import ENVELOPE_HEADER, TopicContract, WireMode
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics
@@ -46,7 +48,8 @@ async def _first_record(bootstrap: str, topic: str) -> Any:
 
 
 def test_the_readme_and_the_guides_have_the_snippets_this_test_runs() -> None:
-    (quick_start,) = _blocks_of(README)
+    quick_start, registry = _blocks_of(README)
+    assert "AvroFormat(" in registry
     assert quick_start.startswith("# shop.py\n")
     blocks = _python_blocks()
     assert "Hopchain" in blocks[0]
@@ -57,7 +60,7 @@ def test_the_readme_and_the_guides_have_the_snippets_this_test_runs() -> None:
 
 
 def test_the_quick_start_service_is_wired_as_the_readme_says() -> None:
-    (quick_start,) = _blocks_of(README)
+    quick_start, _ = _blocks_of(README)
     namespace: dict[str, Any] = {"__name__": "shop"}
     exec(compile(quick_start, "README.md", "exec"), namespace)  # noqa: S102 - our own README
     from faststream import AckPolicy, FastStream  # noqa: PLC0415
@@ -67,6 +70,27 @@ def test_the_quick_start_service_is_wired_as_the_readme_says() -> None:
     (subscriber,) = namespace["broker"].subscribers
     assert [topic.name for topic in subscriber.topics] == ["orders"]
     assert namespace["contracts"].get("orders").owner == "shop-team"
+
+
+def test_the_registry_snippet_builds_an_avro_contract(tmp_path: Path) -> None:
+    _, registry = _blocks_of(README)
+    (tmp_path / "order.avsc").write_text(
+        '{"type": "record", "name": "Order", "fields": ['
+        '{"name": "order_id", "type": "string"}, {"name": "amount_cents", "type": "long"}]}'
+    )
+
+    class Order(BaseModel):
+        order_id: str
+        amount_cents: int
+
+    namespace: dict[str, Any] = {"TopicContract": TopicContract, "Order": Order}
+    with contextlib.chdir(tmp_path):
+        exec(compile(registry, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+
+    orders = namespace["orders"]
+    assert orders.payload_format.kind == "avro"
+    assert orders.mode is WireMode.HEADERS  # registry payloads travel in headers mode
+    assert orders.binary_payload
 
 
 @pytest.mark.kafka
