@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -187,7 +188,7 @@ def is_unavailable(exc: Exception) -> bool:
 
 
 @dataclass(frozen=True)
-class RegistryFormat:
+class RegistryFormat(ABC):
     """A payload format whose schemas live in a schema registry (Confluent's wire format).
 
     Attributes:
@@ -211,6 +212,7 @@ class RegistryFormat:
     def __post_init__(self) -> None:
         self._check_schema()
 
+    @abstractmethod
     def _check_schema(self) -> None:
         """Raise ConfigurationError, in one line, for a schema this format cannot use."""
 
@@ -240,11 +242,13 @@ class RegistryFormat:
     def _url(self) -> str:
         return registry_url(self.registry_url)
 
+    @abstractmethod
     def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
-        raise NotImplementedError
+        """confluent-kafka's deserializer of this format, on the shared registry client."""
 
+    @abstractmethod
     def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        raise NotImplementedError
+        """confluent-kafka's serializer of this format, registering only if asked to."""
 
     def remember(self, raw: bytes, payload: BaseModel) -> None:
         """Keep the payload read last: written on unchanged, it is not encoded again."""
