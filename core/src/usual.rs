@@ -26,7 +26,7 @@ impl<'a> Scan<'a> {
         self.text.as_bytes().get(self.at).copied()
     }
 
-    fn expect(&mut self, bytes: &[u8]) -> Option<()> {
+    fn literal(&mut self, bytes: &[u8]) -> Option<()> {
         let end = self.at + bytes.len();
         (self.text.as_bytes().get(self.at..end)? == bytes).then(|| self.at = end)
     }
@@ -34,7 +34,7 @@ impl<'a> Scan<'a> {
     /// A string without escapes or control characters: its content, and whether it is
     /// ASCII (told in the same pass).
     fn string(&mut self) -> Option<(&'a str, bool)> {
-        self.expect(b"\"")?;
+        self.literal(b"\"")?;
         let rest = self.text.as_bytes().get(self.at..)?;
         let (length, ascii) = plain_end(rest);
         let length = length.filter(|&length| rest.get(length) == Some(&b'"'))?;
@@ -71,15 +71,15 @@ impl<'a> Scan<'a> {
         let start = self.at;
         match rule {
             Rule::Nullable(inner) => {
-                if self.expect(b"null").is_some() {
+                if self.literal(b"null").is_some() {
                     return Some(Found::Null);
                 }
                 self.value(inner)
             }
-            Rule::Any => self.expect(b"null").map(|()| Found::Null),
+            Rule::Any => self.literal(b"null").map(|()| Found::Null),
             Rule::Boolean => {
-                if self.expect(b"true").is_none() {
-                    self.expect(b"false")?;
+                if self.literal(b"true").is_none() {
+                    self.literal(b"false")?;
                 }
                 Some(Found::Other(self.text.get(start..self.at)?))
             }
@@ -96,12 +96,12 @@ impl<'a> Scan<'a> {
                 text_fits(rules, text, ascii).then_some(Found::Str(text))
             }
             Rule::List(item) => {
-                self.expect(b"[")?;
-                if self.expect(b"]").is_none() {
+                self.literal(b"[")?;
+                if self.literal(b"]").is_none() {
                     loop {
                         self.value(item)?;
-                        if self.expect(b",").is_none() {
-                            self.expect(b"]")?;
+                        if self.literal(b",").is_none() {
+                            self.literal(b"]")?;
                             break;
                         }
                     }
@@ -120,18 +120,18 @@ impl<'a> Scan<'a> {
         members: &[(&'static str, Rule)],
         found: &mut dyn FnMut(usize, Found<'a>),
     ) -> Option<()> {
-        self.expect(b"{")?;
+        self.literal(b"{")?;
         for (index, (name, rule)) in members.iter().enumerate() {
             if index > 0 {
-                self.expect(b",")?;
+                self.literal(b",")?;
             }
-            self.expect(b"\"")?;
-            self.expect(name.as_bytes())?;
-            self.expect(b"\":")?;
+            self.literal(b"\"")?;
+            self.literal(name.as_bytes())?;
+            self.literal(b"\":")?;
             let value = self.value(rule)?;
             found(index, value);
         }
-        self.expect(b"}")
+        self.literal(b"}")
     }
 }
 
