@@ -24,6 +24,7 @@ from hopchain.schemas.sealed import (
     component_of,
     field_values,
     genesis_of,
+    identity_state,
     link,
     sealed_envelope,
     sealed_hop,
@@ -102,7 +103,7 @@ def _position(where: Position) -> dict[str, Any]:
 
 def _new_envelope(wire: Wire, *, contract: str, version: int, head: str) -> Envelope:
     """An envelope of schema 2 with ``wire``'s identity, built without validation."""
-    state = _state(wire.ident, contract, version)
+    state = identity_state(wire.ident, contract, version)
     state["head"] = head
     return sealed_envelope(state, wire)
 
@@ -122,25 +123,6 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
         else:
             return _new_envelope(wire, contract=contract, version=version, head=wire.head)
     return envelope.model_copy(update={"contract": contract, "contract_version": version})
-
-
-def _state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
-    """An envelope's fields from its identity and the contract its last hop names.
-
-    In the model's order (the chain and the head follow): a state completed by adding them
-    needs no reordering (see :func:`sealed_envelope`).
-    """
-    return {
-        "schema_version": ident.schema_version,
-        "id": ident.id,
-        "intent_key": ident.intent_key,
-        "trace_id": ident.trace_id,
-        "origin_span_id": ident.origin_span_id,
-        "run_id": ident.run_id,
-        "work_item_id": ident.work_item_id,
-        "contract": contract,
-        "contract_version": version,
-    }
 
 
 def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, IdentityWire]:
@@ -180,7 +162,7 @@ def mint_v2(envelope: Envelope) -> Envelope:
 def _minted(identity: bytes, ident: IdentityWire) -> Envelope:
     genesis = genesis_of(identity)
     wire = Wire(identity, ident, genesis, (), (), (), built=())
-    state = _state(ident, ident.contract, ident.contract_version)
+    state = identity_state(ident, ident.contract, ident.contract_version)
     state["chain"] = wire.built
     state["head"] = genesis
     return sealed_envelope(state, wire)
@@ -302,7 +284,9 @@ def append_v2(
         Pending(hop_wire, keyring),
         wire.received,
     )
-    return sealed_envelope(_state(wire.ident, hop_wire.contract, hop_wire.contract_version), new)
+    return sealed_envelope(
+        identity_state(wire.ident, hop_wire.contract, hop_wire.contract_version), new
+    )
 
 
 def _seal(

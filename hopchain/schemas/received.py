@@ -24,6 +24,7 @@ from hopchain.schemas.sealed import (
     SIGNATURES,
     Received,
     Wire,
+    identity_state,
     sealed_envelope,
 )
 from hopchain.schemas.wire import HopWire, IdentityWire
@@ -84,16 +85,8 @@ def received_envelope(
         found_markers=None,  # looked for when asked for
         received=Received(raw, end, middle, count, close, verdict),
     )
-    state: dict[str, Any] = {
-        "id": ident.id,
-        "intent_key": ident.intent_key,
-        "trace_id": ident.trace_id,
-        "origin_span_id": ident.origin_span_id,
-        "run_id": ident.run_id,
-        "work_item_id": ident.work_item_id,
-        "schema_version": ident.schema_version,
-        "contract": contract,
-        "contract_version": contract_version,
+    state = {
+        **identity_state(ident, contract, contract_version),
         "head": raw[middle - 65 : middle - 1].decode(),
     }
     return sealed_envelope(state, wire)

@@ -44,6 +44,7 @@ __all__ = [
     "component_of",
     "field_values",
     "genesis_of",
+    "identity_state",
     "link",
     "sealed_envelope",
     "sealed_hop",
@@ -413,6 +414,25 @@ class SealedEnvelope(Envelope):
         """How many hops the chain holds, without building it."""
         wire = wire_of(self)
         return wire.count if wire is not None else len(self.chain)
+
+
+def identity_state(ident: IdentityWire, contract: str, version: int) -> dict[str, Any]:
+    """An envelope's fields from its identity and the contract its last hop names.
+
+    In the model's order (the chain and the head follow): a state completed by adding them
+    needs no reordering (see :func:`sealed_envelope`).
+    """
+    return {
+        "schema_version": ident.schema_version,
+        "id": ident.id,
+        "intent_key": ident.intent_key,
+        "trace_id": ident.trace_id,
+        "origin_span_id": ident.origin_span_id,
+        "run_id": ident.run_id,
+        "work_item_id": ident.work_item_id,
+        "contract": contract,
+        "contract_version": version,
+    }
 
 
 def sealed_envelope(state: dict[str, Any], wire: Wire) -> SealedEnvelope:

@@ -33,6 +33,7 @@ from hopchain.schemas.sealed import (
     Received,
     Wire,
     genesis_of,
+    identity_state,
     sealed_envelope,
     settle_pending,
     verify_wire_fields,
@@ -257,15 +258,7 @@ def read_envelope_text(
         received=Received(raw, read.end, read.middle, len(read.hops)),
     )
     state = {
-        "id": ident.id,
-        "intent_key": ident.intent_key,
-        "trace_id": ident.trace_id,
-        "origin_span_id": ident.origin_span_id,
-        "run_id": ident.run_id,
-        "work_item_id": ident.work_item_id,
-        "schema_version": ident.schema_version,
-        "contract": last.contract,
-        "contract_version": last.contract_version,
+        **identity_state(ident, last.contract, last.contract_version),
         "head": read.digests[-1],
     }
     return sealed_envelope(state, wire), raw[read.close + 1 :]
