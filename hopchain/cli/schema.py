@@ -1,8 +1,12 @@
-"""``hopchain schema export DIR``: JSON Schema files for services written in other languages.
+"""``hopchain schema``: the schemas of the envelope and of the topics' payloads.
 
-Writes ``envelope.schema.json`` (the ``hopchain-envelope`` header) and, with ``--contracts``,
-one ``<topic>.v<version>.schema.json`` per topic: the record value, which is the payload in
+``export DIR`` writes JSON Schema files for services written in other languages:
+``envelope.schema.json`` (the ``hopchain-envelope`` header) and, with ``--contracts``, one
+``<topic>.v<version>.schema.json`` per topic: the record value, which is the payload in
 headers mode and the envelope with the payload inside in body mode. Draft 2020-12.
+
+``check`` asks the schema registry about every contract with a registry payload format, as
+the middleware's ``prepare()`` does at start-up: for CI pipelines, before a deploy.
 """
 
 from __future__ import annotations
@@ -107,3 +111,77 @@ def export(
     console.print(table)
     if contracts is None:
         console.print("no --contracts given: only the envelope's schema was written")
+
+
+@app.command("check")
+def check(
+    *,
+    contracts: ContractsOption = None,
+    registry_url: Annotated[
+        str | None,
+        typer.Option(
+            "--registry-url",
+            envvar="HOPCHAIN_SCHEMA_REGISTRY_URL",
+            metavar="URL",
+            help="The schema registry's Confluent-compatible API, for formats that name none "
+            "(e.g. http://registry:8081).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of lines.")
+    ] = False,
+) -> None:
+    """Check the contracts' registry subjects: present, and compatible with their schemas.
+
+    Exit 0 when every subject is there and accepts its contract's schema; else one line per
+    problem on stderr and exit 1 (exit 3 when the only problem is a registry that did not
+    answer).
+    """
+    from hopchain.loading import LoadError, load_registry  # noqa: PLC0415 - loads pydantic
+
+    if contracts is None:
+        fail(
+            "--contracts (HOPCHAIN_CONTRACTS) names the contracts to check, e.g. "
+            "--contracts claims.topics:registry",
+            ExitCode.USAGE,
+        )
+    if registry_url is not None and not registry_url.startswith(("http://", "https://")):
+        fail(
+            "--registry-url: must be an http(s) address, e.g. 'http://registry:8081'",
+            ExitCode.USAGE,
+        )
+    try:
+        registry = load_registry(contracts)
+    except LoadError as exc:
+        fail(f"--contracts: {exc}", ExitCode.USAGE)
+    with_registry = [contract for contract in registry if contract.payload_format is not None]
+    if not with_registry:
+        _report([], [], as_json=as_json)
+        return
+    from hopchain.formats.compatibility import check_contracts  # noqa: PLC0415 - the client
+
+    found = check_contracts(with_registry, default_url=registry_url)
+    problems = [
+        {"kind": p.kind.value, "topics": list(p.topics), "subject": p.subject, "line": p.line}
+        for p in found.problems
+    ]
+    _report([list(pair) for pair in found.checked], problems, as_json=as_json)
+    if found.problems:
+        raise typer.Exit(ExitCode.NOT_RUNNING if found.unreachable_only else ExitCode.FAILURE)
+
+
+def _report(checked: list[list[str]], problems: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        document = {"checked": checked, "problems": problems}
+        typer.echo(json.dumps(document, sort_keys=True))
+        return
+    for problem in problems:
+        typer.echo(f"error: {problem['line']}", err=True)
+    if not checked and not problems:
+        typer.echo("no contract carries registry payloads: nothing to check")
+    elif not problems:
+        typer.echo(
+            f"{len(checked)} subject(s) checked, each compatible with its contract: "
+            + ", ".join(subject for _, subject in checked)
+        )

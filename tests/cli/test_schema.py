@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, Self
 
 import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped] # no stubs in dev deps
 from typer.testing import CliRunner
 
@@ -234,3 +239,248 @@ def test_the_hop_limit_of_the_readers_is_an_option_and_defaults_to_theirs(tmp_pa
     assert max_items() == [Limits().max_hops] * 2
     assert max_items("--max-hops", "3") == [3, 3]
     assert runner.invoke(app, ["export", str(tmp_path), "--max-hops", "0"]).exit_code == 2
+
+
+# -- hopchain schema check: the real schema registry -----------------------------------------
+
+REGISTRY_CONTRACTS = """
+    import json
+
+    from pydantic import BaseModel
+
+    from hopchain.formats import AvroFormat
+    from hopchain.schemas import ContractRegistry, TopicContract
+
+    V1 = {
+        "type": "record",
+        "name": "Claim",
+        "namespace": "claims",
+        "fields": [
+            {"name": "claim_id", "type": "string"},
+            {"name": "amount_cents", "type": "long"},
+        ],
+    }
+    RETYPED = {**V1, "fields": [V1["fields"][0], {"name": "amount_cents", "type": "string"}]}
+
+
+    class Claim(BaseModel):
+        claim_id: str
+
+
+    def avro(topic, schema):
+        return TopicContract(
+            topic=topic,
+            model=Claim,
+            owner="claims-team",
+            payload_format=AvroFormat(schema=json.dumps(schema)),
+        )
+
+
+    registry = ContractRegistry(
+        [avro("{same}", V1), avro("{missing}", V1), avro("{retyped}", RETYPED)]
+    )
+    plain = ContractRegistry([TopicContract(topic="{same}", model=Claim, owner="claims-team")])
+"""
+
+AVRO_V1 = {
+    "type": "record",
+    "name": "Claim",
+    "namespace": "claims",
+    "fields": [
+        {"name": "claim_id", "type": "string"},
+        {"name": "amount_cents", "type": "long"},
+    ],
+}
+
+
+@pytest.fixture
+def registry_module(write_module: WriteModule) -> tuple[str, dict[str, str]]:
+    """A contracts module with three Avro topics of fresh names; returns (module, topics)."""
+    topics = {name: f"{name}-{uuid.uuid4().hex[:10]}" for name in ("same", "missing", "retyped")}
+    source = REGISTRY_CONTRACTS
+    for name, topic in topics.items():
+        source = source.replace("{" + name + "}", topic)
+    return write_module(source), topics
+
+
+def _register(url: str, subject: str, *, level: str) -> None:
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
+        client.register_schema(subject, Schema(json.dumps(AVRO_V1), "AVRO"))
+        client.set_compatibility(subject_name=subject, level=level)
+
+
+@pytest.mark.registry
+def test_check_prints_one_line_per_problem_and_passes_once_they_are_fixed(
+    registry_module: tuple[str, dict[str, str]], schema_registry_url: str
+) -> None:
+    module, topics = registry_module
+    url = schema_registry_url
+    for name in ("same", "retyped"):
+        _register(url, f"{topics[name]}-value", level="BACKWARD")
+    command = ["schema", "check", "--contracts", f"{module}:registry", "--registry-url", url]
+
+    failed = runner.invoke(hopchain_app, command)
+
+    assert failed.exit_code == 1, failed.output
+    lines = failed.stderr.splitlines()
+    assert lines[0] == (
+        f"error: topic {topics['missing']!r}: subject '{topics['missing']}-value' is not in the "
+        f"schema registry at {url}; register the contract's schema there, or give the format "
+        "auto_register=True"
+    )
+    assert lines[1].startswith(
+        f"error: topic {topics['retyped']!r}: the contract's avro schema is not compatible with "
+        f"the latest version of subject '{topics['retyped']}-value'"
+    )
+    assert len(lines) == 2
+    as_json = runner.invoke(hopchain_app, [*command, "--json"])
+    assert as_json.exit_code == 1
+    report = json.loads(as_json.stdout)
+    assert report["checked"] == [
+        [topics["same"], f"{topics['same']}-value"],
+        [topics["retyped"], f"{topics['retyped']}-value"],
+    ]
+    assert [(p["kind"], p["topics"]) for p in report["problems"]] == [
+        ("missing_subject", [topics["missing"]]),
+        ("incompatible", [topics["retyped"]]),
+    ]
+
+    _register(url, f"{topics['missing']}-value", level="BACKWARD")
+    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
+        client.set_compatibility(subject_name=f"{topics['retyped']}-value", level="NONE")
+    passed = runner.invoke(hopchain_app, command)
+
+    assert passed.exit_code == 0, passed.output
+    assert passed.stderr == ""
+    assert passed.stdout.startswith("3 subject(s) checked, each compatible with its contract: ")
+
+
+def test_check_exits_3_with_one_line_when_the_registry_does_not_answer(
+    registry_module: tuple[str, dict[str, str]],
+) -> None:
+    module, topics = registry_module
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+    result = runner.invoke(
+        hopchain_app,
+        ["schema", "check", "--contracts", f"{module}:registry", "--registry-url", nowhere],
+    )
+
+    assert result.exit_code == 3, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: the schema registry at {nowhere} could not be reached: ")
+    assert line.endswith(
+        f"the subjects of topic(s) {topics['same']!r}, {topics['missing']!r}, "
+        f"{topics['retyped']!r} were not checked"
+    )
+
+
+def test_check_of_contracts_without_registry_payloads_passes_and_without_contracts_is_usage(
+    registry_module: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, _ = registry_module
+    monkeypatch.delenv("HOPCHAIN_CONTRACTS", raising=False)
+
+    plain = runner.invoke(hopchain_app, ["schema", "check", "--contracts", f"{module}:plain"])
+    nothing = runner.invoke(hopchain_app, ["schema", "check"])
+
+    assert plain.exit_code == 0, plain.output
+    assert plain.stdout == "no contract carries registry payloads: nothing to check\n"
+    assert nothing.exit_code == 2
+    assert nothing.stderr.startswith("error: --contracts (HOPCHAIN_CONTRACTS) names the contracts")
+
+
+def test_check_refuses_a_registry_address_without_a_scheme(
+    registry_module: tuple[str, dict[str, str]],
+) -> None:
+    module, _ = registry_module
+
+    result = runner.invoke(
+        hopchain_app,
+        ["schema", "check", "--contracts", f"{module}:registry", "--registry-url", "reg:8081"],
+    )
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --registry-url: must be an http(s) address, e.g. 'http://registry:8081'\n"
+    )
+
+
+CONFLUENT_REASONS = [
+    (
+        "Incompatibility{type:TYPE_MISMATCH, location:/fields/1/type, message:reader type: "
+        "STRING not compatible with writer type: LONG}"
+    ),
+    "{compatibility: 'BACKWARD'}",
+]
+
+
+class ConfluentStandIn:
+    """Answers as Confluent's registry does for a subject whose latest version the schema
+    breaks: the verdict, and its reasons only when asked verbosely (Apicurio gives none)."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._answer([1])  # GET /subjects/{subject}/versions
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                verdict: dict[str, Any] = {"is_compatible": False}
+                if "verbose=true" in self.path:
+                    verdict["messages"] = CONFLUENT_REASONS
+                self._answer(verdict)
+
+            def _answer(self, document: object) -> None:
+                body = json.dumps(document).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                """Quiet: the test reads the command's output."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_check_quotes_the_registrys_reasons_for_an_incompatibility(
+    registry_module: tuple[str, dict[str, str]],
+) -> None:
+    module, topics = registry_module
+
+    with ConfluentStandIn() as stand_in:
+        result = runner.invoke(
+            hopchain_app,
+            [
+                "schema",
+                "check",
+                "--contracts",
+                f"{module}:registry",
+                "--registry-url",
+                stand_in.url,
+            ],
+        )
+
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3  # the stand-in has every subject and judges every schema a break
+    assert lines[2] == (
+        f"error: topic {topics['retyped']!r}: the contract's avro schema is not compatible with "
+        f"the latest version of subject '{topics['retyped']}-value' (the registry says: "
+        + "; ".join(CONFLUENT_REASONS)
+        + ")"
+    )

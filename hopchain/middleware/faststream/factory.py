@@ -7,6 +7,7 @@ for every record and publish FastStream runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -353,11 +354,21 @@ class HopchainMiddleware:
         whose source now allows larger records is grown (see
         :mod:`~hopchain.middleware.topics`).
 
+        Contracts with a registry payload format (Avro, JSON Schema) are checked against
+        their schema registry first (:mod:`~hopchain.formats.compatibility`): the subject is
+        there (unless the format may register it), and the contract's schema is compatible
+        with its latest version. Every problem found stops start-up, one line each, before
+        the broker is contacted: a stage that cannot read its topic's schemas would only park
+        or stall.
+
         Raises:
             ConfigurationError: the broker refused to create one, or could not be reached
-                (one line, with the reason).
+                (one line, with the reason); or the schema registry is missing a subject,
+                judges a contract's schema incompatible, or did not answer (one line per
+                problem).
         """
         registry = self.hopchain.registry
+        await self._check_schema_registry()
         try:
             await self._broker_connected()
             topics = await ensure_dead_letter_topics(
@@ -385,6 +396,22 @@ class HopchainMiddleware:
                 extra={"hopchain_event": "dead_letter_size"},
             )
         return topics.created
+
+    async def _check_schema_registry(self) -> None:
+        """Raise ConfigurationError listing every problem between contracts and registry."""
+        contracts = [c for c in self.hopchain.registry if c.payload_format is not None]
+        if not contracts:
+            return  # JSON payloads only: no registry to ask (nor its client to load)
+        from hopchain.formats.compatibility import check_contracts  # noqa: PLC0415
+
+        # The registry client's requests block: keep them off the event loop.
+        found = await asyncio.to_thread(check_contracts, contracts)
+        if found.problems:
+            raise ConfigurationError(
+                f"the schema registry does not accept the contracts ({len(found.problems)} "
+                "problem(s); `hopchain schema check` shows the same):\n"
+                + "\n".join(f"- {problem}" for problem in found.problems)
+            )
 
     async def _prepare_dead_letter_topic(self, topic: str) -> None:
         """Before the first park in ``topic``: create it, if missing, as :meth:`prepare` does.
