@@ -6,6 +6,7 @@ Imported only when the command runs (see :mod:`hopchain.cli.trace`).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from rich.text import Text
 from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
 from hopchain.cli.output import console as whole_value_console
 from hopchain.exceptions import ConfigurationError
+from hopchain.formats.display import FramedPayload, read_for_display
 from hopchain.loading import load_registry
 from hopchain.lookup import (
     Integrity,
@@ -117,6 +119,18 @@ def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
     ]
 
 
+def _payload(framed: FramedPayload) -> Text:
+    """The record's payload decoded through the schema registry, or why it was not."""
+    text = Text("payload: ", style="bold")
+    text.append(framed.schema_text())
+    decoded = framed.decoded_text()
+    if decoded is not None:
+        text.append("\n" + decoded)
+    else:
+        text.append(f"\n{framed.note}", style="yellow")
+    return text
+
+
 def render(result: TraceResult, console: Console) -> None:
     """Print the path for people."""
     path = result.path
@@ -135,6 +149,8 @@ def render(result: TraceResult, console: Console) -> None:
         console.print(_hop_table(path))
         if path.integrity is not None:
             console.print(_verdict(path.integrity))
+        if path.payload is not None:
+            console.print(_payload(path.payload))
     where = Table(title="where it is now")
     for column in ("topic", "partition", "offset", "hops", "dead letter", "chain", "payload"):
         where.add_column(column)
@@ -194,6 +210,10 @@ def run_trace(
         result = asyncio.run(run())
     except (KafkaError, OSError, TimeoutError) as exc:
         fail(kafka_failure(exc, server), ExitCode.FAILURE)
+    result.sightings = [
+        replace(s, payload=read_for_display(s.value, s.topic, settings.schema_registry_url))
+        for s in result.sightings
+    ]
     if as_json_output:
         typer.echo(as_json(result))
     elif result.sightings:
