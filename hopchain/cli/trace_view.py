@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -20,7 +20,6 @@ from rich.text import Text
 from hopchain.cli.common import ExitCode, fail, kafka_failure, load_config, quiet_kafka_client
 from hopchain.cli.output import console as whole_value_console
 from hopchain.exceptions import ConfigurationError
-from hopchain.formats.display import FramedPayload, read_for_display
 from hopchain.loading import load_registry
 from hopchain.lookup import (
     Integrity,
@@ -32,6 +31,9 @@ from hopchain.lookup import (
     hop_facts,
 )
 from hopchain.schemas import DEAD_LETTER_SUFFIX, ContractRegistry, Hop
+
+if TYPE_CHECKING:
+    from hopchain.formats.display import FramedPayload
 
 __all__ = ["contract_topics", "render", "run_trace"]
 
@@ -116,6 +118,21 @@ def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
         "-" if facts.spent_ms is None else f"{facts.spent_ms:.0f} ms",
         "\n".join(facts.said) or "-",
         Text(facts.integrity, style=_INTEGRITY_STYLE[facts.integrity]),
+    ]
+
+
+def _decode_payloads(result: TraceResult, registry_url: str | None) -> None:
+    """Each sighting's value decoded through the schema registry, when framed for one.
+
+    Without the ``schema-registry`` extra nothing is decoded (and nothing else changes).
+    """
+    try:
+        from hopchain.formats.display import read_for_display  # noqa: PLC0415 - serdes load late
+    except ImportError:  # confluent-kafka's registry client is not installed
+        return
+    result.sightings = [
+        replace(s, payload=read_for_display(s.value, s.topic, registry_url))
+        for s in result.sightings
     ]
 
 
@@ -210,10 +227,7 @@ def run_trace(
         result = asyncio.run(run())
     except (KafkaError, OSError, TimeoutError) as exc:
         fail(kafka_failure(exc, server), ExitCode.FAILURE)
-    result.sightings = [
-        replace(s, payload=read_for_display(s.value, s.topic, settings.schema_registry_url))
-        for s in result.sightings
-    ]
+    _decode_payloads(result, settings.schema_registry_url)
     if as_json_output:
         typer.echo(as_json(result))
     elif result.sightings:

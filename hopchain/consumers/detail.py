@@ -177,10 +177,13 @@ def with_payload(detail: DeadLetterDetail, registry_url: str | None) -> DeadLett
     """The detail with its value decoded through the schema registry, when framed for one.
 
     Blocking (it may ask the registry); never raises. The value is read in its source
-    topic's serialization context, where its producer framed it.
+    topic's serialization context, where its producer framed it. Without the
+    ``schema-registry`` extra nothing is decoded, and the value is shown as it always was.
     """
-    from hopchain.formats.display import read_for_display  # noqa: PLC0415 - the serdes load late
-
+    try:
+        from hopchain.formats.display import read_for_display  # noqa: PLC0415 - serdes load late
+    except ImportError:  # confluent-kafka's registry client is not installed
+        return detail
     framed = read_for_display(detail.record.value, detail.letter.source_topic, registry_url)
     return replace(detail, payload=framed)
 

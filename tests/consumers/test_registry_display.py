@@ -93,14 +93,30 @@ def closed_registry() -> str:
     return f"http://127.0.0.1:{port}/apis/ccompat/v7"
 
 
-def hopchain_cli(*args: str, registry_url: str | None) -> subprocess.CompletedProcess[str]:
-    """``hopchain ARGS`` in a child process, with the registry setting given (or none)."""
+WITHOUT_REGISTRY_CLIENT = """
+import sys
+class NotInstalled:  # an installation without the schema-registry extra
+    def find_spec(self, name, path=None, target=None):
+        if name == "confluent_kafka" or name.startswith("confluent_kafka."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, NotInstalled())
+from hopchain.cli import main
+main()
+"""
+
+
+def hopchain_cli(
+    *args: str, registry_url: str | None, client: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``hopchain ARGS`` in a child process, with the registry setting given (or none);
+    without ``client``, as where confluent-kafka's registry client is not installed."""
     env = {k: v for k, v in os.environ.items() if k != "HOPCHAIN_SCHEMA_REGISTRY_URL"}
     if registry_url is not None:
         env["HOPCHAIN_SCHEMA_REGISTRY_URL"] = registry_url
     env["COLUMNS"] = "200"
+    program = ["-m", "hopchain.cli"] if client else ["-c", WITHOUT_REGISTRY_CLIENT]
     return subprocess.run(  # noqa: S603 - our own interpreter and fixed arguments
-        [sys.executable, "-m", "hopchain.cli", *args],
+        [sys.executable, *program, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -220,8 +236,11 @@ async def console_of(service_url: str, dead_letter_id: str) -> tuple[str | None,
 async def cli_views(
     bootstrap: str, orders: str, resolutions: str, letter: ParkedLetter, registry_url: str
 ) -> list[subprocess.CompletedProcess[str]]:
-    """``dlq show --payload`` (JSON, text, and JSON with no registry there) and ``trace``
-    (JSON, text) of one dead letter, run as a user runs them."""
+    """``dlq show --payload`` and ``trace`` of one dead letter, run as a user runs them.
+
+    ``dlq show`` as JSON, as text and as JSON with no registry there; ``trace`` as JSON and
+    as text; then both as JSON where confluent-kafka's registry client is not installed.
+    """
     flags = [
         f"--bootstrap={bootstrap}",
         f"--dlq-topic={orders}.dlq={OWNER}",
@@ -230,15 +249,20 @@ async def cli_views(
     show = ["dlq", "show", letter.dead_letter_id, "--payload", *flags]
     trace = ["trace", str(letter.envelope_id), f"--topic={orders}.dlq", f"--bootstrap={bootstrap}"]
     runs = [
-        ([*show, "--json"], registry_url),
-        (show, registry_url),
-        ([*show, "--json"], closed_registry()),
-        ([*trace, "--json"], registry_url),
-        (trace, registry_url),
+        ([*show, "--json"], registry_url, True),
+        (show, registry_url, True),
+        ([*show, "--json"], closed_registry(), True),
+        ([*trace, "--json"], registry_url, True),
+        (trace, registry_url, True),
+        ([*show, "--json"], registry_url, False),
+        ([*trace, "--json"], registry_url, False),
     ]
     return list(
         await asyncio.gather(
-            *(asyncio.to_thread(hopchain_cli, *args, registry_url=url) for args, url in runs)
+            *(
+                asyncio.to_thread(hopchain_cli, *args, registry_url=url, client=client)
+                for args, url, client in runs
+            )
         )
     )
 
@@ -337,7 +361,7 @@ def assert_cli_views(
     schema_line: str,
 ) -> None:
     """What :func:`cli_views` printed: decoded beside the schema, else bytes and why."""
-    shown_json, shown_text, down, traced, traced_text = runs
+    shown_json, shown_text, down, traced, traced_text, bare_show, bare_trace = runs
     for run in runs:
         assert run.returncode == 0, run.stderr
     record = json.loads(shown_json.stdout)["record"]
@@ -360,6 +384,13 @@ def assert_cli_views(
     assert sighting["payload"] == decoded
     assert f"payload: {schema_line}" in traced_text.stdout
     assert '"order_id": "o-1"' in traced_text.stdout
+
+    # Without the schema-registry extra: everything as it was, nothing decoded.
+    record = json.loads(bare_show.stdout)["record"]
+    assert (record["value"], record["registry"]) == (shown_as_today(framed), None)
+    [sighting] = json.loads(bare_trace.stdout)["sightings"]
+    assert sighting["payload"] is None
+    assert sighting["integrity"]["ok"]
 
 
 async def test_a_json_schema_dead_letter_is_shown_decoded_and_a_json_one_as_ever(
