@@ -5,7 +5,8 @@ confluent-kafka's own ``AvroSerializer``: one its handler refuses, one whose sch
 registry does not know. ``hopchain dlq show``, the console, the JSON API and ``hopchain trace``
 show the first decoded beside its schema id and subject, and the second as bytes with a
 line saying why; so does every one of them for the first while the registry cannot be
-reached. Redriven, the record goes back to its topic as the producer's bytes exactly.
+reached, and the API and console while it answers 503. Redriven, the record goes back to its
+topic as the producer's bytes exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -445,3 +448,47 @@ async def test_a_json_schema_dead_letter_is_shown_decoded_and_a_json_one_as_ever
     )
     assert registry["schema_id"] == int.from_bytes(framed[1:5], "big")
     assert (plain_body["registry"], plain_body["value"]) == (None, '{"claim_id": "c-8"}')
+
+
+class Overloaded(BaseHTTPRequestHandler):
+    """A registry that answers every request 503, as one restarting or overloaded does."""
+
+    def do_GET(self) -> None:
+        body = b'{"error_code":50301,"message":"restarting"}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        """Quiet: the test reads the answers, not a log."""
+
+
+async def test_a_registry_answering_503_leaves_the_value_as_ever_with_a_note_not_an_error_page(
+    kafka_bootstrap: str, dlq_settings: SettingsFactory
+) -> None:
+    source = unique_topic_name("orders")
+    dead_letters = f"{source}.dlq"
+    framed = b"\x00\x00\x00\x00\x07\x06o-1\xe0\x12"  # an Avro order under schema id 7
+    letter = synthetic_dead_letter(owner=OWNER, source_topic=source, parked_at=1.0e9, value=framed)
+    await create_topics(kafka_bootstrap, dead_letters)
+    await produce_dead_letters(kafka_bootstrap, dead_letters, [letter])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Overloaded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    registry_url = f"http://127.0.0.1:{server.server_port}/apis/ccompat/v7"
+    settings = dlq_settings(dlq_topics={dead_letters: OWNER}, schema_registry_url=registry_url)
+    try:
+        async with DeadLetterService(settings) as service:
+            await wait_until(lambda: len(service.index) == 1, what="the dead letter indexed")
+            answer = await payload_answer(service.url, letter.dead_letter_id)
+            line, note, shown, raw = await console_of(service.url, letter.dead_letter_id)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    expected = f"not decoded: the schema registry at {registry_url} answered HTTP 503: restarting"
+    assert answer["value"] == shown_as_today(framed)
+    assert (answer["registry"]["schema_id"], answer["registry"]["note"]) == (7, expected)
+    assert (line, note, shown) == ("schema id 7", expected, None)
+    assert "00 00 00 00 07 06 6f 2d 31 e0 12" in (raw or "")
