@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Container
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
@@ -33,6 +33,9 @@ from hopchain.schemas.deadletter import (
 )
 from hopchain.schemas.sealed import CHAIN_START, SIGNATURES
 from hopchain.schemas.text_v2 import load_envelope
+
+if TYPE_CHECKING:
+    from hopchain.formats.display import FramedPayload
 
 __all__ = [
     "HopFacts",
@@ -102,7 +105,11 @@ class Integrity:
 
 @dataclass(frozen=True)
 class Sighting:
-    """One record, somewhere, that belongs to the work item."""
+    """One record, somewhere, that belongs to the work item.
+
+    ``value`` is the record's value; ``payload`` that value decoded through the schema
+    registry, when a caller looked it up (``hopchain trace`` does) and it is framed for one.
+    """
 
     topic: str
     partition: int
@@ -112,6 +119,8 @@ class Sighting:
     integrity: Integrity | None
     dead_letter: DeadLetterInfo | None = None
     unreadable: str | None = None
+    value: bytes | None = field(default=None, repr=False)
+    payload: FramedPayload | None = None
 
 
 @dataclass
@@ -289,6 +298,7 @@ def _sighting(record: Any, needle: str, keyring: Keyring | None) -> Sighting | N
         else integrity_of(envelope, keyring, payload_of(record.value, headers)),
         dead_letter=dead_letter,
         unreadable=unreadable,
+        value=record.value,
     )
 
 
@@ -377,6 +387,7 @@ def as_json(result: TraceResult) -> str:
                     "payload_sealed_by": s.integrity.sealed_by,
                 },
                 "unreadable": s.unreadable,
+                "payload": None if s.payload is None else s.payload.as_json(),
                 "envelope": json.loads(s.envelope.model_dump_json()) if s.envelope else None,
                 "failure": json.loads(s.dead_letter.failure.model_dump_json())
                 if s.dead_letter

@@ -199,7 +199,13 @@ def show(
     dead_letter_id: IdArgument,
     *,
     payload: Annotated[
-        bool, typer.Option("--payload", help="Also print the record's value.")
+        bool,
+        typer.Option(
+            "--payload",
+            help="Also print the record's value; one framed for a schema registry is "
+            "decoded with its schema (HOPCHAIN_SCHEMA_REGISTRY_URL), beside its schema id "
+            "and subject.",
+        ),
     ] = False,
     bootstrap: BootstrapOption = None,
     contracts: ContractsOption = None,

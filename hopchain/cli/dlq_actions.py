@@ -37,7 +37,7 @@ from hopchain.cli.common import (
 from hopchain.cli.output import console
 from hopchain.collector import tune_collector
 from hopchain.consumers.config import DlqSettings
-from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
+from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter, with_payload
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.filters import DeadLetterFilter, parse_duration
 from hopchain.consumers.index import Pair
@@ -339,7 +339,11 @@ def show(
 
     async def action(_: Snapshot, triage: Triage) -> DeadLetterDetail:
         letter, resolution = triage.lookup(dead_letter_id)
-        return inspect_dead_letter(await triage.fetch(letter), letter, resolution)
+        detail = inspect_dead_letter(await triage.fetch(letter), letter, resolution)
+        if not payload:
+            return detail
+        # A framed value is decoded with its schema from the registry (a blocking lookup).
+        return await asyncio.to_thread(with_payload, detail, settings.schema_registry_url)
 
     detail = run(settings, with_triage(settings, timeout, action, index_path))
     if json_output:

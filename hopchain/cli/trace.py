@@ -57,7 +57,9 @@ def trace_command(
     topics) and every topic ending in .dlq; --topic narrows it to the topics named. Each
     record found is judged twice: "chain" says whether every hop's link and seal verify,
     "payload" whether the record's payload is the one its chain sealed (the digest of the
-    latest hop that sealed one: a hop that parks a record seals none).
+    latest hop that sealed one: a hop that parks a record seals none). A payload framed for a
+    schema registry (HOPCHAIN_SCHEMA_REGISTRY_URL) is shown decoded, beside its schema id and
+    subject.
 
     Exit codes: 0 found and intact, 4 not found, 6 found with a broken chain or a payload
     that is not as sealed.

@@ -6,8 +6,9 @@ Imported only when the command runs (see :mod:`hopchain.cli.trace`).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -30,6 +31,9 @@ from hopchain.lookup import (
     hop_facts,
 )
 from hopchain.schemas import DEAD_LETTER_SUFFIX, ContractRegistry, Hop
+
+if TYPE_CHECKING:
+    from hopchain.formats.display import FramedPayload
 
 __all__ = ["contract_topics", "render", "run_trace"]
 
@@ -117,6 +121,33 @@ def _hop_row(hop: Hop, broken_at: int | None) -> list[str | Text]:
     ]
 
 
+def _decode_payloads(result: TraceResult, registry_url: str | None) -> None:
+    """Each sighting's value decoded through the schema registry, when framed for one.
+
+    Without the ``schema-registry`` extra nothing is decoded (and nothing else changes).
+    """
+    try:
+        from hopchain.formats.display import read_for_display  # noqa: PLC0415 - serdes load late
+    except ImportError:  # confluent-kafka's registry client is not installed
+        return
+    result.sightings = [
+        replace(s, payload=read_for_display(s.value, s.topic, registry_url))
+        for s in result.sightings
+    ]
+
+
+def _payload(framed: FramedPayload) -> Text:
+    """The record's payload decoded through the schema registry, or why it was not."""
+    text = Text("payload: ", style="bold")
+    text.append(framed.schema_text())
+    decoded = framed.decoded_text()
+    if decoded is not None:
+        text.append("\n" + decoded)
+    else:
+        text.append(f"\n{framed.note}", style="yellow")
+    return text
+
+
 def render(result: TraceResult, console: Console) -> None:
     """Print the path for people."""
     path = result.path
@@ -135,6 +166,8 @@ def render(result: TraceResult, console: Console) -> None:
         console.print(_hop_table(path))
         if path.integrity is not None:
             console.print(_verdict(path.integrity))
+        if path.payload is not None:
+            console.print(_payload(path.payload))
     where = Table(title="where it is now")
     for column in ("topic", "partition", "offset", "hops", "dead letter", "chain", "payload"):
         where.add_column(column)
@@ -194,6 +227,7 @@ def run_trace(
         result = asyncio.run(run())
     except (KafkaError, OSError, TimeoutError) as exc:
         fail(kafka_failure(exc, server), ExitCode.FAILURE)
+    _decode_payloads(result, settings.schema_registry_url)
     if as_json_output:
         typer.echo(as_json(result))
     elif result.sightings:

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from hopchain.consumers.detail import inspect_dead_letter, with_payload
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError, TriageRefused
 from hopchain.consumers.exposition import WithoutCreated
 from hopchain.consumers.filters import DeadLetterFilter, parse_duration
@@ -264,6 +265,37 @@ async def _show(request: Request) -> Response:
     )
 
 
+async def _payload(request: Request) -> Response:
+    """One dead letter's record, as ``dlq show --json --payload`` prints it.
+
+    A value framed for a schema registry is decoded with its schema (``registry``).
+    """
+    backend = backend_of(request)
+    authorize_read(backend, request.headers.get("Authorization"))
+    dead_letter_id = request.path_params["dead_letter_id"]
+    found = backend.index.get(dead_letter_id)
+    if found is None:
+        raise Refusal(HTTPStatus.NOT_FOUND, str(DeadLetterNotFound(dead_letter_id)))
+    letter, resolution = found
+    try:
+        async with asyncio.timeout(backend.operation_timeout):
+            record = await backend.triage.fetch(letter)
+    except TriageError as exc:
+        raise Refusal(HTTPStatus.NOT_FOUND, str(exc)) from None
+    except TimeoutError:
+        raise Refusal(
+            HTTPStatus.SERVICE_UNAVAILABLE, "the record could not be read in time"
+        ) from None
+    detail = inspect_dead_letter(record, letter, resolution)
+    # A blocking lookup in the registry, off the event loop; it never raises.
+    detail = await asyncio.to_thread(
+        with_payload, detail, backend.triage.settings.schema_registry_url
+    )
+    return json_response(
+        HTTPStatus.OK, {"id": letter.dead_letter_id, **detail.as_json(include_value=True)["record"]}
+    )
+
+
 async def read_body(request: Request) -> bytes:
     """The request body, refused past :data:`MAX_BODY` bytes."""
     declared = request.headers.get("Content-Length")
@@ -357,5 +389,6 @@ def api_routes() -> list[BaseRoute]:
         Route("/readyz", _guarded(_readyz), methods=["GET"]),
         Route("/dead-letters", _guarded(_list), methods=["GET"]),
         Route("/dead-letters/{dead_letter_id}", _guarded(_show), methods=["GET"]),
+        Route("/dead-letters/{dead_letter_id}/payload", _guarded(_payload), methods=["GET"]),
         Route("/dead-letters/{dead_letter_id}/{action}", _guarded(_resolve), methods=["POST"]),
     ]

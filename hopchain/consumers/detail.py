@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopchain.consumers.letter import ParkedLetter
 from hopchain.consumers.records import DeadLetterRecord, original_headers
@@ -19,7 +19,16 @@ from hopchain.schemas.failure import Failure
 from hopchain.schemas.hop import Hop
 from hopchain.schemas.text_v2 import load_envelope
 
-__all__ = ["DeadLetterDetail", "TimelineRow", "describe_failure", "inspect_dead_letter"]
+if TYPE_CHECKING:
+    from hopchain.formats.display import FramedPayload
+
+__all__ = [
+    "DeadLetterDetail",
+    "TimelineRow",
+    "describe_failure",
+    "inspect_dead_letter",
+    "with_payload",
+]
 
 _PREVIEW_BYTES = 2000
 
@@ -103,6 +112,8 @@ class DeadLetterDetail:
             record's own envelope when that validates, else None.
         envelope_problem: why no envelope could be shown.
         record: the record as read from the dead-letter topic.
+        payload: its value decoded with the schema registry, when it is framed for one
+            (see :func:`with_payload`); None when not looked up or not framed.
     """
 
     letter: ParkedLetter
@@ -111,6 +122,7 @@ class DeadLetterDetail:
     envelope: Envelope | None
     envelope_problem: str | None
     record: DeadLetterRecord
+    payload: FramedPayload | None = None
 
     def timeline(self) -> list[TimelineRow]:
         """The chain, oldest hop first."""
@@ -157,7 +169,23 @@ class DeadLetterDetail:
         }
         if include_value:
             body["record"]["value"] = _printable(record.value)
+            body["record"]["registry"] = None if self.payload is None else self.payload.as_json()
         return body
+
+
+def with_payload(detail: DeadLetterDetail, registry_url: str | None) -> DeadLetterDetail:
+    """The detail with its value decoded through the schema registry, when framed for one.
+
+    Blocking (it may ask the registry); never raises. The value is read in its source
+    topic's serialization context, where its producer framed it. Without the
+    ``schema-registry`` extra nothing is decoded, and the value is shown as it always was.
+    """
+    try:
+        from hopchain.formats.display import read_for_display  # noqa: PLC0415 - serdes load late
+    except ImportError:  # confluent-kafka's registry client is not installed
+        return detail
+    framed = read_for_display(detail.record.value, detail.letter.source_topic, registry_url)
+    return replace(detail, payload=framed)
 
 
 def _model_json(model: Any) -> Any:

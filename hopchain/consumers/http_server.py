@@ -11,6 +11,8 @@
                                            (1000, also the most allowed), ``offset`` (0)
                                            query parameters), oldest first
 ``GET /dead-letters/{id}``                 one dead letter and its resolution
+``GET /dead-letters/{id}/payload``         its record's key and value; a value framed for a
+                                           schema registry decoded, with schema id and subject
 ``POST /dead-letters/{id}/discard``        body ``{"who", "reason", "force"}``
 ``POST /dead-letters/{id}/redrive``        body ``{"who", "reason", "force"}``
 ``GET /ui/...``                            the console (:mod:`hopchain.consumers.console`)
@@ -19,9 +21,9 @@
 The JSON POST endpoints need ``Authorization: Bearer <HOPCHAIN_DLQ_TOKEN>``: 401 without it,
 and 403 for every request while no token is configured (they are disabled); they answer 503
 until the service is ready, so that nothing is redriven before its resolution was read.
-While a token is configured, ``GET /dead-letters`` and ``GET /dead-letters/{id}`` need it
-too. The token travels in a header: serve it over TLS (``HOPCHAIN_DLQ_TLS_CERTFILE``) or
-bind loopback behind a TLS-terminating proxy, never plain HTTP on a shared network.
+While a token is configured, the ``GET /dead-letters`` endpoints need it too. The token
+travels in a header: serve it over TLS (``HOPCHAIN_DLQ_TLS_CERTFILE``) or bind loopback
+behind a TLS-terminating proxy, never plain HTTP on a shared network.
 
 Why Starlette on uvicorn, served inside the service's own event loop: the index, the Kafka
 consumer and the triage producer all live on that loop, so a request reads the index and

@@ -2,11 +2,12 @@
 
 A dead letter parked by a stage's policy carries its envelope (with the ``dead_lettered``
 hop) in ``hopchain-dlq-envelope``: the redrive appends a ``redriven`` hop naming who redrove
-it and why, and republishes the original key and payload with that envelope. A record
-rejected at a boundary has no envelope hopchain could read: its original bytes are
-republished untouched. Either way the ``hopchain-dlq-*`` headers are dropped, the intent key
-is unchanged, and ``hopchain-redrive-count`` says how many times the record has been redriven
-so that a record stuck in a loop is refused after the limit.
+it and why, and republishes the original key and payload with that envelope (in the
+``hopchain-envelope`` header also for a bare record its stage adopted: its producer sent
+none). A record rejected at a boundary has no envelope hopchain could read: its original
+bytes are republished untouched. Either way the ``hopchain-dlq-*`` headers are dropped, the
+intent key is unchanged, and ``hopchain-redrive-count`` says how many times the record has
+been redriven so that a record stuck in a loop is refused after the limit.
 """
 
 from __future__ import annotations
@@ -93,17 +94,18 @@ def _replace(
     return [(header, value if header == name else raw) for header, raw in headers]
 
 
-def _body_value(record: DeadLetterRecord, envelope: Envelope) -> bytes:
-    """Body mode: the extended envelope with the original payload inside."""
+def _body_value(record: DeadLetterRecord, envelope: Envelope) -> bytes | None:
+    """Body mode: the extended envelope with the original payload inside.
+
+    None when the value is not a body-mode envelope: the record travelled in headers mode
+    without one (a bare record its stage adopted).
+    """
     try:
         body = json.loads(record.value or b"")
-    except ValueError:
-        body = None
-    if not isinstance(body, dict) or "payload" not in body:
-        raise TriageError(
-            f"{record.describe()} has neither a {ENVELOPE_HEADER} header nor a body-mode "
-            "envelope with a payload; cannot tell where the extended envelope goes"
-        )
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or "payload" not in body or "chain" not in body:
+        return None
     payload = json.dumps(body["payload"], ensure_ascii=False, separators=(",", ":")).encode()
     envelope_json = envelope_text(envelope, payload=payload)
     return envelope_json[:-1] + b',"payload":' + payload + b"}"
@@ -188,8 +190,12 @@ def build_redrive(
         if any(name == ENVELOPE_HEADER for name, _ in headers):
             envelope_json = envelope_text(extended, payload=value or b"")
             headers = _replace(headers, ENVELOPE_HEADER, envelope_json)
+        elif (body := _body_value(record, extended)) is not None:
+            value = body
         else:
-            value = _body_value(record, extended)
+            # Adopted: its producer sent no envelope, the stage that adopted it wrote one and
+            # parked it. The envelope goes beside the value, which stays the producer's bytes.
+            headers.append((ENVELOPE_HEADER, envelope_text(extended, payload=value or b"")))
     headers.append((REDRIVE_COUNT_HEADER, str(count).encode()))
     headers.append((REDRIVE_OF_HEADER, letter.dead_letter_id.encode()))
     return RedriveRecord(

@@ -283,7 +283,16 @@ def detail_view(detail: DeadLetterDetail, *, payload: bool) -> list[RenderableTy
         body = detail.as_json(include_value=True)["record"]
         record = _grid()
         record.add_row("key", Text("null" if body["key"] is None else body["key"]))
-        record.add_row("value", Text(body.get("value") or ""))
+        framed = detail.payload
+        decoded = framed.decoded_text() if framed is not None else None
+        if framed is not None:
+            record.add_row("schema", Text(framed.schema_text()))
+        if decoded is not None:
+            record.add_row("value", Text(decoded))
+        else:
+            record.add_row("value", Text(body.get("value") or ""))
+        if framed is not None and framed.note is not None:
+            record.add_row("note", Text(framed.note))
         parts += ["", record]
     return parts
 

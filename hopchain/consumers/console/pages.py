@@ -24,7 +24,7 @@ from hopchain.consumers.console.views import (
     payload_view,
     selection_digest,
 )
-from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter
+from hopchain.consumers.detail import DeadLetterDetail, inspect_dead_letter, with_payload
 from hopchain.consumers.errors import DeadLetterNotFound, TriageError
 from hopchain.consumers.filters import age_text, format_age, original_age_text, reason_text
 from hopchain.consumers.foreign import foreign_header_text
@@ -216,6 +216,10 @@ async def letter_page(request: Request) -> Response:
         async with asyncio.timeout(backend.operation_timeout):
             record = await backend.triage.fetch(letter)
         detail = inspect_dead_letter(record, letter, resolution)
+        # A value framed for a schema registry is decoded with its schema (a blocking lookup).
+        detail = await asyncio.to_thread(
+            with_payload, detail, backend.triage.settings.schema_registry_url
+        )
     except (TriageError, TimeoutError, OSError) as exc:
         problem = f"the record could not be read: {exc or 'no answer in time'}"
     headers = []
@@ -239,6 +243,7 @@ async def letter_page(request: Request) -> Response:
         failure=detail.info.failure if detail is not None and detail.info is not None else None,
         info=detail.info if detail is not None else None,
         payload=payload_view(detail.record.value) if detail is not None else None,
+        framed=detail.payload if detail is not None else None,
         headers=headers,
         chain=_hops(detail, backend) if detail is not None else None,
         trace=await _trace(backend, letter, resolution),
