@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import subprocess
 import sys
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -372,3 +376,85 @@ def test_a_registry_that_does_not_answer_a_protobuf_reader_is_transient() -> Non
         contract.validate_payload(framed(1, b"\x00\x0a\x01a"))
     assert not isinstance(caught.value, DecodeError)
     assert f"127.0.0.1:{port}" in str(caught.value)
+
+
+class ProtoTextRegistry:
+    """A proxy of the real registry that answers for Protobuf schemas as Confluent's registry
+    does: ``.proto`` text, unless asked for ``format=serialized`` (the descriptor)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.serialized_asked = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                with urllib.request.urlopen(upstream + path, timeout=10) as answer:  # noqa: S310 - the test's own registry
+                    document = json.loads(answer.read())
+                if re.fullmatch(r"/schemas/ids/\d+", path):
+                    if "format=serialized" in query:
+                        owner.serialized_asked += 1
+                    else:
+                        document["schema"] = 'syntax = "proto3";\npackage shop;\n'
+                body = json.dumps(document).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                """Quiet: the test reads its counter."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_registry_that_keeps_proto_text_is_asked_for_the_descriptor_once(
+    schema_registry_url: str,
+) -> None:
+    topic = unique_topic_name("orders")
+    writer = protobuf_contract(topic, schema_registry_url, model=Record, auto_register=True)
+    order = writer.write_payload(Record.model_validate({"order_id": "o-1", "amount_cents": 3}))
+    refund = framed(int.from_bytes(order[1:5], "big"), b"\x02\x02\x0a\x01r")
+
+    with ProtoTextRegistry(schema_registry_url) as text_registry:
+        reader = protobuf_contract(topic, text_registry.url, model=Record)
+        first, again = reader.validate_payload(order), reader.validate_payload(order)
+        with pytest.raises(DecodeError) as caught:
+            reader.validate_payload(refund)
+
+    assert first.model_dump() == again.model_dump()
+    assert first.model_dump()["order_id"] == "o-1"
+    assert caught.value.code is ReasonCode.UNRESOLVABLE_SCHEMA
+    assert text_registry.serialized_asked == 1  # then cached, by id
+
+
+def test_the_record_name_strategies_register_under_the_message_full_name(
+    schema_registry_url: str,
+) -> None:
+    topic = unique_topic_name("orders")
+    for strategy in (SubjectStrategy.RECORD, SubjectStrategy.TOPIC_RECORD):
+        format_ = ProtobufFormat(
+            message_type=V1["Refund"],
+            subject_strategy=strategy,
+            auto_register=True,
+            registry_url=schema_registry_url,
+        )
+        value = format_.write(topic, {"order_id": "r-1", "amount_cents": 4})
+        assert value[5:7] == b"\x02\x02"  # the file's second message
+        assert format_.read(topic, value) == {"order_id": "r-1", "amount_cents": 4}
+
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
+        subjects = set(client.get_subjects())
+    assert {"shop.Refund", f"{topic}-shop.Refund"} <= subjects
+    assert f"{topic}-value" not in subjects
