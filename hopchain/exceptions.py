@@ -122,10 +122,12 @@ class ReasonCode(StrEnum):
     the contract's schema is not registered under its subject (writing)."""
     UNRESOLVABLE_SCHEMA = "unresolvable_schema"
     """A registry payload format: the writer's schema cannot be resolved to the contract's
-    reader schema (an incompatible schema version)."""
+    reader schema (an incompatible schema version; for Protobuf, a value written as another
+    message, or whose message indexes name none)."""
     UNDECODABLE_PAYLOAD = "undecodable_payload"
     """A registry payload format: the bytes after the schema id do not decode with the
-    writer's schema (truncated, or not what that schema encodes)."""
+    writer's schema (truncated, or not what that schema encodes; for Protobuf, message
+    indexes that are not well-formed varints)."""
 
 
 class HopchainError(Exception):

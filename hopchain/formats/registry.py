@@ -2,13 +2,15 @@
 
 The framing is confluent-kafka's: hopchain looks at the first five bytes only to refuse, typed,
 a value that is not framed at all (``wrong_magic_byte``) or too short to be; everything else
-(the schema id's lookup, schema resolution, decoding, encoding) is the serde's.
+(the schema id's lookup, Protobuf's message indexes, schema resolution, decoding, encoding) is
+the serde's.
 
 What can go wrong, and what it becomes:
 
 * the registry does not know the value's schema id: ``unknown_schema`` at ``$.payload``;
 * the writer's schema cannot be resolved to the contract's reader schema:
-  ``unresolvable_schema``;
+  ``unresolvable_schema`` (Protobuf: the message indexes name no message of the writer's
+  schema, or another message than the contract's);
 * the bytes do not decode with the writer's schema: ``undecodable_payload``;
 * the registry is unreachable, times out or answers 5xx (or 429):
   :class:`~hopchain.exceptions.SchemaRegistryUnavailable`, a transient error and never a
@@ -97,6 +99,8 @@ class PayloadFormat(StrEnum):
     """Avro in Confluent's wire format, with its schemas in a registry."""
     JSON_SCHEMA = "json_schema"
     """JSON validated by a JSON Schema, in Confluent's wire format (framed JSON text)."""
+    PROTOBUF = "protobuf"
+    """Protobuf in Confluent's wire format (the message indexes, then the message's bytes)."""
 
 
 class SubjectStrategy(StrEnum):
@@ -110,7 +114,7 @@ class SubjectStrategy(StrEnum):
     """``<topic>-<record full name>`` (TopicRecordNameStrategy)."""
 
 
-_STRATEGIES: dict[SubjectStrategy, Callable[..., str | None]] = {
+STRATEGIES: dict[SubjectStrategy, Callable[..., str | None]] = {
     SubjectStrategy.TOPIC: topic_subject_name_strategy,
     SubjectStrategy.RECORD: record_subject_name_strategy,
     SubjectStrategy.TOPIC_RECORD: topic_record_subject_name_strategy,
@@ -224,7 +228,7 @@ class RegistryFormat(ABC):
     def subject(self, topic: str) -> str:
         """The subject the topic's value schemas are registered under."""
         ctx = SerializationContext(topic, MessageField.VALUE)
-        subject = _STRATEGIES[self.subject_strategy](ctx, self.record_name)
+        subject = STRATEGIES[self.subject_strategy](ctx, self.record_name)
         if subject is None:
             raise ConfigurationError(
                 f"subject strategy {self.subject_strategy} needs a named record schema"
@@ -341,6 +345,13 @@ def frame_schema_id(raw: bytes, topic: str) -> int:
         DecodeError: ``wrong_magic_byte`` (the first byte is not 0), or ``undecodable_payload``
             (too short to hold a schema id and a payload).
     """
+    if not raw:  # a topic contract refuses an empty value first; a format alone, here
+        raise DecodeError(
+            ReasonCode.UNDECODABLE_PAYLOAD,
+            "the value is empty: no magic byte, schema id or payload",
+            "$.payload",
+            topic=topic,
+        )
     if raw[0] != MAGIC_BYTE:
         raise DecodeError(
             ReasonCode.WRONG_MAGIC_BYTE,
@@ -359,13 +370,23 @@ def frame_schema_id(raw: bytes, topic: str) -> int:
     return int.from_bytes(raw[1:_FRAME_BYTES], "big")
 
 
+class WriterSchemaMismatch(Exception):  # noqa: N818 - a refusal, raised inside a serde call
+    """The value's writer schema is not one the reader's can stand for.
+
+    Protobuf: another message than the contract's, or message indexes that name none.
+    """
+
+
 def resolution_failed(exc: BaseException) -> bool:
     """Whether the payload decoded but does not fit the reader schema.
 
-    Avro's schema resolution failed, or (JSON Schema) the document breaks the reader schema:
-    the JSON serde reports that as a SerializationError raised while handling the violation.
+    Avro's schema resolution failed, (JSON Schema) the document breaks the reader schema: the
+    JSON serde reports that as a SerializationError raised while handling the violation, or
+    (Protobuf) the message indexes name no message, or another than the contract's.
     """
-    return isinstance(exc, SchemaResolutionError) or isinstance(exc.__context__, SchemaViolation)
+    return isinstance(exc, (SchemaResolutionError, WriterSchemaMismatch)) or isinstance(
+        exc.__context__, SchemaViolation
+    )
 
 
 def _undecodable(topic: str, schema_id: int, exc: Exception) -> DecodeError:
@@ -410,7 +431,7 @@ class AvroFormat(RegistryFormat):
         return name if "." in name or not namespace else f"{namespace}.{name}"
 
     def _serde_conf(self) -> dict[str, Any]:
-        return {"subject.name.strategy": _STRATEGIES[self.subject_strategy]}
+        return {"subject.name.strategy": STRATEGIES[self.subject_strategy]}
 
     def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
         return self._serde(  # type: ignore[no-any-return]
@@ -461,7 +482,7 @@ class JsonSchemaFormat(RegistryFormat):
         return str(title) if title else None
 
     def _serde_conf(self) -> dict[str, Any]:
-        return {"subject.name.strategy": _STRATEGIES[self.subject_strategy]}
+        return {"subject.name.strategy": STRATEGIES[self.subject_strategy]}
 
     def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
         return self._serde(  # type: ignore[no-any-return]
