@@ -6,7 +6,7 @@
 //! Input: the settings byte (bits 0-1: the keyring), then the envelope text.
 #![no_main]
 
-use hopchain_core::{read_envelope, read_envelope_text, Envelope, Links};
+use hopchain_core::{read_envelope, read_envelope_text, Envelope, Links, Reason, Refusal};
 use hopchain_core_fuzz::{check_refusal, Input};
 use libfuzzer_sys::fuzz_target;
 
@@ -26,6 +26,15 @@ fn check_read(envelope: &Envelope, text: &[u8]) {
     }
 }
 
+/// Step 8's refusals: a schema-2 hop's digest or signature that does not hold.
+fn of_the_links(refusal: &Refusal) -> bool {
+    match refusal.reason {
+        Reason::BadDigest => refusal.path.starts_with("$.digests["),
+        Reason::BadSignature | Reason::UnsignedHop => refusal.path.starts_with("$.chain["),
+        _ => false,
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let input = Input::new(data);
     let text = data.get(1..).unwrap_or_default();
@@ -39,10 +48,15 @@ fuzz_target!(|data: &[u8]| {
         }
         (Err(refusal), Ok(written)) => {
             check_refusal(refusal);
+            assert!(of_the_links(refusal), "refused before step 8: {refusal:?}");
             check_read(written, text);
         }
         (Err(checked), Err(written)) => {
             check_refusal(checked);
+            assert!(
+                !of_the_links(checked),
+                "step 8 refused as written: {checked:?}"
+            );
             assert_eq!(checked, written, "the same refusal before step 8");
         }
         (Ok(_), Err(refusal)) => unreachable!("read checked, refused as written: {refusal:?}"),
