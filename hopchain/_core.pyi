@@ -85,3 +85,9 @@ def originate_chain(
 def read_dead_letter_summaries(
     letters: Iterable[Iterable[Header]],
 ) -> list[tuple[Any, ...] | None]: ...
+def read_text(
+    text: bytes,
+    keyring: Keyring | None = None,
+    check: bool = True,
+) -> dict[str, Any]: ...
+def hop_members(sealed: bytes) -> dict[str, Any]: ...

@@ -22,6 +22,8 @@ pub struct Envelope {
     pub hops: Vec<Hop>,
     pub digests: Vec<Hex64>,
     pub signatures: Vec<Option<String>>,
+    /// The `legacy` member's bytes in the text, when it holds a schema-1 chain.
+    pub legacy_text: Option<Range<usize>>,
     /// What follows the signatures: `}`, or in body mode the payload member and `}`.
     pub rest: Range<usize>,
 }
@@ -64,8 +66,29 @@ fn slice(text: &[u8], range: Range<usize>) -> &[u8] {
     text.get(range).unwrap_or_default()
 }
 
+/// How a reader takes the hops' digests and signatures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Links {
+    /// Each digest computed from the bytes, each signature verified (step 8): what a
+    /// reader of records does.
+    Checked,
+    /// Digests and signatures read and checked for their form (step 7), then taken as
+    /// written: for a tool that shows where a chain breaks. A legacy chain is verified
+    /// either way (step 4).
+    AsWritten,
+}
+
 /// Read an envelope text of schema 2 (a `hopchain-envelope` header, or a body-mode value).
 pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope, Refusal> {
+    read_envelope_text(text, keyring, Links::Checked)
+}
+
+/// Read an envelope text of schema 2, its links taken as `links` says.
+pub fn read_envelope_text(
+    text: &[u8],
+    keyring: Option<&Keyring>,
+    links: Links,
+) -> Result<Envelope, Refusal> {
     let layout = find(text).ok_or_else(|| {
         Refusal::new(
             Reason::NotCanonical,
@@ -76,11 +99,12 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
     })?;
     let mut identity_text = slice(text, 0..layout.start).to_vec();
     identity_text.push(b'}');
-    let (identity, legacy) = match read_identity(&identity_text)? {
-        IdentityRead::Read(identity) => (identity, Legacy::default()),
+    let (identity, legacy, legacy_text) = match read_identity(&identity_text)? {
+        IdentityRead::Read(identity) => (identity, Legacy::default(), None),
         IdentityRead::Legacy(identity, span) => {
-            let legacy = read_legacy(slice(&identity_text, span), &identity, keyring)?;
-            (identity, legacy)
+            let legacy = read_legacy(slice(&identity_text, span.clone()), &identity, keyring)?;
+            // The identity's text is the envelope's up to the chain: the same offsets.
+            (identity, legacy, Some(span))
         }
     };
     if layout.hops.len() == 1 && layout.hops.first().is_some_and(|hop| hop.is_empty()) {
@@ -99,6 +123,19 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
     }
     let digests = read_digests(slice(text, layout.digests()), hops.len())?;
     let signatures = read_signatures(slice(text, layout.signatures()), hops.len())?;
+    let rest = layout.close + 1..text.len();
+    if links == Links::AsWritten {
+        return Ok(Envelope {
+            identity,
+            legacy,
+            layout,
+            hops,
+            digests,
+            signatures,
+            legacy_text,
+            rest,
+        });
+    }
     let mut previous = genesis(&identity_text);
     let keyring = keyring.filter(|keyring| !keyring.is_empty());
     for (index, range) in layout.hops.iter().enumerate() {
@@ -118,7 +155,6 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
         }
         previous = digest;
     }
-    let rest = layout.close + 1..text.len();
     Ok(Envelope {
         identity,
         legacy,
@@ -126,6 +162,7 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
         hops,
         digests,
         signatures,
+        legacy_text,
         rest,
     })
 }

@@ -26,7 +26,7 @@ pub mod write;
 #[cfg(feature = "python")]
 mod python;
 
-pub use envelope::{read_envelope, Envelope};
+pub use envelope::{read_envelope, read_envelope_text, Envelope, Links};
 pub use read::{read_record, Accepted, Header, Limits, Mode, Outcome, Record, Topic};
 pub use reason::{Reason, Refusal};
 pub use sign::Keyring;

@@ -11,8 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::digest::{from_text, payload_digest, Hex64};
-use crate::envelope::{read_envelope, Envelope};
-use crate::json::{Member, Node, Value};
+use crate::envelope::{read_envelope, read_envelope_text, Envelope, Links};
+use crate::hop::Hop;
+use crate::identity::Identity;
+use crate::json::{parse, Member, Node, Value};
 use crate::write::{append, append_owned, originate, Written};
 
 use crate::read::{
@@ -242,18 +244,7 @@ impl Verdict {
         let Held::Accepted(read) = &self.held else {
             return Ok(None);
         };
-        let identity = &read.envelope.identity;
-        let dict = PyDict::new(py);
-        dict.set_item("contract", &identity.contract)?;
-        dict.set_item("contract_version", identity.contract_version)?;
-        dict.set_item("id", &identity.id)?;
-        dict.set_item("intent_key", &identity.intent_key)?;
-        dict.set_item("origin_span_id", &identity.origin_span_id)?;
-        dict.set_item("run_id", &identity.run_id)?;
-        dict.set_item("schema_version", &identity.schema_version)?;
-        dict.set_item("trace_id", &identity.trace_id)?;
-        dict.set_item("work_item_id", &identity.work_item_id)?;
-        Ok(Some(dict))
+        identity_members(py, &read.envelope.identity).map(Some)
     }
 
     /// What the reader keeps of the last hop.
@@ -265,16 +256,7 @@ impl Verdict {
         }) else {
             return Ok(None);
         };
-        let dict = PyDict::new(py);
-        dict.set_item("component", &last.component)?;
-        dict.set_item("contract", &last.contract)?;
-        dict.set_item("contract_version", last.contract_version)?;
-        dict.set_item("decision", &last.decision)?;
-        dict.set_item("destination", &last.destination)?;
-        dict.set_item("payload_digest", &last.payload_digest)?;
-        dict.set_item("span_id", &last.span_id)?;
-        dict.set_item("degraded_stage", &last.degraded_stage)?;
-        Ok(Some(dict))
+        hop_summary(py, last).map(Some)
     }
 
     fn __repr__(&self) -> String {
@@ -285,6 +267,35 @@ impl Verdict {
             _ => format!("Verdict({})", self.kind()),
         }
     }
+}
+
+/// The identity's members (`legacy` left out: the caller has it as text, if any).
+fn identity_members<'py>(py: Python<'py>, identity: &Identity) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("contract", &identity.contract)?;
+    dict.set_item("contract_version", identity.contract_version)?;
+    dict.set_item("id", &identity.id)?;
+    dict.set_item("intent_key", &identity.intent_key)?;
+    dict.set_item("origin_span_id", &identity.origin_span_id)?;
+    dict.set_item("run_id", &identity.run_id)?;
+    dict.set_item("schema_version", &identity.schema_version)?;
+    dict.set_item("trace_id", &identity.trace_id)?;
+    dict.set_item("work_item_id", &identity.work_item_id)?;
+    Ok(dict)
+}
+
+/// What the reader keeps of a hop.
+fn hop_summary<'py>(py: Python<'py>, hop: &Hop) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("component", &hop.component)?;
+    dict.set_item("contract", &hop.contract)?;
+    dict.set_item("contract_version", hop.contract_version)?;
+    dict.set_item("decision", &hop.decision)?;
+    dict.set_item("destination", &hop.destination)?;
+    dict.set_item("payload_digest", &hop.payload_digest)?;
+    dict.set_item("span_id", &hop.span_id)?;
+    dict.set_item("degraded_stage", &hop.degraded_stage)?;
+    Ok(dict)
 }
 
 fn held(outcome: Outcome) -> Held {
@@ -839,6 +850,119 @@ fn read_dead_letter_summaries<'py>(
     Ok(summaries)
 }
 
+/// Read a schema-2 envelope text (a `hopchain-envelope` header's value, a body-mode value, a
+/// dead letter's envelope): SPEC.md section 5, steps 2 to 8, in that order. Without `check`,
+/// digests and signatures are checked for their form only and taken as written, for a tool
+/// that shows where a chain breaks; a legacy chain is verified either way.
+///
+/// Returns a dict: `identity` (its members but `legacy`), `legacy` (the schema-1 chain's
+/// text, or None), `hops` (each hop's `(start, end)` in the text), `last` (what the reader
+/// keeps of the last hop), `markers` (each degradation marker's stage by hop index),
+/// `digests`, `signatures`, and the offsets of the layout: `start` (the chain's opening
+/// comma), `end` (the line feed that ends the chain), `middle` (the digests' `]`) and
+/// `close` (the signatures' `]`: what follows is the caller's to check).
+///
+/// Raises `ValueError(code, path, message)` when the text is refused.
+#[pyfunction]
+#[pyo3(signature = (text, keyring=None, check=true))]
+fn read_text<'py>(
+    py: Python<'py>,
+    text: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+    check: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let links = if check {
+        Links::Checked
+    } else {
+        Links::AsWritten
+    };
+    let envelope = read_envelope_text(text, keyring, links).map_err(refused)?;
+    let dict = PyDict::new(py);
+    dict.set_item("identity", identity_members(py, &envelope.identity)?)?;
+    let legacy = envelope
+        .legacy_text
+        .clone()
+        .and_then(|span| text.get(span))
+        .map(|legacy| PyBytes::new(py, legacy));
+    dict.set_item("legacy", legacy)?;
+    let hops: Vec<(usize, usize)> = envelope
+        .layout
+        .hops
+        .iter()
+        .map(|range| (range.start, range.end))
+        .collect();
+    dict.set_item("hops", hops)?;
+    let last = envelope
+        .last()
+        .map(|last| hop_summary(py, last))
+        .transpose()?;
+    dict.set_item("last", last)?;
+    let markers = PyDict::new(py);
+    for (index, hop) in envelope.hops.iter().enumerate() {
+        if let Some(stage) = &hop.degraded_stage {
+            markers.set_item(index, stage)?;
+        }
+    }
+    dict.set_item("markers", markers)?;
+    let digests: Vec<&str> = envelope
+        .digests
+        .iter()
+        .map(|digest| std::str::from_utf8(&digest[..]).unwrap_or_default())
+        .collect();
+    dict.set_item("digests", digests)?;
+    dict.set_item("signatures", &envelope.signatures)?;
+    dict.set_item("start", envelope.layout.start)?;
+    dict.set_item("end", envelope.layout.end)?;
+    dict.set_item("middle", envelope.layout.middle)?;
+    dict.set_item("close", envelope.layout.close)?;
+    Ok(dict)
+}
+
+/// A JSON value the core parsed, as Python values (dict, list, str, int, bool, None).
+fn python_value<'py>(py: Python<'py>, node: &Node<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match &node.value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
+        Value::Int(number) => number.into_pyobject(py)?.into_any(),
+        Value::Float => return Err(PyValueError::new_err("numbers in an envelope are integers")),
+        Value::Str(text) => PyString::new(py, text).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(python_value(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(members) => {
+            let dict = PyDict::new(py);
+            for member in members {
+                dict.set_item(
+                    PyString::intern(py, &member.name),
+                    python_value(py, &member.node)?,
+                )?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// One sealed hop's members, as the core parses them (for a view built when asked for: the
+/// hop was checked when its envelope was read).
+///
+/// Raises `ValueError` when the bytes are not one JSON object of integers, strings, lists
+/// and objects.
+#[pyfunction]
+fn hop_members<'py>(py: Python<'py>, sealed: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let parsed = parse(sealed).map_err(|_| PyValueError::new_err("a hop is one JSON object"))?;
+    if !matches!(parsed.root.value, Value::Object(_)) {
+        return Err(PyValueError::new_err("a hop is one JSON object"));
+    }
+    python_value(py, &parsed.root)?
+        .cast_into::<PyDict>()
+        .map_err(|_| PyValueError::new_err("a hop is one JSON object"))
+}
+
 /// The compiled core of hopchain: SPEC.md's reader of schema-2 records.
 #[pymodule]
 #[pyo3(name = "_core")]
@@ -852,6 +976,8 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(append_batch, module)?)?;
     module.add_function(wrap_pyfunction!(originate_chain, module)?)?;
     module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
+    module.add_function(wrap_pyfunction!(read_text, module)?)?;
+    module.add_function(wrap_pyfunction!(hop_members, module)?)?;
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     module.add("REASON_CODES", PyTuple::new(module.py(), codes)?)?;
     // What a panic in a binding raises (a BaseException): named so the engine can park on it.

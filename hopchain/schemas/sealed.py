@@ -20,6 +20,7 @@ import msgspec
 import orjson
 from pydantic import BaseModel
 
+from hopchain import _core
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Hop
@@ -323,9 +324,9 @@ def wire_of(envelope: Envelope) -> Wire | None:
 
 
 def _materialize(hop: SealedHop, state: dict[str, Any]) -> None:
+    """Build the hop's fields from its sealed bytes, as the core parses them."""
     private = hop.__pydantic_private__ or {}
-    parsed = msgspec.json.decode(private["_sealed"], type=HopWire)
-    document: dict[str, Any] = msgspec.to_builtins(parsed)
+    document = _core.hop_members(private["_sealed"])
     document["attempts"] = document.pop("tries")
     for name in ("contract", "contract_version", "payload_digest"):
         document.pop(name)

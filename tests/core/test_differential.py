@@ -42,6 +42,8 @@ from pydantic import ValidationError
 from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
 from hopchain.schemas import ContractRegistry, EnvelopeCodec, Keyring, Limits, WireMode
 from hopchain.schemas.refusals import from_validation
+from hopchain.schemas.sealed import CHAIN_START, wire_of
+from hopchain.schemas.text_v2 import read_envelope_text
 
 if os.environ.get("HOPCHAIN_CORE_DIFF") != "1":
     pytest.skip(
@@ -59,6 +61,7 @@ sys.path.insert(0, str(TESTS / "schemas"))  # the mutation campaign's modules
 sys.path.insert(0, str(TESTS / "oracle"))  # the Python reader, kept as the oracle
 
 import python_reader as oracle  # noqa: E402
+import text_reader as oracle_text  # noqa: E402
 from mutation_records import KEYS  # noqa: E402
 from mutation_records import registry as mutation_registry  # noqa: E402
 from mutations import campaign  # noqa: E402
@@ -317,6 +320,52 @@ def test_the_core_reaches_the_oracles_verdict_on_every_record() -> None:
     # Only what continues a schema-1 chain (SPEC.md section 6) is left to the Python reader.
     assert sum(agree.values()) + sum(deferred.values()) == len(cases)
     assert sum(deferred.values()) <= 0.1 * len(cases)
+
+
+def _envelope_text(case: Case) -> bytes | None:
+    """The envelope text of a case's record (its envelope header, or the value), if it is in
+    schema 2's layout: what ``load_envelope`` hands the text reader."""
+    texts = [value for name, value in case.headers if name == "hopchain-envelope"]
+    text = texts[0] if texts else case.value
+    return text if text is not None and CHAIN_START in text else None
+
+
+def _text_verdict(reader: Any, text: bytes, keyring: Keyring | None, *, check: bool) -> Any:
+    """A text reader's refusal (code, path), or what it read: the envelope, every hop's
+    bytes, digest and signature, the degradation markers and what follows the signatures."""
+    try:
+        envelope, rest = reader(text, keyring=keyring, check=check)
+    except EnvelopeError as exc:
+        return exc.code.value, exc.path
+    wire = wire_of(envelope)
+    assert wire is not None
+    parts = (wire.hops, wire.digests, wire.signatures, wire.markers, wire.legacy, rest)
+    return envelope.model_dump(mode="json"), parts
+
+
+def test_the_cores_text_reader_reads_every_envelope_text_as_the_oracles_does() -> None:
+    """The product's text reader (the core, under ``load_envelope``) against the Python one,
+    with digests and signatures checked and taken as written (``check=False``)."""
+    compared: Counter[str] = Counter()
+    differ = []
+    for case in _cases():
+        text = _envelope_text(case)
+        if text is None:
+            continue
+        keyring = _keyring(case)
+        for check in (True, False):
+            core = _text_verdict(read_envelope_text, text, keyring, check=check)
+            python = _text_verdict(oracle_text.read_envelope_text, text, keyring, check=check)
+            kind = "accepted" if len(core) == 2 and isinstance(core[0], dict) else core[0]
+            compared[f"check={check}: {kind}"] += 1
+            if core != python:
+                differ.append(f"{case.origin}: {case.name} (check={check}): {core} != {python}")
+    print("\n" + "\n".join(f"{k}: {n}" for k, n in sorted(compared.items())))  # noqa: T201
+    assert differ[:5] == []
+    # Taken as written, the texts step 8 refuses (an edited hop, a forged signature) are read.
+    assert compared["check=False: accepted"] > compared["check=True: accepted"]
+    assert compared["check=True: bad_digest"] > 0
+    assert compared["check=True: bad_signature"] > 0
 
 
 def _node() -> str:

@@ -1,8 +1,8 @@
 """The Python schema-2 reader, kept as the differential oracle of the compiled core.
 
 hopchain reads schema 2 with ``hopchain._core``; this is the reader it used before, in SPEC.md
-section 5's order (steps 1 to 14), over the text reader that stays in the package for views
-(:func:`hopchain.schemas.text_v2.read_envelope_text`). ``tests/core/test_differential.py``
+section 5's order (steps 1 to 14), over the Python text reader kept beside it
+(:mod:`text_reader`). ``tests/core/test_differential.py``
 asks it and the core for a verdict on every vector, mutation and record variant.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pydantic import ValidationError
+from text_reader import read_envelope_text
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas import ContractRegistry, Keyring, Limits, WireMode, v1
@@ -21,7 +22,6 @@ from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import DEGRADED_HEADER, ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.refusals import from_validation, refuse_non_finite
 from hopchain.schemas.sealed import CHAIN_START, wire_of
-from hopchain.schemas.text_v2 import read_envelope_text
 from hopchain.schemas.traceparent import hop_traceparent, usual_traceparent
 
 __all__ = ["SCHEMA_1", "verdict"]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +24,11 @@ from hopchain.exceptions import DecodeError, EnvelopeError, ReasonCode
 from hopchain.schemas import Keyring
 from hopchain.schemas.codec import ENVELOPE_HEADER
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
-from hopchain.schemas.strict import MAX_DEPTH, exact_integers, nesting
 from hopchain.schemas.text_v2 import read_envelope_text
 from hopchain.schemas.wire import MAX_INT
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))  # the Python text reader
+from text_reader import MAX_DEPTH, exact_integers, nesting
 
 ATTEMPT: dict[str, Any] = {
     "description": None,
@@ -362,7 +366,7 @@ def test_a_carried_chain_nested_to_the_limit_is_judged_by_its_content_and_beyond
     assert refusal(_legacy_text(deep(MAX_DEPTH - 3))) == (ReasonCode.TOO_DEEP, "$")
 
 
-# -- decode_strict, _parse, nesting: a hop read strictly --------------------------------------
+# -- a hop read strictly, and the oracle's nesting count -----------------------------
 
 
 def test_a_hop_nested_to_the_limit_is_judged_by_its_content_and_beyond_as_too_deep() -> None:

@@ -39,8 +39,10 @@ from hopchain.schemas.chain_v2 import mint_v2
 from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.failure import Attempt
 from hopchain.schemas.sealed import CHAIN_END, CHAIN_START, GENESIS_PREFIX, SIGNATURES
-from hopchain.schemas.strict import MAX_DEPTH
 from hopchain.schemas.vocabulary import AttemptKind, AttemptOutcome
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))  # the Python text reader
+from text_reader import MAX_DEPTH
 
 HERE = Path(__file__).parent / "v2"
 T0 = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
