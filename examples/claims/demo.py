@@ -206,18 +206,18 @@ def _scenario_table(report: FeedReport) -> Table:
 def _schema_change(report: FeedReport, result: Accounting) -> bool:
     """Print what became of the partner's claims; whether it is exactly what was due.
 
-    Those written with schema v1 are handed on by intake; those written with v2 (which
-    renames a field the reader schema needs) are parked as ``unresolvable_schema``, all of
-    them and nothing else.
+    Those written with schema v1 are clean claims: intake adopts them and they are filed.
+    Those written with v2 (which renames a field the reader schema needs) are parked as
+    ``unresolvable_schema``, all of them and nothing else.
     """
     contract = registry.get(PARTNER)
     written_v1, written_v2 = report.scenarios["partner"], report.scenarios["partner_v2"]
     parked = result.rejected_from[(PARTNER, ReasonCode.UNRESOLVABLE_SCHEMA.value)]
-    handed_on = len(result.from_partner)
-    exact = (parked, handed_on) == (written_v2, written_v1)
+    filed = len(result.from_partner)
+    exact = (parked, filed) == (written_v2, written_v1)
     console.print(
         f"schema change mid-run: of the partner's Avro claims, {written_v1} written with schema "
-        f"v1 and {handed_on} handed on by intake; {written_v2} written with v2 and {parked} "
+        f"v1 and {filed} filed (adopted by intake); {written_v2} written with v2 and {parked} "
         f"parked as unresolvable_schema in {contract.dead_letter_topic} for "
         f"{contract.owner} ({'exactly those' if exact else 'NOT exactly those'})",
         style="green" if exact else "bold red",

@@ -56,18 +56,18 @@ async def test_every_document_is_accounted_for_and_the_service_agrees(
     assert "dead-letter service depth matches the dead-letter topics" in output
     assert "hopchain_dlq_oldest_age_seconds{" in output
     assert "dead_lettered" in output  # the trace of one dead letter
-    # The partner's Avro: what it wrote with schema v1 was handed on, what it wrote with v2
-    # after the change mid-run was parked, each record, as unresolvable_schema.
+    # The partner's Avro: what it wrote with schema v1 was filed, what it wrote with v2 after
+    # the change mid-run was parked, each record, as unresolvable_schema.
     change = re.search(
-        r"(\d+) written with schema v1 and (\d+) handed on by intake; (\d+) written with v2 "
-        r"and (\d+) parked as unresolvable_schema",
+        r"(\d+) written with schema v1 and (\d+) filed \(adopted by intake\); (\d+) written "
+        r"with v2 and (\d+) parked as unresolvable_schema",
         output,
     )
     assert change is not None, output
-    v1, handed_on, v2, parked = (int(group) for group in change.groups())
+    v1, filed, v2, parked = (int(group) for group in change.groups())
     assert v1 > 0
     assert v2 > 0
-    assert (handed_on, parked) == (v1, v2)
+    assert (filed, parked) == (v1, v2)
     # Read from the topics: the dead-letter topic holds, byte for byte, exactly the records
     # the partner framed with its second schema version.
     prefix = re.search(r"prefixed '([^']+)'", output)
