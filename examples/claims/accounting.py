@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from examples.claims.pipeline import DEAD_LETTER_TOPICS, FILED
+from examples.claims.pipeline import DEAD_LETTER_TOPICS, FILED, intake
 from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope
@@ -22,9 +22,13 @@ class Accounting:
     delivered_records: int = 0
     recovered: set[str] = field(default_factory=set)
     degraded: set[str] = field(default_factory=set)
+    from_partner: set[str] = field(default_factory=set)
+    """Delivered work items that came in through intake, as the partner's Avro."""
     dead_lettered: Counter[tuple[str, str]] = field(default_factory=Counter)
     dead_lettered_items: set[str] = field(default_factory=set)
     rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rejected_from: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Records refused at a boundary by (source topic, reason code)."""
     dead_letter_ids: list[str] = field(default_factory=list)
     parked_envelopes: dict[str, str] = field(default_factory=dict)
     """Envelope id of each parked record that had one, by dead-letter topic (the last seen)."""
@@ -70,6 +74,8 @@ async def account(bootstrap: str) -> Accounting:
             result.recovered.add(item)
         if envelope.degradations:
             result.degraded.add(item)
+        if envelope.chain and envelope.chain[0].component == intake.name:
+            result.from_partner.add(item)
     for record in await read_to_end(bootstrap, list(DEAD_LETTER_TOPICS)):
         info = read_dead_letter_headers(list(record.headers))
         result.dead_letter_ids.append(info.dead_letter_id)
@@ -79,6 +85,7 @@ async def account(bootstrap: str) -> Accounting:
         if info.reason is not None or info.envelope is None:
             reason = info.reason.value if info.reason else "unreadable"
             result.rejected[(reason, info.owner)] += 1
+            result.rejected_from[(info.source_topic, reason)] += 1
         else:
             result.dead_lettered[(info.error_type.value, info.owner)] += 1
             result.dead_lettered_items.add(info.envelope.work_item_id)

@@ -1,7 +1,13 @@
 """The claims pipeline's contracts and stage policies: its whole failure story in one file.
 
-    feeder --> claims.documents --extract--> claims.extracted --classify--> claims.classified
-                                                                   --file--> claims.filed
+    partner --> claims.partner.avro --intake--+
+    feeder  ---------------------------------> claims.documents --extract--> claims.extracted
+             --classify--> claims.classified --file--> claims.filed
+
+- intake reads the claims a partner's portal sends as Avro through a schema registry (a
+  producer that knows nothing of hopchain: its records are adopted) and hands them on as
+  documents. Its contract names the reader schema it was written for; a record written with
+  a schema version that cannot be resolved to it is parked as ``unresolvable_schema``.
 
 - extract reads free text with a (simulated) model. Its output is checked against the
   ``Extracted`` contract; a bad output is retried twice with the validation errors as
@@ -15,23 +21,45 @@
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hopchain.formats import AvroFormat
 from hopchain.middleware.policy import Abort, Backoff, DeadLetter, Degrade, TransportRetry
 from hopchain.middleware.stage import Pipeline
 from hopchain.schemas import ContractRegistry, ErrorType, TopicContract
 
 # A prefix keeps runs apart on a shared broker (the demo sets it when it reuses one).
 PREFIX = os.environ.get("CLAIMS_TOPIC_PREFIX", "")
+PARTNER = f"{PREFIX}claims.partner.avro"
 DOCUMENTS = f"{PREFIX}claims.documents"
 EXTRACTED = f"{PREFIX}claims.extracted"
 CLASSIFIED = f"{PREFIX}claims.classified"
 FILED = f"{PREFIX}claims.filed"
 
 Category = Literal["auto", "home", "health", "travel", "unknown"]
+
+
+PARTNER_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "PartnerClaim",
+    "namespace": "claims.partner",
+    "fields": [
+        {"name": "reference", "type": "string"},
+        {"name": "narrative", "type": "string"},
+    ],
+}
+"""The Avro schema intake reads the partner's claims with (its reader schema)."""
+
+
+class PartnerClaim(BaseModel):
+    """A claim as the partner's portal sends it, read with ``PARTNER_SCHEMA``."""
+
+    reference: str = Field(min_length=1, max_length=64)
+    narrative: str = Field(min_length=1, max_length=20_000)
 
 
 class Document(BaseModel):
@@ -67,6 +95,15 @@ class Filed(BaseModel):
 
 registry = ContractRegistry(
     [
+        TopicContract(
+            topic=PARTNER,
+            model=PartnerClaim,
+            owner="intake-team",
+            # The partner's producer does not use hopchain: intake writes the origin hop.
+            adopt_bare=True,
+            # The registry's address is HOPCHAIN_SCHEMA_REGISTRY_URL, read on first use.
+            payload_format=AvroFormat(schema=json.dumps(PARTNER_SCHEMA)),
+        ),
         TopicContract(topic=DOCUMENTS, model=Document, owner="intake-team"),
         TopicContract(topic=EXTRACTED, model=Extracted, owner="extraction-team"),
         TopicContract(topic=CLASSIFIED, model=Classified, owner="ml-team"),
@@ -77,6 +114,16 @@ registry = ContractRegistry(
 _quick = Backoff(initial=0.02, maximum=0.2, jitter=0.5)
 
 pipeline = Pipeline("claims")
+
+intake = pipeline.stage(
+    "intake",
+    input=PARTNER,
+    output=DOCUMENTS,
+    owner="intake-team",
+    side_effects_free=True,
+    transport=TransportRetry(retries=3, backoff=_quick),
+    on_exhausted=DeadLetter(),
+)
 
 extract = pipeline.stage(
     "extract",
@@ -120,4 +167,7 @@ file_claim = pipeline.stage(
 )
 
 TOPICS = (DOCUMENTS, EXTRACTED, CLASSIFIED, FILED)
+"""The JSON topics, from the feeder to the ledger."""
+AVRO_TOPICS = (PARTNER,)
+"""The topics whose payloads are Avro (they need a schema registry)."""
 DEAD_LETTER_TOPICS = tuple(registry.dead_letter_topics())

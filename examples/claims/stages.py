@@ -1,6 +1,8 @@
-"""The three stage services of the claims pipeline; each runs as its own process.
+"""The four stage services of the claims pipeline; each runs as its own process.
 
     python -m examples.claims.stages extract --bootstrap 127.0.0.1:9092 --run-dir RUN
+
+intake reads Avro through a schema registry: it needs ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
 
 The "model" behind extract and classify is simulated: documents carry markers that make it
 misbehave the way real models and dependencies do (see ``feeder.py``). Everything hopchain
@@ -28,13 +30,16 @@ from examples.claims.pipeline import (
     DOCUMENTS,
     EXTRACTED,
     FILED,
+    PARTNER,
     Classified,
     Document,
     Extracted,
     Filed,
+    PartnerClaim,
     classify,
     extract,
     file_claim,
+    intake,
     registry,
 )
 from hopchain import (
@@ -68,6 +73,11 @@ def _fields(text: str) -> dict[str, str]:
 def _transport_retries() -> int:
     hop = current_hop()
     return 0 if hop is None else sum(a.kind is AttemptKind.TRANSPORT for a in hop.attempts)
+
+
+async def run_intake(claim: PartnerClaim) -> Document:
+    """A partner's claim as the pipeline's document (its Avro record read by the contract)."""
+    return Document(doc_id=claim.reference, text=claim.narrative)
 
 
 async def run_extract(doc: Document) -> dict[str, Any]:
@@ -141,7 +151,14 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
         enable_idempotence=True,
         logger=logging.getLogger(f"claims.{stage}"),
     )
-    if stage == "extract":
+    if stage == "intake":
+        broker.subscriber(
+            PARTNER,
+            group_id="claims-intake",
+            auto_offset_reset="earliest",
+            listener=middleware.listener(),
+        )(broker.publisher(DOCUMENTS)(intake(run_intake)))
+    elif stage == "extract":
         broker.subscriber(
             DOCUMENTS,
             group_id="claims-extract",
@@ -183,7 +200,7 @@ def build(stage: str, bootstrap: str, run_dir: Path) -> tuple[KafkaBroker, Hopch
             listener=middleware.listener(),
         )(broker.publisher(FILED)(file_claim(run_file)))
     else:
-        msg = f"unknown stage {stage!r}; choose extract, classify or file"
+        msg = f"unknown stage {stage!r}; choose intake, extract, classify or file"
         raise SystemExit(msg)
     middleware.check(broker)
     return broker, middleware
@@ -214,7 +231,7 @@ async def serve(stage: str, bootstrap: str, run_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point of one stage service."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("stage", choices=["extract", "classify", "file"])
+    parser.add_argument("stage", choices=["intake", "extract", "classify", "file"])
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers")
     parser.add_argument("--run-dir", type=Path, required=True, help="where to keep state")
     args = parser.parse_args(argv)
