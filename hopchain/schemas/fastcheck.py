@@ -33,7 +33,7 @@ from hopchain.schemas.wire import (
     TRACE_ID_PATTERN,
 )
 
-__all__ = ["Check", "chain_twin", "fast_twin", "plain_check", "trusting_check"]
+__all__ = ["Check", "chain_twin", "fast_twin", "plain_check"]
 
 Check = Callable[[Any], bool]
 Batched = tuple[Callable[[Any], Any], bool, str | None]
@@ -137,11 +137,9 @@ class _Compiler:
         *,
         timestamps: bool = False,
         plain: bool = False,
-        trusted: frozenset[str] = frozenset(),
     ) -> None:
         self.timestamps = timestamps
         self.plain = plain
-        self.trusted = trusted  # members of the struct itself left unchecked
         self.names: dict[str, Any] = {}
         self.batched: list[Batched] | None = None  # set by build_all, for plain text
 
@@ -199,7 +197,7 @@ class _Compiler:
         member = f"_v{depth}"
         body: list[str] = []
         for field in info.fields:
-            if depth == 0 and (field.name in self.trusted or self.batch(field)):
+            if depth == 0 and self.batch(field):
                 continue
             statements = self.value(field.type, member, depth + 1)
             if statements:
@@ -272,16 +270,6 @@ def fast_twin(kind: type[msgspec.Struct]) -> tuple[type[msgspec.Struct], Check]:
         module=kind.__module__,
     )
     return twin, _Compiler().build(typing.cast("mi.StructType", mi.type_info(kind)))
-
-
-@cache
-def trusting_check(kind: type[msgspec.Struct], trusted: frozenset[str]) -> Check:
-    """The check of :func:`fast_twin`'s twin but for the members named ``trusted``.
-
-    For a struct its writer built: members it wrote itself, in a form that meets their
-    constraints by construction, are not checked again.
-    """
-    return _Compiler(trusted=trusted).build(typing.cast("mi.StructType", mi.type_info(kind)))
 
 
 @cache

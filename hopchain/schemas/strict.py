@@ -21,14 +21,13 @@ import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
-from hopchain.schemas.fastcheck import Check, chain_twin, fast_twin, plain_check, trusting_check
+from hopchain.schemas.fastcheck import Check, chain_twin, fast_twin, plain_check
 from hopchain.schemas.wire import MAX_INT, AttemptWire, HopWire
 
 __all__ = [
     "MAX_DEPTH",
     "ChainRead",
     "check_timestamps",
-    "convert_strict",
     "decode_hops",
     "decode_strict",
     "exact_integers",
@@ -346,33 +345,3 @@ def check_timestamps(hop: HopWire, path: str) -> None:
             datetime.fromisoformat(text)
         except ValueError:
             raise EnvelopeError(ReasonCode.INVALID_VALUE, f"{text} is not a date", where) from None
-
-
-def convert_strict(
-    document: dict[str, Any],
-    kind: type[StructT],
-    path: str,
-    trusted: frozenset[str] = frozenset(),
-) -> StructT:
-    """Build a wire struct from Python values, with every constraint checked.
-
-    ``trusted``: members the caller wrote itself, meeting their patterns by construction (a
-    timestamp it spelled): their patterns are not matched again; their types still are.
-
-    Raises:
-        EnvelopeError: a value breaks the schema (the reason code says how).
-    """
-    twin, check = fast_twin(kind)
-    if trusted:
-        check = trusting_check(kind, trusted)
-    try:
-        fast = msgspec.convert(document, type=twin, strict=True)
-    except msgspec.ValidationError:
-        fast = None
-    if fast is not None and check(fast):
-        return typing.cast("StructT", fast)
-    try:
-        return msgspec.convert(document, type=kind, strict=True)
-    except msgspec.ValidationError as exc:
-        code, where = _reason(str(exc))
-        raise EnvelopeError(code, str(exc), _join(path, where)) from None
