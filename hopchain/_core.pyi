@@ -82,6 +82,21 @@ def originate_chain(
     payload: bytes,
     keyring: Keyring | None = None,
 ) -> tuple[bytes, str, str | None]: ...
+def originate_identity(
+    identity: bytes,
+    hop: Mapping[str, Any],
+    payload: bytes,
+    keyring: Keyring | None = None,
+) -> tuple[bytes, str, str | None]: ...
+def check_hop(hop: Mapping[str, Any], index: int) -> None: ...
+def seal_hop(
+    previous: str,
+    hop: Mapping[str, Any],
+    index: int,
+    payload_digest: str | None = None,
+    keyring: Keyring | None = None,
+) -> tuple[bytes, str, str | None]: ...
+def identity_text(identity: Mapping[str, Any], legacy: bytes | None = None) -> bytes: ...
 def read_dead_letter_summaries(
     letters: Iterable[Iterable[Header]],
 ) -> list[tuple[Any, ...] | None]: ...

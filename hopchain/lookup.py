@@ -22,7 +22,6 @@ from hopchain.header_names import read_undecodable_header_names
 from hopchain.metadata import topic_partitions
 from hopchain.schemas import ENVELOPE_HEADER, Envelope, Hop, Keyring, verify_chain
 from hopchain.schemas.chain_v2 import payload_digest, sealed_payload
-from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER
 from hopchain.schemas.deadletter import (
     DLQ_ENVELOPE_HEADER,
     DLQ_ID_HEADER,
@@ -31,7 +30,7 @@ from hopchain.schemas.deadletter import (
     DeadLetterInfo,
     read_dead_letter_headers,
 )
-from hopchain.schemas.sealed import CHAIN_START, SIGNATURES
+from hopchain.schemas.sealed import CHAIN_START, PAYLOAD_MEMBER, SIGNATURES
 from hopchain.schemas.text_v2 import load_envelope
 
 if TYPE_CHECKING:

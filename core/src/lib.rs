@@ -30,4 +30,7 @@ pub use envelope::{read_envelope, read_envelope_text, Envelope, Links};
 pub use read::{read_record, Accepted, Header, Limits, Mode, Outcome, Record, Topic};
 pub use reason::{Reason, Refusal};
 pub use sign::Keyring;
-pub use write::{append, append_owned, originate, Written};
+pub use write::{
+    append, append_owned, check_hop, identity_text, originate, originate_over, seal, Sealed,
+    Written,
+};

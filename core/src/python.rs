@@ -15,7 +15,9 @@ use crate::envelope::{read_envelope, read_envelope_text, Envelope, Links};
 use crate::hop::Hop;
 use crate::identity::Identity;
 use crate::json::{parse, Member, Node, Value};
-use crate::write::{append, append_owned, originate, Written};
+use crate::write::{
+    append, append_owned, check_hop, identity_text, originate, originate_over, seal, Written,
+};
 
 use crate::read::{
     read_record, Header, Limits, Mode, Outcome, Record, Source, Topic, ENVELOPE_HEADER,
@@ -643,6 +645,89 @@ fn originate_chain<'py>(
     written(py, &result)
 }
 
+/// Check a new hop's members as a reader will check hop `index` (SPEC.md section 5, step
+/// 6), so that a bad hop is refused when it is appended, not when it is written.
+///
+/// Raises `ValueError(code, path, message)` when the hop is refused.
+#[pyfunction]
+#[pyo3(name = "check_hop")]
+fn check_new_hop(hop: &Bound<'_, PyAny>, index: usize) -> PyResult<()> {
+    check_hop(&node(hop, 0)?, index).map_err(refused)
+}
+
+/// Seal hop `index` of a chain after the digest `previous`: returns `(text, digest,
+/// signature)`. `payload_digest` replaces the hop's own member when given.
+///
+/// Raises `ValueError(code, path, message)` when the hop is refused, and `ValueError`
+/// when `previous` or `payload_digest` is not 64 lowercase hex digits.
+#[pyfunction]
+#[pyo3(signature = (previous, hop, index, payload_digest=None, keyring=None))]
+fn seal_hop<'py>(
+    py: Python<'py>,
+    previous: &str,
+    hop: &Bound<'py, PyAny>,
+    index: usize,
+    payload_digest: Option<&str>,
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let hex = |text: &str| {
+        from_text(text.as_bytes())
+            .ok_or_else(|| PyValueError::new_err("a digest is 64 lowercase hex digits"))
+    };
+    let previous = hex(previous)?;
+    let digest = payload_digest.map(hex).transpose()?;
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let sealed =
+        seal(&previous, node(hop, 0)?, digest.as_ref(), index, keyring).map_err(refused)?;
+    PyTuple::new(
+        py,
+        [
+            PyBytes::new(py, &sealed.text).into_any(),
+            PyString::new(py, &String::from_utf8_lossy(&sealed.digest)).into_any(),
+            match &sealed.signature {
+                Some(signature) => PyString::new(py, signature).into_any(),
+                None => py.None().into_bound(py),
+            },
+        ],
+    )
+}
+
+/// The identity's canonical text, checked as a reader will check it; `legacy` is a
+/// carried-over schema-1 envelope's canonical text, written as member `legacy`.
+///
+/// Raises `ValueError(code, path, message)` when the identity is refused.
+#[pyfunction]
+#[pyo3(name = "identity_text", signature = (identity, legacy=None))]
+fn write_identity<'py>(
+    py: Python<'py>,
+    identity: &Bound<'py, PyAny>,
+    legacy: Option<&[u8]>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let text = identity_text(&node(identity, 0)?, legacy).map_err(refused)?;
+    Ok(PyBytes::new(py, &text))
+}
+
+/// Start a chain over an identity's canonical text (as `identity_text` writes it), its
+/// `legacy` `null` or a carried-over schema-1 envelope, read and checked as a reader reads
+/// it. Returns `(text, traceparent, degraded)`, the legacy chain's markers first.
+///
+/// Raises `ValueError(code, path, message)` when the identity or the hop is refused.
+#[pyfunction]
+#[pyo3(signature = (identity, hop, payload, keyring=None))]
+fn originate_identity<'py>(
+    py: Python<'py>,
+    identity: &[u8],
+    hop: &Bound<'py, PyAny>,
+    payload: &[u8],
+    keyring: Option<&Bound<'py, PyKeyring>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let keyring = keyring.map(|keyring| &keyring.get().inner);
+    let hop = node(hop, 0)?;
+    let result =
+        originate_over(identity, hop, &payload_digest(payload), keyring).map_err(refused)?;
+    written(py, &result)
+}
+
 /// What an accepted verdict gives the writer: the text it was read from and its envelope.
 fn appendable(verdict: &Verdict) -> PyResult<(&Py<PyBytes>, &Read)> {
     match &verdict.held {
@@ -975,6 +1060,10 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(append_verdict, module)?)?;
     module.add_function(wrap_pyfunction!(append_batch, module)?)?;
     module.add_function(wrap_pyfunction!(originate_chain, module)?)?;
+    module.add_function(wrap_pyfunction!(originate_identity, module)?)?;
+    module.add_function(wrap_pyfunction!(check_new_hop, module)?)?;
+    module.add_function(wrap_pyfunction!(seal_hop, module)?)?;
+    module.add_function(wrap_pyfunction!(write_identity, module)?)?;
     module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
     module.add_function(wrap_pyfunction!(read_text, module)?)?;
     module.add_function(wrap_pyfunction!(hop_members, module)?)?;

@@ -6,8 +6,10 @@ use crate::canonical::write;
 use crate::digest::{genesis, link, payload_digest, Hex64};
 use crate::envelope::Envelope;
 use crate::hop::{summary, Hop};
+use crate::identity::{read_identity, IdentityRead};
 use crate::json::{holds_duplicate, Member, Node, Value};
 use crate::layout::{CHAIN_END, CHAIN_START, HOP_SEPARATOR, SIGNATURES};
+use crate::legacy::{read_legacy, Legacy};
 use crate::path::Path;
 use crate::reason::{Reason, Refusal};
 use crate::rules::{check, HOP, IDENTITY};
@@ -138,10 +140,12 @@ fn write_signatures<'a>(out: &mut Vec<u8>, signatures: impl Iterator<Item = Opti
     out.push(b']');
 }
 
-/// The `hopchain-degraded` header of hops with these markers, oldest first.
-fn degraded<'a>(hops: impl Iterator<Item = &'a Hop>) -> Option<String> {
+/// The `hopchain-degraded` header of hops with these markers, oldest first (a carried-over
+/// schema-1 chain's `legacy` stages first).
+fn degraded<'a>(legacy: &'a [String], hops: impl Iterator<Item = &'a Hop>) -> Option<String> {
     let mut stages: Option<String> = None;
-    for stage in hops.filter_map(|hop| hop.degraded_stage.as_deref()) {
+    let hop_stages = hops.filter_map(|hop| hop.degraded_stage.as_deref());
+    for stage in legacy.iter().map(String::as_str).chain(hop_stages) {
         match &mut stages {
             Some(joined) => {
                 joined.push(',');
@@ -151,6 +155,110 @@ fn degraded<'a>(hops: impl Iterator<Item = &'a Hop>) -> Option<String> {
         }
     }
     stages
+}
+
+/// A new hop's members (`payload_digest` `null` or a digest) checked as a reader will check
+/// them at `$.chain[index]` (SPEC.md section 5, step 6): a hop refused here is refused with
+/// the code and path a reader would give it.
+pub fn check_hop(hop: &Node<'_>, index: usize) -> Result<(), Refusal> {
+    let path = format!("$.chain[{index}]");
+    if holds_duplicate(hop) {
+        return Err(duplicate(&path));
+    }
+    check(&HOP, hop, &Path::Root(&path), "")
+}
+
+/// A hop sealed after the digest `previous`: its canonical text, digest and signature.
+#[derive(Clone, Debug)]
+pub struct Sealed {
+    pub text: Vec<u8>,
+    pub digest: Hex64,
+    pub signature: Option<String>,
+    pub hop: Hop,
+}
+
+/// Seal hop `index` of a chain after `previous` (the digest before it, or the genesis).
+///
+/// `payload_digest`: the digest of the payload the hop goes with, written into the hop in
+/// place of its own member; None keeps the member as given (`null` for a hop that seals no
+/// payload, such as one appended before the last). The hop is checked as a reader will
+/// check it, then signed when `keyring` holds its component's key.
+pub fn seal(
+    previous: &Hex64,
+    hop: Node<'_>,
+    payload_digest: Option<&Hex64>,
+    index: usize,
+    keyring: Option<&Keyring>,
+) -> Result<Sealed, Refusal> {
+    let (text, read) = match payload_digest {
+        Some(digest) => seal_owned(hop, digest, index)?,
+        None => {
+            check_hop(&hop, index)?;
+            let mut text = Vec::with_capacity(512);
+            write(&mut text, &hop, b"", None);
+            (text, summary(&hop))
+        }
+    };
+    let digest = link(previous, &text);
+    let signature = keyring.and_then(|keyring| keyring.sign(&read.component, &digest));
+    Ok(Sealed {
+        text,
+        digest,
+        signature,
+        hop: read,
+    })
+}
+
+/// The identity's canonical text (SPEC.md section 3.2), checked as a reader will check it.
+///
+/// `legacy`: the canonical text of a carried-over schema-1 envelope, written as it is in
+/// member `legacy` (whatever `identity` holds there); None writes the member as given.
+pub fn identity_text(identity: &Node<'_>, legacy: Option<&[u8]>) -> Result<Vec<u8>, Refusal> {
+    if holds_duplicate(identity) {
+        return Err(duplicate("$"));
+    }
+    check(&IDENTITY, identity, &Path::Root("$"), "")?;
+    let mut text = Vec::with_capacity(512);
+    let Some(legacy) = legacy else {
+        write(&mut text, identity, b"", None);
+        return Ok(text);
+    };
+    let parsed = crate::json::parse(legacy)
+        .map_err(|_| Refusal::new(Reason::BadJson, "$.legacy", "the legacy chain is not JSON"))?;
+    if parsed.duplicate || !crate::canonical::is_canonical(&parsed.root, legacy, None) {
+        return Err(Refusal::new(
+            Reason::NotCanonical,
+            "$.legacy",
+            "the legacy chain is not in canonical form",
+        ));
+    }
+    let Value::Object(members) = &identity.value else {
+        return Err(Refusal::new(
+            Reason::WrongType,
+            "$",
+            "the identity is an object",
+        ));
+    };
+    let members: Vec<Member<'_>> = members
+        .iter()
+        .map(|member| Member {
+            name: member.name.clone(),
+            node: if member.name == "legacy" {
+                Node {
+                    value: Value::Null,
+                    span: 0..legacy.len(),
+                }
+            } else {
+                member.node.clone()
+            },
+        })
+        .collect();
+    let identity = Node {
+        value: Value::Object(members),
+        span: 0..0,
+    };
+    write(&mut text, &identity, legacy, Some("legacy"));
+    Ok(text)
 }
 
 /// Append a hop to a received envelope text (`received`, as `envelope` was read from it).
@@ -217,7 +325,10 @@ fn splice(
     Ok(Written {
         text,
         traceparent: traceparent::format(&envelope.identity.trace_id, &read.span_id, true),
-        degraded: degraded(envelope.hops.iter().chain(std::iter::once(&read))),
+        degraded: degraded(
+            &envelope.legacy.stages,
+            envelope.hops.iter().chain(std::iter::once(&read)),
+        ),
         hop: read,
         digest,
         signature,
@@ -247,7 +358,47 @@ pub fn originate(
     }
     let mut identity_text = Vec::new();
     write(&mut identity_text, identity, b"", None);
-    let (sealed, read) = seal_hop(hop, payload, 0)?;
+    let sealed = seal_hop(hop, payload, 0)?;
+    let trace_id = crate::rules::string(identity, "trace_id").to_owned();
+    start(identity_text, &trace_id, &[], sealed, keyring)
+}
+
+/// Start a chain over an identity's canonical text, read as a reader reads it: its `legacy`
+/// `null`, or a carried-over schema-1 envelope (checked, its markers' stages first in the
+/// `hopchain-degraded` header). `hop` is the first schema-2 hop, sealed over the payload
+/// whose digest is `payload_digest`.
+pub fn originate_over(
+    identity_text: &[u8],
+    hop: Node<'_>,
+    payload_digest: &Hex64,
+    keyring: Option<&Keyring>,
+) -> Result<Written, Refusal> {
+    let (identity, legacy) = match read_identity(identity_text)? {
+        IdentityRead::Read(identity) => (identity, Legacy::default()),
+        IdentityRead::Legacy(identity, span) => {
+            let raw = identity_text.get(span).unwrap_or_default();
+            let legacy = read_legacy(raw, &identity, keyring)?;
+            (identity, legacy)
+        }
+    };
+    let sealed = seal_owned(hop, payload_digest, 0)?;
+    start(
+        identity_text.to_vec(),
+        &identity.trace_id,
+        &legacy.stages,
+        sealed,
+        keyring,
+    )
+}
+
+/// The text of a chain whose first schema-2 hop is `sealed`, after `identity_text`.
+fn start(
+    identity_text: Vec<u8>,
+    trace_id: &str,
+    legacy: &[String],
+    (sealed, read): (Vec<u8>, Hop),
+    keyring: Option<&Keyring>,
+) -> Result<Written, Refusal> {
     let digest = link(&genesis(&identity_text), &sealed);
     let signature = keyring.and_then(|keyring| keyring.sign(&read.component, &digest));
     let mut text = identity_text;
@@ -261,11 +412,10 @@ pub fn originate(
     text.extend_from_slice(SIGNATURES);
     write_signatures(&mut text, std::iter::once(signature.as_deref()));
     text.push(b'}');
-    let trace_id = crate::rules::string(identity, "trace_id");
     Ok(Written {
         text,
         traceparent: traceparent::format(trace_id, &read.span_id, true),
-        degraded: degraded(std::iter::once(&read)),
+        degraded: degraded(legacy, std::iter::once(&read)),
         hop: read,
         digest,
         signature,

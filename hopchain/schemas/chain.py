@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["append_hop", "envelope_genesis", "new_envelope", "verify_chain"]
 
-_MINTED_ID = frozenset({"id"})
-_MINTED = frozenset({"id", "intent_key"})
-
 
 def envelope_genesis(envelope: Envelope) -> str:
     """The digest the envelope's first hop must link to (schema 2: its first schema-2 hop)."""
@@ -76,8 +73,8 @@ def new_envelope(
     }
     if schema == 2:  # noqa: PLR2004
         try:
-            # The identity's checks are the model's (but for the ids minted just above).
-            return mint_identity(fields, _MINTED if intent_key is None else _MINTED_ID)
+            # The identity is checked by the core, as a reader will check it.
+            return mint_identity(fields)
         except EnvelopeError:
             try:  # the model's own error first, as when the model was built first
                 Envelope.model_validate({**fields, "head": "0" * 64})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -15,13 +15,16 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from pydantic import BaseModel
 
+from hopchain import _core
 from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.canonical import jcs
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.sealed import (
     Pending,
     Wire,
     carried_chain,
     component_of,
+    core_refusal,
     field_values,
     genesis_of,
     identity_state,
@@ -34,7 +37,6 @@ from hopchain.schemas.sealed import (
     verify_wire_fields,
     wire_of,
 )
-from hopchain.schemas.strict import convert_strict, jcs
 from hopchain.schemas.vocabulary import Decision
 from hopchain.schemas.wire import WIRE_VERSION, HopWire, IdentityWire
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "append_v2",
     "check_signature",
+    "hop_members",
     "mint_identity",
     "mint_v2",
     "payload_digest",
@@ -53,18 +56,14 @@ __all__ = [
     "reseal_last",
     "sealed_payload",
     "settle_pending",
+    "unsealed",
     "upgrade",
     "verify_wire",
     "verify_wire_fields",
 ]
 
 _IDENTITY_FIELDS = ("id", "intent_key", "trace_id", "origin_span_id", "run_id", "work_item_id")
-_SIGNATURE_PREFIX = "hmac-sha256:"
-_SIGNATURE_LENGTH = len(_SIGNATURE_PREFIX) + 64
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-_CONSTANT = frozenset({"schema_version"})
-_SPELLED = frozenset({"decided_at", "received_at"})
-"""A new hop's members :func:`timestamp_text` wrote."""
+_NULL = msgspec.Raw(b"null")
 
 
 def payload_digest(payload: bytes) -> str:
@@ -126,32 +125,31 @@ def recontracted(envelope: Envelope, contract: str, version: int) -> Envelope:
 
 
 def _identity(envelope: Envelope, legacy: bytes | None) -> tuple[bytes, IdentityWire]:
-    document = {name: getattr(envelope, name) for name in _IDENTITY_FIELDS}
-    document.update(
-        contract=envelope.contract,
-        contract_version=envelope.contract_version,
-        schema_version=WIRE_VERSION,
-        legacy=msgspec.Raw(b"null"),
-    )
-    ident = convert_strict(document, IdentityWire, "$")
-    if legacy is not None:
-        ident = msgspec.structs.replace(ident, legacy=msgspec.Raw(legacy))
-    return msgspec.json.encode(ident), ident
+    members = {name: getattr(envelope, name) for name in _IDENTITY_FIELDS}
+    members.update(contract=envelope.contract, contract_version=envelope.contract_version)
+    return _identity_of(members, legacy)
 
 
-def mint_identity(fields: dict[str, Any], minted: frozenset[str] = frozenset()) -> Envelope:
+def _identity_of(members: dict[str, Any], legacy: bytes | None) -> tuple[bytes, IdentityWire]:
+    """The identity's canonical text, written and checked by the core, and its members."""
+    document = {**members, "schema_version": WIRE_VERSION, "legacy": None}
+    try:
+        identity = _core.identity_text(document, legacy)
+    except ValueError as exc:
+        raise core_refusal(exc) from None
+    document["legacy"] = _NULL if legacy is None else msgspec.Raw(legacy)
+    return identity, IdentityWire(**document)  # the core checked every member
+
+
+def mint_identity(fields: dict[str, Any]) -> Envelope:
     """A new schema-2 envelope (no hops) from its identity's ``fields``, checked as on the wire.
 
-    ``fields`` are the identity's members but the schema version and the legacy chain;
-    ``minted`` names those the caller minted itself with :mod:`~hopchain.schemas.ids` (they
-    meet their patterns by construction: only their types are checked).
+    ``fields`` are the identity's members but the schema version and the legacy chain.
 
     Raises:
         EnvelopeError: a field breaks the identity's constraints.
     """
-    document = {**fields, "schema_version": WIRE_VERSION, "legacy": msgspec.Raw(b"null")}
-    ident = convert_strict(document, IdentityWire, "$", minted | _CONSTANT)
-    return _minted(msgspec.json.encode(ident), ident)
+    return _minted(*_identity_of(fields, None))
 
 
 def mint_v2(envelope: Envelope) -> Envelope:
@@ -207,6 +205,49 @@ def upgrade(envelope: Envelope, keep: int) -> Envelope:
     return result
 
 
+def hop_members(
+    *,
+    component: str,
+    instance: str,
+    decision: Decision,
+    span_id: str,
+    contract: tuple[str, int],
+    decided_at: datetime,
+    observation: str = "",
+    received_from: Position | None = None,
+    received_at: datetime | None = None,
+    destination: str | None = None,
+    attempts: Sequence[Attempt] = (),
+    effects: Sequence[Effect] = (),
+    failure: Failure | None = None,
+    degradation: Degradation | None = None,
+    payload: str | None = None,
+) -> dict[str, Any]:
+    """A new hop's members as plain values, as the core's writer takes them (not checked).
+
+    ``contract`` is the contract and version the hop names; ``payload`` its payload's digest
+    (None: set when the hop is written with its payload, or none for a hop before the last).
+    """
+    return {
+        "component": component,
+        "contract": contract[0],
+        "contract_version": contract[1],
+        "decided_at": timestamp_text(decided_at),
+        "decision": decision,
+        "degradation": None if degradation is None else _dump(degradation),
+        "destination": destination,
+        "effects": [_dump(item) for item in effects] if effects else [],
+        "failure": None if failure is None else _dump(failure),
+        "instance": instance,
+        "observation": observation,
+        "payload_digest": payload,
+        "received_at": timestamp_text(received_at) if received_at is not None else None,
+        "received_from": None if received_from is None else _position(received_from),
+        "span_id": span_id,
+        "tries": [_dump(item) for item in attempts] if attempts else [],
+    }
+
+
 def append_v2(
     envelope: Envelope,
     *,
@@ -240,35 +281,33 @@ def append_v2(
         raise EnvelopeError(ReasonCode.INVALID_VALUE, "not a schema-2 envelope", "$")
     if contract is None:
         contract = (envelope.contract, envelope.contract_version)
-    path = f"$.chain[{wire.sealed_count}]"
+    index = wire.sealed_count + (wire.pending is not None)
     decided = decided_at if decided_at is not None else datetime.now(UTC)
     if decided.tzinfo is None or (received_at is not None and received_at.tzinfo is None):
-        raise EnvelopeError(ReasonCode.INVALID_VALUE, "timestamps must be aware", path)
-    document = {
-        "component": component,
-        "contract": contract[0],
-        "contract_version": contract[1],
-        "decided_at": timestamp_text(decided),
-        "decision": decision,
-        "degradation": None if degradation is None else _dump(degradation),
-        "destination": destination,
-        "effects": [_dump(item) for item in effects] if effects else [],
-        "failure": None if failure is None else _dump(failure),
-        "instance": instance,
-        "observation": observation,
-        "payload_digest": payload,
-        "received_at": timestamp_text(received_at) if received_at is not None else None,
-        "received_from": None if received_from is None else _position(received_from),
-        "span_id": span_id,
-        "tries": [_dump(item) for item in attempts] if attempts else [],
-    }
-    # Timestamps spelled here from datetimes meet their pattern: only their types are checked.
-    trusted = (
-        _SPELLED
-        if type(decided) is datetime and (received_at is None or type(received_at) is datetime)
-        else frozenset()
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE, "timestamps must be aware", f"$.chain[{index}]"
+        )
+    hop = hop_members(
+        component=component,
+        instance=instance,
+        decision=decision,
+        span_id=span_id,
+        contract=contract,
+        decided_at=decided,
+        observation=observation,
+        received_from=received_from,
+        received_at=received_at,
+        destination=destination,
+        attempts=attempts,
+        effects=effects,
+        failure=failure,
+        degradation=degradation,
+        payload=payload,
     )
-    hop_wire: HopWire = convert_strict(document, HopWire, path, trusted)
+    try:
+        _core.check_hop(hop, index)  # refused now, with the code and path a reader would give
+    except ValueError as exc:
+        raise core_refusal(exc, f"$.chain[{index}]") from None
     settle(wire)  # a hop appended before this one is sealed first
     new = Wire(
         wire.identity,
@@ -281,58 +320,30 @@ def append_v2(
         wire.last_parsed,
         wire.found_markers,
         None,
-        Pending(hop_wire, keyring),
+        Pending(hop, keyring),
         wire.received,
     )
-    return sealed_envelope(
-        identity_state(wire.ident, hop_wire.contract, hop_wire.contract_version), new
-    )
-
-
-def _seal(
-    wire: Wire,
-    hop_wire: HopWire,
-    fields: dict[str, Any],
-    keyring: Keyring | None,
-    *,
-    replace_last: bool,
-) -> Envelope:
-    count = len(wire.hops) - (1 if replace_last else 0)
-    previous = wire.digests[count - 1] if count else wire.genesis
-    sealed = msgspec.json.encode(hop_wire)
-    digest = link(previous, sealed)
-    signature = keyring.sign(hop_wire.component, digest) if keyring is not None else None
-    seq = wire.legacy + count
-    hop = sealed_hop(sealed, digest, previous, seq, signature, **fields)
-    markers = wire.markers
-    if count in markers or hop_wire.degradation is not None:
-        markers = dict(markers)
-        markers.pop(count, None)
-        if hop_wire.degradation is not None:
-            markers[count] = hop_wire.degradation.stage
-    new = Wire(
-        wire.identity,
-        wire.ident,
-        wire.genesis,
-        (*wire.hops[:count], sealed),
-        (*wire.digests[:count], digest),
-        (*wire.signatures[:count], signature),
-        wire.legacy_hops,
-        hop_wire,
-        markers,
-        None if wire.built is None else (*wire.built[: wire.legacy + count], hop),
-        None,
-        # A hop read is replaced: the text read no longer starts the chain.
-        wire.received if wire.received is None or wire.received.hops <= count else None,
-    )
-    return _new_envelope(
-        new, contract=hop_wire.contract, version=hop_wire.contract_version, head=digest
-    )
+    return sealed_envelope(identity_state(wire.ident, contract[0], contract[1]), new)
 
 
 def reseal_last(wire: Wire, digest: str, keyring: Keyring | None) -> Envelope:
-    """Seal the last hop (one this process appended) again, naming the payload's digest."""
-    assert wire.last is not None  # noqa: S101 - the caller checked the chain is not empty
+    """Seal the last hop (one this process appended) again, naming the payload's digest.
+
+    The core writes it: the hop's members as sealed, with ``payload_digest`` replaced.
+    """
+    count = len(wire.hops) - 1
+    previous = wire.digests[count - 1] if count else wire.genesis
+    members = json.loads(wire.hops[count])
+    try:
+        sealed, sealed_digest, signature = _core.seal_hop(
+            previous,
+            members,
+            count,
+            digest,
+            keyring.core() if keyring is not None else None,
+        )
+    except ValueError as exc:
+        raise core_refusal(exc) from None
     fields = {}
     if wire.built is not None:
         fields = {
@@ -340,8 +351,55 @@ def reseal_last(wire: Wire, digest: str, keyring: Keyring | None) -> Envelope:
             for name, value in field_values(wire.built[-1]).items()
             if name not in {"digest", "prev_digest", "seq", "signature"}
         }
-    hop_wire = msgspec.structs.replace(wire.last, payload_digest=digest)
-    return _seal(wire, hop_wire, fields, keyring, replace_last=True)
+    seq = wire.legacy + count
+    hop = sealed_hop(sealed, sealed_digest, previous, seq, signature, **fields)
+    new = Wire(
+        wire.identity,
+        wire.ident,
+        wire.genesis,
+        (*wire.hops[:count], sealed),
+        (*wire.digests[:count], sealed_digest),
+        (*wire.signatures[:count], signature),
+        wire.legacy_hops,
+        None,  # parsed from the text the core wrote, when asked for
+        wire.markers,  # the hop's marker, if any, is the same
+        None if wire.built is None else (*wire.built[: wire.legacy + count], hop),
+        None,
+        # A hop read is replaced: the text read no longer starts the chain.
+        wire.received if wire.received is None or wire.received.hops <= count else None,
+    )
+    return _new_envelope(
+        new, contract=members["contract"], version=members["contract_version"], head=sealed_digest
+    )
+
+
+def unsealed(wire: Wire) -> Envelope:
+    """A copy of the chain whose last hop is pending again, to be written once more.
+
+    That hop was appended in this process and sealed already (its digest was asked for); the
+    core writes it again over the payload's digest. The envelope it was sealed in keeps it.
+    """
+    count = len(wire.hops) - 1
+    members = json.loads(wire.hops[count])
+    markers = {index: stage for index, stage in wire.markers.items() if index != count}
+    new = Wire(
+        wire.identity,
+        wire.ident,
+        wire.genesis,
+        wire.hops[:count],
+        wire.digests[:count],
+        wire.signatures[:count],
+        wire.legacy_hops,
+        None,
+        markers,
+        None,
+        Pending(members, None),
+        # A hop read is written again: the text read no longer starts the chain.
+        wire.received if wire.received is None or wire.received.hops <= count else None,
+    )
+    return sealed_envelope(
+        identity_state(wire.ident, members["contract"], members["contract_version"]), new
+    )
 
 
 def check_signature(

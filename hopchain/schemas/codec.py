@@ -3,7 +3,7 @@
 Headers mode: the value is the payload's JSON, untouched; the envelope (without payload) is
 the ``hopchain-envelope`` header. Body mode: the value is the envelope's JSON with the payload
 inside. Both carry a W3C ``traceparent`` header whose trace id is the envelope's. Every header
-value is UTF-8 text. Schema 2 is read and written by :mod:`hopchain.schemas.codec_v2`; schema 1
+value is UTF-8 text. Schema 2 is read and written by the core (``hopchain._core``); schema 1
 by :mod:`hopchain.schemas.v1`, reached from the places marked ``Schema 1``.
 """
 
@@ -18,8 +18,7 @@ from pydantic import BaseModel, ValidationError
 from hopchain import _core
 from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
-from hopchain.schemas.chain_v2 import upgrade
-from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER, markers, seal_for_topic
+from hopchain.schemas.chain_v2 import check_signature, payload_digest, unsealed, upgrade
 from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import (
@@ -29,16 +28,18 @@ from hopchain.schemas.headers import (
     TRACESTATE_HEADER,
 )
 from hopchain.schemas.integrity import Keyring
-from hopchain.schemas.received import (
-    core_hop,
-    core_identity,
-    received_envelope,
-    received_text,
-    settle_written,
-    written_by_core,
-)
+from hopchain.schemas.received import received_envelope, settle_written
 from hopchain.schemas.refusals import from_validation
-from hopchain.schemas.sealed import Wire, verify_wire_fields, wire_of
+from hopchain.schemas.sealed import (
+    PAYLOAD_MEMBER,
+    Wire,
+    component_of,
+    core_refusal,
+    sealed_text,
+    verify_wire_fields,
+    wire_of,
+    write_envelope_text,
+)
 from hopchain.schemas.traceparent import format_traceparent, hop_traceparent, usual_traceparent
 from hopchain.schemas.wire import WIRE_MAJOR
 
@@ -422,31 +423,18 @@ class EnvelopeCodec:
             trace_id, sealed = envelope.trace_id, None
         else:
             self._check_hop_limit(envelope.hop_count, "would have")
-            wire = wire_of(envelope)
-            if wire is not None and written_by_core(wire):
-                text, traceparent, degraded = self._write_with_core(
-                    contract, envelope, wire, payload_json, digest
-                )
-                return self._record(
-                    contract,
-                    text,
-                    payload_json,
-                    traceparent=traceparent,
-                    tracestate=tracestate,
-                    degraded=degraded,
-                    sealed=envelope,
-                )
-            sealed, wire, text = seal_for_topic(
-                envelope,
-                contract,
-                payload_json,
-                verified_hops=verified_hops,
-                keyring=self.keyring,
-                digest=digest,
+            sealed, text, traceparent, degraded = self._write_v2(
+                contract, envelope, payload_json, digest, verified_hops
             )
-            assert wire.last is not None  # noqa: S101 - seal_for_topic refuses an empty chain
-            trace_id, span_id = sealed.trace_id, wire.last.span_id
-            degraded = markers(sealed, wire) or None
+            return self._record(
+                contract,
+                text,
+                payload_json,
+                traceparent=traceparent,
+                tracestate=tracestate,
+                degraded=degraded,
+                sealed=sealed,
+            )
         return self._record(
             contract,
             text,
@@ -457,56 +445,140 @@ class EnvelopeCodec:
             sealed=sealed,
         )
 
+    def _write_v2(
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        payload_json: bytes,
+        digest: str | None,
+        verified_hops: int,
+    ) -> tuple[Envelope, bytes, str, str | None]:
+        """The envelope as it goes to ``contract.topic``, with its text and headers' values.
+
+        Returns ``(envelope, text, traceparent, degraded)``, the last hop written by the core
+        over the payload's digest. A schema-1 envelope is carried over (its received hops
+        kept as they are, in the identity); a hop appended in this process and sealed already
+        (its digest was asked for) is written again with the payload's digest. Earlier hops
+        are not touched. ``digest``: the payload's, when known.
+        """
+        wire = wire_of(envelope)
+        if wire is None:
+            if not envelope.chain:  # a schema-1 envelope: its chain is a plain field
+                raise EnvelopeError(
+                    ReasonCode.INVALID_VALUE, "a chain has at least one hop", "$.chain"
+                )
+            envelope = upgrade(envelope, keep=min(verified_hops, len(envelope.chain) - 1))
+            wire = wire_of(envelope)
+            assert wire is not None  # noqa: S101 - upgrade made it
+        verify_wire_fields(envelope, wire)
+        if wire.pending is None:
+            if not wire.hops:
+                raise EnvelopeError(
+                    ReasonCode.INVALID_VALUE,
+                    "a schema-2 chain has at least one hop of schema 2: append one before writing",
+                    "$.chain",
+                )
+            forwarded = self._forwarded(
+                contract, envelope, wire, payload_json, digest=digest, verified_hops=verified_hops
+            )
+            if forwarded is not None:
+                return forwarded
+            envelope = unsealed(wire)  # appended here: its last hop is written again, below
+            wire = wire_of(envelope)
+            assert wire is not None  # noqa: S101 - unsealed keeps it
+        text, traceparent, degraded = self._write_with_core(contract, envelope, wire, payload_json)
+        return envelope, text, traceparent, degraded
+
+    def _forwarded(
+        self,
+        contract: TopicContract,
+        envelope: Envelope,
+        wire: Wire,
+        payload_json: bytes,
+        *,
+        digest: str | None,
+        verified_hops: int,
+    ) -> tuple[Envelope, bytes, str, str | None] | None:
+        """An envelope whose hops are all sealed, written on as it is (it sealed this payload).
+
+        None when that hop was appended here with another payload: it is written again.
+
+        Raises:
+            EnvelopeError: the last hop was received with another payload, or names another
+                contract or topic.
+        """
+        last = wire.last
+        assert last is not None  # noqa: S101 - the chain has a hop
+        index = len(wire.hops) - 1
+        _check_last(
+            envelope, contract, (last.contract, last.contract_version, last.destination), index
+        )
+        if last.payload_digest != (digest or payload_digest(payload_json)):
+            if wire.legacy + index < verified_hops:  # not a hop appended here
+                raise EnvelopeError(
+                    ReasonCode.PAYLOAD_MISMATCH,
+                    "the last hop was received with another payload; append a hop to write a "
+                    "new one",
+                    f"$.chain[{index}].payload_digest",
+                )
+            return None
+        if self.keyring is not None:
+            for position in range(max(verified_hops - wire.legacy, 0), len(wire.hops)):
+                check_signature(
+                    self.keyring,
+                    component_of(wire.hops[position]) or "",
+                    wire.digests[position],
+                    wire.signatures[position],
+                    f"$.chain[{position}]",
+                )
+        stages = [hop.degradation.stage for hop in wire.legacy_hops if hop.degradation]
+        stages += [wire.markers[index] for index in sorted(wire.markers)]
+        return (
+            envelope,
+            write_envelope_text(wire),
+            format_traceparent(envelope.trace_id, last.span_id),
+            ",".join(stages) or None,
+        )
+
     def _write_with_core(
         self,
         contract: TopicContract,
         envelope: Envelope,
         wire: Wire,
         payload_json: bytes,
-        digest: str | None,
     ) -> tuple[bytes, str, str | None]:
         """The envelope text with its pending hop sealed over the payload, by the core.
 
-        The hop is sealed in ``wire`` as written, so the envelope shows what was sent.
-        ``digest``: the payload's, when known (else the core hashes it).
+        The hop is sealed in ``wire`` as written, so the envelope shows what was sent. A hop
+        appended to a record as the core read it is written from its verdict (the text is not
+        read again); one appended after other hops of this process, or over a carried-over
+        schema-1 chain, is written after the core read the chain it follows.
         """
-        verify_wire_fields(envelope, wire)
-        assert wire.pending is not None  # noqa: S101 - written_by_core said so
-        hop = wire.pending.hop
-        index = wire.sealed_count
-        if hop.contract != envelope.contract or hop.contract_version != envelope.contract_version:
-            raise EnvelopeError(
-                ReasonCode.CHAIN_REWRITTEN,
-                "the envelope's contract was changed after its last hop was sealed",
-                "$.contract",
-            )
-        if hop.destination != contract.topic:
-            raise EnvelopeError(
-                ReasonCode.TRUNCATED_CHAIN,
-                f"the last hop names destination {hop.destination!r}, but the record goes to "
-                f"{contract.topic!r}",
-                f"$.chain[{index}].destination",
-            )
-        keyring = self.keyring if self.keyring is not None else wire.pending.keyring
+        pending = wire.pending
+        assert pending is not None  # noqa: S101 - the caller made sure
+        hop = pending.hop
+        named = (hop["contract"], hop["contract_version"], hop["destination"])
+        _check_last(envelope, contract, named, wire.sealed_count)
+        keyring = self.keyring if self.keyring is not None else pending.keyring
         core_keyring = keyring.core() if keyring is not None else None
+        received = wire.received
         try:
-            verdict = wire.received.verdict if wire.received is not None else None
-            if verdict is not None:
+            if (
+                received is not None
+                and received.verdict is not None
+                and received.hops == wire.sealed_count
+                and received.close > 0
+            ):
                 # Appended to the record as the core read it: the text is not read again.
-                written = _core.append_verdict(verdict, core_hop(wire), payload_json, core_keyring)
-            elif wire.received is not None:
-                written = _core.append_hop(
-                    received_text(wire), core_hop(wire), payload_json, core_keyring
-                )
+                written = _core.append_verdict(received.verdict, hop, payload_json, core_keyring)
+            elif wire.sealed_count:
+                written = _core.append_hop(sealed_text(wire), hop, payload_json, core_keyring)
             else:
-                written = _core.originate_chain(
-                    core_identity(wire), core_hop(wire), payload_json, core_keyring
-                )
+                written = _core.originate_identity(wire.identity, hop, payload_json, core_keyring)
         except ValueError as exc:
-            code, path, message = exc.args
-            raise EnvelopeError(ReasonCode(code), message, path) from None
+            raise core_refusal(exc) from None
         text, traceparent, degraded = written
-        settle_written(wire, text, digest)
+        settle_written(wire, text)
         return text, traceparent, degraded
 
     def _record(
@@ -577,6 +649,33 @@ class EnvelopeCodec:
 _ENVELOPE_PATH = f"$.headers.{ENVELOPE_HEADER}"
 _PANIC = ("pyo3_runtime", "PanicException")
 """pyo3's exception for a Rust panic: a BaseException, importable from no module."""
+
+
+def _check_last(
+    envelope: Envelope, contract: TopicContract, named: tuple[str, int, str], index: int
+) -> None:
+    """Refuse a last hop (at ``index`` of the schema-2 hops) that the record cannot carry.
+
+    ``named``: the contract, its version and the destination the hop names.
+
+    Raises:
+        EnvelopeError: ``chain_rewritten`` when the envelope names another contract than its
+            last hop, ``truncated_chain`` when that hop names another destination.
+    """
+    hop_contract, hop_version, destination = named
+    if hop_contract != envelope.contract or hop_version != envelope.contract_version:
+        raise EnvelopeError(
+            ReasonCode.CHAIN_REWRITTEN,
+            "the envelope's contract was changed after its last hop was sealed",
+            "$.contract",
+        )
+    if destination != contract.topic:
+        raise EnvelopeError(
+            ReasonCode.TRUNCATED_CHAIN,
+            f"the last hop names destination {destination!r}, but the record goes to "
+            f"{contract.topic!r}",
+            f"$.chain[{index}].destination",
+        )
 
 
 def _refusal(verdict: _core.Verdict) -> DecodeError:

@@ -11,7 +11,6 @@ parsed (a hop is parsed when one of its fields is read).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -30,17 +29,12 @@ from hopchain.schemas.sealed import (
 from hopchain.schemas.wire import HopWire, IdentityWire
 
 __all__ = [
-    "core_hop",
-    "core_identity",
     "received_envelope",
-    "received_text",
     "settle_written",
-    "written_by_core",
 ]
 
 _NO_LEGACY = b',"legacy":null,'
 _NULL = msgspec.Raw(b"null")
-_PAYLOAD_DIGEST = b'"payload_digest":"'
 _CONTRACT_OF_HOP = re.compile(
     rb'\{"component":"[A-Za-z0-9._-]+","contract":"([A-Za-z0-9._-]+)","contract_version":([1-9][0-9]{0,8}),'
 )
@@ -109,63 +103,20 @@ def _legacy_hops(ident: IdentityWire) -> tuple[Any, ...]:
     return Envelope.model_validate_json(raw).chain
 
 
-def written_by_core(wire: Wire) -> bool:
-    """Whether the core writes this chain: one hop appended to a received text, or an origin.
-
-    Any other shape (hops built in this process over a received or carried-over chain) is
-    written by :func:`hopchain.schemas.codec_v2.seal_for_topic`.
-    """
-    if wire.pending is None:
-        return False
-    if wire.received is not None:
-        received = wire.received
-        return received.hops == wire.sealed_count and received.close > 0 and not wire.legacy_hops
-    return wire.sealed_count == 0 and not wire.legacy_hops
-
-
-def core_hop(wire: Wire) -> dict[str, Any]:
-    """The pending hop's members, as the core's writer takes them."""
-    assert wire.pending is not None  # noqa: S101 - written_by_core said so
-    members: dict[str, Any] = msgspec.to_builtins(wire.pending.hop)
-    return members
-
-
-def core_identity(wire: Wire) -> dict[str, Any]:
-    """The identity's members, as the core's writer takes them (``legacy`` ``null``)."""
-    members: dict[str, Any] = json.loads(wire.identity)
-    return members
-
-
-def received_text(wire: Wire) -> bytes:
-    """The envelope text as it was received (a body-mode value without its payload)."""
-    assert wire.received is not None  # noqa: S101 - written_by_core said so
-    received = wire.received
-    if received.close == len(received.text) - 1:
-        return received.text
-    return received.text[: received.close] + b"}"
-
-
-def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -> None:
-    """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop).
-
-    ``payload_digest``: the digest of the payload it was sealed over (read from the hop
-    written when not given: the core hashed the payload).
-    """
+def settle_written(wire: Wire, text: bytes) -> None:
+    """Seal the pending hop in ``wire`` as the core wrote it in ``text`` (its last hop)."""
     pending = wire.pending
-    assert pending is not None  # noqa: S101 - written_by_core said so
+    assert pending is not None  # noqa: S101 - the core wrote it
     end = text.rfind(CHAIN_END)
     middle = text.find(b"]", end + len(CHAIN_END))
     hop = text[text.rfind(b"\n", 0, end) + 1 : end]
-    if payload_digest is None:
-        at = hop.find(_PAYLOAD_DIGEST) + len(_PAYLOAD_DIGEST)
-        payload_digest = hop[at : at + 64].decode()
-    last = msgspec.structs.replace(pending.hop, payload_digest=payload_digest)
     count = wire.sealed_count
-    if last.degradation is not None:
-        wire.markers = {**wire.markers, count: last.degradation.stage}
+    degradation = pending.hop["degradation"]
+    if degradation is not None:
+        wire.markers = {**wire.markers, count: degradation["stage"]}
     if wire.sealed_hops is None and wire.received is not None:
         # Still uncut: the text written becomes the one the hops are cut from, when asked.
-        # (Its closing brace is left unknown: a further hop is written by Python's writer.)
+        # (Its closing brace is left unknown: a further hop is written over the text read again.)
         wire.received = Received(text, end, middle, count + 1)
     else:
         # The last signature only: none holds a comma (hex or base64 between quotes, or null).
@@ -175,5 +126,5 @@ def settle_written(wire: Wire, text: bytes, payload_digest: str | None = None) -
         wire.hops = (*wire.hops, hop)
         wire.digests = (*wire.digests, text[middle - 65 : middle - 1].decode())
         wire.signatures = (*wire.signatures, signature)
-    wire.last = last
+    wire.last = None  # parsed from the text the core wrote, when asked for
     wire.pending = None

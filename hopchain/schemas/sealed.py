@@ -34,6 +34,7 @@ __all__ = [
     "CHAIN_END",
     "CHAIN_START",
     "GENESIS_PREFIX",
+    "PAYLOAD_MEMBER",
     "SIGNATURES",
     "Pending",
     "Received",
@@ -43,12 +44,14 @@ __all__ = [
     "carried_chain",
     "chain_of",
     "component_of",
+    "core_refusal",
     "field_values",
     "genesis_of",
     "identity_state",
     "link",
     "sealed_envelope",
     "sealed_hop",
+    "sealed_text",
     "settle",
     "settle_pending",
     "verify_wire_fields",
@@ -60,6 +63,8 @@ GENESIS_PREFIX = b"hopchain-v2 genesis\n"
 CHAIN_START = b',"chain":[\n'
 CHAIN_END = b'\n],"digests":'
 SIGNATURES = b',"signatures":'
+PAYLOAD_MEMBER = b',"payload":'
+"""Body mode: the payload follows the signatures as the envelope's last member."""
 HOP_START = b'{"component":"'
 _DEGRADATION = b'"degradation":{'
 _COMPONENT = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -283,10 +288,25 @@ class Received(NamedTuple):
 
 
 class Pending(NamedTuple):
-    """An appended hop, validated, waiting to be sealed (a tuple: one is made per hop)."""
+    """An appended hop, checked by the core, waiting to be sealed (a tuple: one per hop).
 
-    hop: HopWire
+    ``hop`` holds its members as plain values, as the core's writer takes them.
+    """
+
+    hop: dict[str, Any]
     keyring: Keyring | None
+
+
+def core_refusal(exc: ValueError, path: str = "$") -> EnvelopeError:
+    """The core writer's ``ValueError(code, path, message)`` as the refusal it names.
+
+    Any other ``ValueError`` (a string that is not Unicode text, such as a lone surrogate)
+    is refused as ``invalid_value`` at ``path``.
+    """
+    if len(exc.args) == 3:  # noqa: PLR2004 - the core's refusal
+        code, where, message = exc.args
+        return EnvelopeError(ReasonCode(code), message, where)
+    return EnvelopeError(ReasonCode.INVALID_VALUE, f"not a JSON value: {exc}", path)
 
 
 def settle(wire: Wire) -> None:
@@ -484,28 +504,29 @@ def timestamp_text(value: datetime) -> str:
 def settle_pending(
     wire: Wire, *, payload: str | None = None, keyring: Keyring | None = None
 ) -> None:
-    """Seal the pending hop in place: once, with the payload's digest when it is known.
+    """Seal the pending hop in place, by the core: once, with the payload's digest when known.
 
     ``keyring`` (the writer's) signs it; without one, the keyring given to append_hop does.
     """
     pending = wire.pending
     if pending is None:
         return
-    hop_wire = pending.hop
-    if payload is not None:
-        hop_wire = msgspec.structs.replace(hop_wire, payload_digest=payload)
     count = len(wire.hops)
     previous = wire.digests[-1] if count else wire.genesis
-    sealed = _ENCODE(hop_wire)
-    digest = link(previous, sealed)
     signer = keyring if keyring is not None else pending.keyring
-    signature = signer.sign(hop_wire.component, digest) if signer is not None else None
-    if hop_wire.degradation is not None:
-        wire.markers = {**wire.markers, count: hop_wire.degradation.stage}
+    try:
+        sealed, digest, signature = _core.seal_hop(
+            previous, pending.hop, count, payload, signer.core() if signer is not None else None
+        )
+    except ValueError as exc:
+        raise core_refusal(exc) from None
+    degradation = pending.hop["degradation"]
+    if degradation is not None:
+        wire.markers = {**wire.markers, count: degradation["stage"]}
     wire.hops = (*wire.hops, sealed)
     wire.digests = (*wire.digests, digest)
     wire.signatures = (*wire.signatures, signature)
-    wire.last = hop_wire
+    wire.last = None  # parsed from the text the core wrote, when asked for
     wire.pending = None
 
 
@@ -540,8 +561,13 @@ def verify_wire_fields(envelope: Envelope, wire: Wire) -> None:
 
 
 def write_envelope_text(wire: Wire) -> bytes:
-    """The envelope's text in the schema-2 layout."""
+    """The envelope's text in the schema-2 layout (a pending hop sealed first)."""
     settle(wire)
+    return sealed_text(wire)
+
+
+def sealed_text(wire: Wire) -> bytes:
+    """The text of the hops sealed so far, in the schema-2 layout (a pending hop left out)."""
     received = wire.received
     if received is not None and received.hops <= len(wire.hops):
         # The hops read are written as they came, in one piece: only later ones are joined.

@@ -16,12 +16,11 @@ from text_reader import read_envelope_text
 from hopchain.exceptions import EnvelopeError, ReasonCode
 from hopchain.schemas import ContractRegistry, Keyring, Limits, WireMode, v1
 from hopchain.schemas.chain_v2 import payload_digest
-from hopchain.schemas.codec_v2 import PAYLOAD_MEMBER, markers
 from hopchain.schemas.contracts import BARE_RECORD_HINT, TopicContract
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.headers import DEGRADED_HEADER, ENVELOPE_HEADER, TRACEPARENT_HEADER
 from hopchain.schemas.refusals import from_validation, refuse_non_finite
-from hopchain.schemas.sealed import CHAIN_START, wire_of
+from hopchain.schemas.sealed import CHAIN_START, PAYLOAD_MEMBER, Wire, wire_of
 from hopchain.schemas.traceparent import hop_traceparent, usual_traceparent
 
 __all__ = ["SCHEMA_1", "verdict"]
@@ -97,7 +96,7 @@ def _read(
     if usual_traceparent(first.get(TRACEPARENT_HEADER), envelope.trace_id, last_span) is None:
         hop_traceparent(headers, envelope.trace_id, last_span)
     degraded = first.get(DEGRADED_HEADER)
-    if wire is not None and degraded is not None and degraded.decode() != markers(envelope, wire):
+    if wire is not None and degraded is not None and degraded.decode() != _markers(wire):
         raise EnvelopeError(
             ReasonCode.INVALID_VALUE,
             f"{DEGRADED_HEADER} header disagrees with the chain's degradation markers",
@@ -185,3 +184,10 @@ def _read_headers(headers: Headers) -> tuple[dict[str, bytes], int]:
             raise EnvelopeError(ReasonCode.NOT_UTF8, "a name not UTF-8", "$.headers") from None
         first.setdefault(name, raw)
     return first, size
+
+
+def _markers(wire: Wire) -> str:
+    """The ``hopchain-degraded`` header the chain calls for: every marker's stage, oldest first."""
+    stages = [hop.degradation.stage for hop in wire.legacy_hops if hop.degradation]
+    stages += [wire.markers[index] for index in sorted(wire.markers)]
+    return ",".join(stages)

@@ -19,6 +19,7 @@ import msgspec
 import orjson
 
 from hopchain.exceptions import EnvelopeError, ReasonCode
+from hopchain.schemas.canonical import jcs
 from hopchain.schemas.chain_v2 import check_signature
 from hopchain.schemas.envelope import Envelope
 from hopchain.schemas.hop import Hop
@@ -33,7 +34,6 @@ from hopchain.schemas.sealed import (
     identity_state,
     sealed_envelope,
 )
-from hopchain.schemas.strict import jcs
 from hopchain.schemas.v1 import verify_chain
 from hopchain.schemas.wire import MAX_INT, SIGNATURE_PATTERN, AttemptWire, HopWire, IdentityWire
 
@@ -189,7 +189,7 @@ def decode_strict(raw: bytes, kind: type[StructT], path: str) -> StructT:
     raise EnvelopeError(ReasonCode.NOT_CANONICAL, "not in its canonical form", path)
 
 
-def _check_timestamps(hop: HopWire, path: str) -> None:
+def check_timestamps(hop: HopWire, path: str) -> None:
     """Dates the pattern lets through but the calendar does not have (February 30th)."""
 
     def attempts(items: list[AttemptWire], at: str) -> list[tuple[str, str]]:
@@ -319,7 +319,7 @@ def read_envelope_text(
     hops: list[HopWire] = []
     for index, sealed in enumerate(layout.hops):
         hop = decode_strict(sealed, HopWire, f"$.chain[{index}]")
-        _check_timestamps(hop, f"$.chain[{index}]")
+        check_timestamps(hop, f"$.chain[{index}]")
         hops.append(hop)
     digests = _digests(raw[layout.end + len(CHAIN_END) : layout.middle + 1], len(hops))
     after = layout.middle + 1 + len(SIGNATURES)
