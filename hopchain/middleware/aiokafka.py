@@ -67,11 +67,7 @@ from hopchain.middleware.engine import Hopchain
 from hopchain.middleware.engine.one_by_one import OneByOne, log_rewound
 from hopchain.middleware.engine.settle import FailOptions
 from hopchain.middleware.engine.verdict import refuse_dead_letter_topic
-from hopchain.middleware.outage import (
-    RegistryBackoff,
-    refuse_longer_than_poll_interval,
-    registry_failed,
-)
+from hopchain.middleware.outage import RegistryBackoff, registry_failed
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
@@ -99,15 +95,16 @@ class EnvelopeConsumer:
         group: the consumer's ``group_id``, recorded in dead letters.
         registry_backoff: the growing pause of a partition whose schema registry does not
             answer (default: :class:`~hopchain.middleware.outage.RegistryBackoff`'s 0.5 s
-            doubling to 30 s).
+            doubling to 30 s). Keep its longest pause below the consumer's
+            ``max_poll_interval_ms`` (aiokafka does not tell a wrapper how it was
+            configured, so this is not checked): a read waits it out before it polls again.
 
     Settle each record in the task that read it: its span and ``current_hop()`` are that
     task's context.
 
     Raises:
         ConfigurationError: no group is given, the consumer reads a dead-letter topic, or
-            a topic without a contract, or the registry backoff's longest pause is not
-            shorter than the consumer's ``max_poll_interval_ms``.
+            a topic without a contract.
     """
 
     def __init__(
@@ -134,9 +131,6 @@ class EnvelopeConsumer:
         self.group = group
         self.outage = registry_backoff if registry_backoff is not None else RegistryBackoff()
         """How long a read waits while the schema registry does not answer."""
-        refuse_longer_than_poll_interval(
-            self.outage, getattr(consumer, "_max_poll_interval_ms", 300_000), "max_poll_interval_ms"
-        )
         self.one = OneByOne(hopchain, group=group, cursor=self, writer=self.writer)
         """The record in hand and how it is settled (the part no client changes)."""
         self.batched: Batches | None = None
