@@ -6,7 +6,8 @@ restarting; read again after a fixed pause, a long outage is retried as often as
 So the pause grows with each failure in a row on a partition (0.5 s, 1 s, 2 s ... up to
 30 s by default), with jitter so that many stages restarted together do not ask the
 registry at the same instant, and starts again from the first pause once a record of that
-partition is read.
+partition is read (on FastStream's per-record path: handled and its output sent, or
+parked, since an output the registry could not frame pauses the partition too).
 """
 
 from __future__ import annotations

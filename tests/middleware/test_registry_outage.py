@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from middleware_helpers import (
@@ -386,3 +392,102 @@ async def test_confluent_consumer_batches_are_rewound_and_read_again_after_a_gro
     letters = await read_topic(kafka_bootstrap, f"{source}.dlq")
     assert [letter.value for letter in letters] == [WRONG_MAGIC]
     assert unavailable_count(runtime, source) == 4
+
+
+class ForwardingRegistry(SwitchableRegistry):
+    """:class:`SwitchableRegistry` that forwards POSTs too (a writer's schema lookup)."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        handler = self.server.RequestHandlerClass
+        owner = self
+
+        def do_post(request: Any) -> None:
+            if owner.down:
+                owner.refused += 1
+                request._answer(503, b'{"error_code":50301,"message":"restarting"}')
+                return
+            body = request.rfile.read(int(request.headers.get("Content-Length", 0)))
+            base = owner.upstream.split("/apis/", 1)[0]
+            sent = urllib.request.Request(  # noqa: S310 - the test's own registry
+                base + request.path,
+                data=body,
+                headers={"Content-Type": request.headers.get("Content-Type", "")},
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(sent, timeout=10) as answer:  # noqa: S310
+                    request._answer(answer.status, answer.read())
+            except urllib.error.HTTPError as error:
+                request._answer(error.code, error.read())
+
+        handler.do_POST = do_post  # type: ignore[attr-defined]
+
+
+async def test_an_output_the_registry_cannot_frame_is_not_parked_and_is_handled_again(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    schema_registry_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="hopchain")
+    source, shipped = await new_topic(prefix="orders"), await new_topic(prefix="shipped")
+    await create_topics(kafka_bootstrap, f"{source}.dlq", f"{shipped}.dlq")
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
+        client.register_schema(f"{shipped}-value", Schema(json.dumps(ORDER_V1), "AVRO"))
+    await produce(
+        kafka_bootstrap,
+        source,
+        foreign_frames(schema_registry_url, source, orders(ORDER_V1, range(3))),
+    )
+    backoff = RegistryBackoff(first=0.2, longest=1.0)
+    calls: list[str] = []
+    with ForwardingRegistry(schema_registry_url) as proxy:
+        # The records are read through the registry itself; only their outputs need the proxy.
+        runtime = Hopchain(
+            registry(
+                avro_contract(source, schema_registry_url, adopt_bare=True),
+                avro_contract(shipped, proxy.url),
+            ),
+            component="shipper",
+        )
+        group = unique_topic_name("shipper")
+        middleware = HopchainMiddleware(runtime, group=group, registry_backoff=backoff)
+        broker = KafkaBroker(kafka_bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
+
+        @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
+        @broker.publisher(shipped)
+        async def ship(order: Order) -> Order:
+            calls.append(order.order_id)
+            return Order(order_id=order.order_id, amount_cents=order.amount_cents + 1)
+
+        await broker.start()
+        try:
+            await wait_until(lambda: len(pauses(caplog)) >= 4, within=60, what="four pauses")
+            assert await record_count(kafka_bootstrap, f"{source}.dlq") == 0
+            assert await record_count(kafka_bootstrap, shipped) == 0
+            assert await committed_offsets(kafka_bootstrap, group) in ({}, {(source, 0): 0})
+            during = pauses(caplog)
+            proxy.down = False
+            await wait_until(
+                lambda: committed_to_end(kafka_bootstrap, group, source),
+                within=60,
+                what="every order handled once the registry answers",
+            )
+        finally:
+            await middleware.close()
+            await broker.stop()
+
+    # At least once: the handler ran again for each pause, its output was sent once.
+    assert set(calls) == {"o-0", "o-1", "o-2"}
+    assert calls.count("o-0") == len(during) + 1
+    assert await record_count(kafka_bootstrap, f"{source}.dlq") == 0
+    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
+        context = SerializationContext(shipped, MessageField.VALUE)
+        written = [
+            AvroDeserializer(client)(record.value, context)
+            for record in await read_topic(kafka_bootstrap, shipped)
+        ]
+    assert written == [{"order_id": f"o-{n}", "amount_cents": n + 1} for n in range(3)]
+    assert_growing(during, backoff)
+    assert unavailable_count(runtime, source) == len(pauses(caplog))

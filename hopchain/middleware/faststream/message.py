@@ -107,7 +107,6 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             self.hopchain.metrics.registry_unavailable.labels(record.topic).inc()
             self.owner.family.parseable(self.msg)
             return
-        self.owner.outage.succeeded(record.topic, record.partition)
         if received.verdict is Verdict.HANDLE:
             self._started = time.perf_counter()
             self.hop, self._body = received.hop, received.body
@@ -269,6 +268,9 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         finally:
             if outcome is None or isinstance(outcome, AckMessage | RejectMessage):
                 self._settled()
+                if self._record is not None:
+                    # Read, handled and its output sent (or parked): the registry answers.
+                    self.owner.outage.succeeded(self._record.topic, self._record.partition)
         return suppressed
 
     def _settled(self) -> None:
@@ -328,6 +330,10 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         """The handler returned but its output was not published: park or redeliver."""
         if isinstance(exc, EnvelopeRejected):
             await self._park_failure(hop, exc)
+        if isinstance(exc, SchemaRegistryUnavailable):
+            # Its output could not be framed: handled again once the registry answers.
+            self.hopchain.metrics.registry_unavailable.labels(hop.record.topic).inc()
+            await self._registry_pause(hop.record, exc)
         logger.error(
             "the output of %s was not sent (%s); not committing it, handling it again",
             hop.record.describe(),
