@@ -271,6 +271,9 @@ class SchemaRegistryUnavailable(HopchainError):  # noqa: N818 - named for what t
     with a backoff (its offset does not move) until the registry answers again.
     """
 
+    retry_after: float = 0.0
+    """Seconds the consumer that raised it pauses its partition (its growing backoff)."""
+
 
 class LocalKafkaError(HopchainError):
     """The local development broker could not be provisioned, started or stopped."""

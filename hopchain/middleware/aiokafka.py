@@ -67,6 +67,7 @@ from hopchain.middleware.engine import Hopchain
 from hopchain.middleware.engine.one_by_one import OneByOne, log_rewound
 from hopchain.middleware.engine.settle import FailOptions
 from hopchain.middleware.engine.verdict import refuse_dead_letter_topic
+from hopchain.middleware.outage import RegistryBackoff, registry_failed
 from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import (
     TRACEPARENT_HEADER,
@@ -92,6 +93,11 @@ class EnvelopeConsumer:
             ``acks="all"`` and ``enable_idempotence=True``).
         hopchain: the component's engine.
         group: the consumer's ``group_id``, recorded in dead letters.
+        registry_backoff: the growing pause of a partition whose schema registry does not
+            answer (default: :class:`~hopchain.middleware.outage.RegistryBackoff`'s 0.5 s
+            doubling to 30 s). Keep its longest pause below the consumer's
+            ``max_poll_interval_ms`` (aiokafka does not tell a wrapper how it was
+            configured, so this is not checked): a read waits it out before it polls again.
 
     Settle each record in the task that read it: its span and ``current_hop()`` are that
     task's context.
@@ -108,6 +114,7 @@ class EnvelopeConsumer:
         hopchain: Hopchain,
         *,
         group: str,
+        registry_backoff: RegistryBackoff | None = None,
     ) -> None:
         if not group:
             raise ConfigurationError(
@@ -122,6 +129,8 @@ class EnvelopeConsumer:
         """Sends the outputs of the records read in batches (and may send any other)."""
         self.hopchain = hopchain
         self.group = group
+        self.outage = registry_backoff if registry_backoff is not None else RegistryBackoff()
+        """How long a read waits while the schema registry does not answer."""
         self.one = OneByOne(hopchain, group=group, cursor=self, writer=self.writer)
         """The record in hand and how it is settled (the part no client changes)."""
         self.batched: Batches | None = None
@@ -158,7 +167,12 @@ class EnvelopeConsumer:
     def _batches(self, max_records: int, timeout: float) -> Batches:
         client = AiokafkaBatchClient(self.consumer, self.producer, self.group)
         return Batches(
-            self, client, max_records=max_records, timeout=timeout, stopped=ConsumerStoppedError
+            self,
+            client,
+            max_records=max_records,
+            timeout=timeout,
+            stopped=ConsumerStoppedError,
+            outage=self.outage,
         )
 
     def _refuse_unsettled(self) -> None:
@@ -187,23 +201,36 @@ class EnvelopeConsumer:
             DeadLetterWriteError: an invalid record could not be parked; the consumer is
                 rewound to it and its offset is not committed.
             SchemaRegistryUnavailable: the schema registry did not answer for a record of a
-                registry payload format; the consumer is rewound to it (nothing is parked):
-                back off and call again.
+                registry payload format; the consumer is rewound to it (nothing is parked).
+                Call again: the next read first waits out the partition's pause
+                (``retry_after``), which grows with each failure in a row.
             aiokafka.errors.ConsumerStoppedError: the consumer was stopped, or a stage
                 aborted (``async for`` then simply ends).
         """
         if self.one.aborted:
             raise ConsumerStoppedError
         self._refuse_unsettled()
+        await self.outage.wait_out()
         while True:
             message = await self._read()
             record = ConsumedRecord.from_aiokafka(message)
             scope = ExitStack()
             try:
                 received = self.hopchain.receive(record, group=self.group, scope=scope)
-            except (ConfigurationError, SchemaRegistryUnavailable):
+            except SchemaRegistryUnavailable as exc:
+                self._rewind(record)
+                registry_failed(
+                    self.outage,
+                    self.hopchain.metrics.registry_unavailable,
+                    record.describe(),
+                    record,
+                    exc,
+                )
+                raise
+            except ConfigurationError:
                 self._rewind(record)
                 raise
+            self.outage.succeeded(record.topic, record.partition)
             hop = await self.one.decide(received, scope)
             if hop is not None:
                 return hop

@@ -66,6 +66,11 @@ from hopchain.middleware.engine import Hopchain, Received
 from hopchain.middleware.engine.one_by_one import OneByOne, log_rewound
 from hopchain.middleware.engine.settle import FailOptions
 from hopchain.middleware.engine.verdict import refuse_dead_letter_topic
+from hopchain.middleware.outage import (
+    RegistryBackoff,
+    refuse_longer_than_poll_interval,
+    registry_failed,
+)
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 
@@ -86,14 +91,18 @@ class ConfluentEnvelopeConsumer:
         hopchain: the component's engine.
         topics: subscribed at once; without them, assign partitions on :attr:`consumer`.
         poll_timeout: seconds a per-record read waits before it tries again.
+        registry_backoff: the growing pause of a partition whose schema registry does not
+            answer (default: :class:`~hopchain.middleware.outage.RegistryBackoff`'s 0.5 s
+            doubling to 30 s); its longest pause must be shorter than
+            ``max.poll.interval.ms``.
 
     Attributes:
         consumer: the ``confluent_kafka.Consumer`` (for ``assign``; do not commit on it).
         sender: a :class:`ConfluentEnvelopeProducer` on ``producer``, sharing its reports.
 
     Raises:
-        ConfigurationError: no ``group.id``, auto-commit on, a dead-letter topic, or a
-            topic without a contract.
+        ConfigurationError: no ``group.id``, auto-commit on, a dead-letter topic, a
+            topic without a contract, or a registry backoff longer than the poll interval.
     """
 
     def __init__(
@@ -104,8 +113,14 @@ class ConfluentEnvelopeConsumer:
         *,
         topics: Sequence[str] = (),
         poll_timeout: float = 1.0,
+        registry_backoff: RegistryBackoff | None = None,
     ) -> None:
         settings, self.group = consumer_settings(config)
+        self.outage = registry_backoff if registry_backoff is not None else RegistryBackoff()
+        """How long a read waits while the schema registry does not answer."""
+        refuse_longer_than_poll_interval(
+            self.outage, settings.get("max.poll.interval.ms", 300_000), "max.poll.interval.ms"
+        )
         self.hopchain = hopchain
         self._check_topics(topics)
         self.deliveries = Deliveries(producer)
@@ -164,7 +179,11 @@ class ConfluentEnvelopeConsumer:
         """
         self.one.refuse_unsettled()
         self.batched = ConfluentBatches(
-            self, ConfluentBatchClient(self), max_records=max_records, timeout=timeout
+            self,
+            ConfluentBatchClient(self),
+            max_records=max_records,
+            timeout=timeout,
+            outage=self.outage,
         )
         return self.batched
 
@@ -188,6 +207,7 @@ class ConfluentEnvelopeConsumer:
                 rewound to it and its offset is not committed.
         """
         self.one.refuse_unsettled()
+        await self.outage.wait_out()
         while True:
             if self._closed or self.one.aborted:
                 raise StopAsyncIteration
@@ -215,13 +235,26 @@ class ConfluentEnvelopeConsumer:
         Raises:
             ConfigurationError: its topic has no contract (the consumer is rewound to it).
             SchemaRegistryUnavailable: the schema registry did not answer (the consumer is
-                rewound to it; nothing is parked).
+                rewound to it; nothing is parked; the next read first waits out the
+                partition's growing pause, ``retry_after``).
         """
         try:
-            return self.hopchain.receive(record, group=self.group, scope=scope)
-        except (ConfigurationError, SchemaRegistryUnavailable):
+            received = self.hopchain.receive(record, group=self.group, scope=scope)
+        except SchemaRegistryUnavailable as exc:
+            self.rewind(record)
+            registry_failed(
+                self.outage,
+                self.hopchain.metrics.registry_unavailable,
+                record.describe(),
+                record,
+                exc,
+            )
+            raise
+        except ConfigurationError:
             self.rewind(record)
             raise
+        self.outage.succeeded(record.topic, record.partition)
+        return received
 
     async def take(self, count: int, timeout: float) -> list[Message]:  # noqa: ASYNC109
         """Up to ``count`` records: those read ahead first, else a read from librdkafka.

@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from hopchain.exceptions import UNEXPECTED, ConfigurationError
+from hopchain.exceptions import UNEXPECTED, ConfigurationError, SchemaRegistryUnavailable
 from hopchain.middleware.engine.batch import (
     Batch,
     BatchClient,
@@ -43,6 +43,7 @@ from hopchain.middleware.engine.batch import (
 from hopchain.middleware.engine.consume import internal_error
 from hopchain.middleware.engine.one_by_one import log_rewound
 from hopchain.middleware.engine.verdict import Received, Verdict, refuse_dead_letter_topic
+from hopchain.middleware.outage import RegistryBackoff, registry_failed
 from hopchain.schemas import TRACEPARENT_HEADER
 from hopchain.schemas.ids import new_span_ids
 from hopchain.tracing import batch_receive_span, mark_error, process_span, tracing_active
@@ -72,6 +73,7 @@ class Batches:
         transaction: each batch is one transaction of it, when given.
         stopped: the exception the client raises once the consumer reads no more; the
             iteration then ends.
+        outage: the pauses while the schema registry does not answer (see :meth:`read`).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Batches:
         timeout: float = DEFAULT_BATCH_TIMEOUT,
         transaction: Transaction | None = None,
         stopped: type[Exception] = StopAsyncIteration,
+        outage: RegistryBackoff | None = None,
     ) -> None:
         if max_records < 1 or timeout < 0:
             raise ConfigurationError(
@@ -98,6 +101,7 @@ class Batches:
         self.timeout = timeout
         self.transaction = transaction
         self.stopped = stopped
+        self.outage = outage if outage is not None else RegistryBackoff()
         self.current: Batch | None = None
         """The batch handed over last."""
         self.aborted = False
@@ -139,6 +143,11 @@ class Batches:
         Raises:
             ConfigurationError: the previous batch is not settled, or a record came from a
                 topic without a contract (the consumer is rewound to the read's start).
+            SchemaRegistryUnavailable: the schema registry did not answer for a record of a
+                registry payload format: nothing of the read is handed over, parked or
+                committed, and the consumer is rewound to its start. Read again: the read
+                first waits out the pause (``retry_after``), which grows with each failure
+                in a row.
             Exception: the client's ``stopped``: the consumer stopped, or a stage aborted.
         """
         while True:
@@ -153,6 +162,7 @@ class Batches:
                 raise self.stopped
             if self._doomed:
                 await self._abort()
+            await self.outage.wait_out()
             started = time.perf_counter()
             start_ns = time.time_ns()
             fetched = await self.client.fetch(self.max_records, self.timeout)
@@ -186,14 +196,7 @@ class Batches:
         span_ids = None if traced else iter(new_span_ids(count))
         for records in fetched:
             for record in records:
-                try:
-                    received = self._verdict(record)
-                except ConfigurationError:
-                    self._rewind(ledger.starts)
-                    self._end_spans(batch, committed=False)
-                    batch.close()
-                    self._doomed = self.transaction is not None
-                    raise
+                received = self._decided(record, batch, count)
                 hop = received.hop
                 if received.verdict is Verdict.HANDLE and hop is None:
                     hop = self._open(received, received_at, span_ids=span_ids, links=links)
@@ -202,6 +205,8 @@ class Batches:
                 else:
                     parks.append(((record.topic, record.partition), record.offset, received))
         ledger.members = {id(hop) for hop in hops}
+        for topic, partition in ledger.starts:
+            self.outage.succeeded(topic, partition)
         if traced:
             batch_receive_span(
                 sorted({topic for topic, _ in ledger.starts}),
@@ -219,6 +224,36 @@ class Batches:
             ledger.pending.append((where, offset, parking))
         batch.parked = len(parks)
         return batch
+
+    def _decided(self, record: ConsumedRecord, batch: Batch, count: int) -> Received:
+        """The verdict on a record of a read; a read that cannot be decided is given up.
+
+        Raises:
+            ConfigurationError: see :meth:`_verdict`.
+            SchemaRegistryUnavailable: the registry did not answer for this record: the
+                consumer is rewound to the read's start (nothing of it is parked yet).
+        """
+        try:
+            return self._verdict(record)
+        except SchemaRegistryUnavailable as exc:
+            registry_failed(
+                self.outage,
+                self.hopchain.metrics.registry_unavailable,
+                f"{record.describe()} (in a read of {count})",
+                record,
+                exc,
+            )
+            self._give_up_read(batch)
+            raise
+        except ConfigurationError:
+            self._give_up_read(batch)
+            raise
+
+    def _give_up_read(self, batch: Batch) -> None:
+        self._rewind(batch.ledger.starts)
+        self._end_spans(batch, committed=False)
+        batch.close()
+        self._doomed = self.transaction is not None
 
     def _verdict(self, record: ConsumedRecord) -> Received:
         """The engine's verdict on a record: HANDLE (a report with its hop) or PARK.

@@ -19,7 +19,12 @@ from typing import Any, NoReturn
 from faststream import StreamMessage
 from faststream.exceptions import AckMessage, HandlerException, NackMessage
 
-from hopchain.exceptions import UNEXPECTED, ConfigurationError, DeadLetterWriteError
+from hopchain.exceptions import (
+    UNEXPECTED,
+    ConfigurationError,
+    DeadLetterWriteError,
+    SchemaRegistryUnavailable,
+)
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Verdict
 from hopchain.middleware.engine.consume import close_quietly
@@ -28,6 +33,7 @@ from hopchain.middleware.faststream.family import KafkaCommand, header_texts
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one
 from hopchain.middleware.faststream.types import MiddlewareOwner
+from hopchain.middleware.outage import log_registry_pause
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["Batch", "receive_batch"]
@@ -56,6 +62,8 @@ class Batch:
     items: list[_Item]
     scope: ExitStack = field(default_factory=ExitStack)
     started: float = field(default_factory=time.perf_counter)
+    unavailable: tuple[ConsumedRecord, SchemaRegistryUnavailable] | None = None
+    """The record the schema registry could not help read: the batch is read again."""
 
     @property
     def kept(self) -> list[_Item]:
@@ -70,6 +78,8 @@ class Batch:
     async def consume(self, call_next: Any, msg: StreamMessage[Any]) -> Any:
         """Track, open hops, hand the valid payloads to the handler; park all on failure."""
         owner = self.owner
+        if self.unavailable is not None:
+            await self._registry_pause(msg, *self.unavailable)
         if owner.owns_commits:
             consumer = owner.family.offsets(msg)
             for index, item in enumerate(self.items):
@@ -101,6 +111,33 @@ class Batch:
             raise
         except UNEXPECTED as exc:  # every handler failure is typed and parked
             await self._park_all(exc)
+
+    async def _registry_pause(
+        self, msg: StreamMessage[Any], record: ConsumedRecord, exc: SchemaRegistryUnavailable
+    ) -> NoReturn:
+        """Nothing of the batch is handled, parked or committed: it is read again.
+
+        The partition of the record the registry could not help read waits out its backoff;
+        the batch's other partitions are read again at once (their records, if they need the
+        registry too, then pause their own partitions).
+        """
+        owner = self.owner
+        pause = owner.outage.failed(record.topic, record.partition)
+        log_registry_pause(
+            f"{record.describe()} (in a batch of {len(self.items)})",
+            record.topic,
+            record.partition,
+            pause,
+            exc,
+        )
+        # Every partition of the batch back to its first record (under AckPolicy.MANUAL
+        # too, where FastStream's NackMessage alone moves nothing).
+        await msg.nack()
+        if not owner.holds.hold(
+            owner.family.partitions(msg), record.topic, record.partition, pause
+        ):
+            await asyncio.sleep(pause)
+        raise NackMessage from exc
 
     async def _park_all(self, exc: BaseException) -> NoReturn:
         owner = self.owner
@@ -195,16 +232,33 @@ async def read_record(owner: MiddlewareOwner, raw: Any) -> ConsumedRecord:
 
 
 async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Batch:
-    """Decide on each record of a batch; park the refused ones (waited for per record mode)."""
+    """Decide on each record of a batch; park the refused ones (waited for per record mode).
+
+    Every record is decided before any is parked: when the schema registry does not answer
+    for one of them, nothing of the batch has been parked (it is all read again), so a
+    refused record is not parked twice.
+    """
     hopchain = owner.hopchain
     items: list[_Item] = []
+    decided = []
     scope = ExitStack()
     for raw in records:
         record = await read_record(owner, raw)
         item = _Item(record, raw)
         items.append(item)
         # Each valid record's hop is opened now: one that cannot be opened is parked too.
-        received = hopchain.receive(record, group=owner.group, scope=scope, body=True)
+        try:
+            received = hopchain.receive(record, group=owner.group, scope=scope, body=True)
+        except SchemaRegistryUnavailable as exc:
+            hopchain.metrics.registry_unavailable.labels(record.topic).inc()
+            close_quietly(scope, record)
+            for later in records[len(items) - 1 :]:
+                owner.family.parseable(later)
+            return Batch(owner, items, ExitStack(), unavailable=(record, exc))
+        decided.append((item, received))
+        owner.family.parseable(raw)
+    for item, received in decided:
+        owner.outage.succeeded(item.record.topic, item.record.partition)
         if received.verdict is Verdict.HANDLE:
             item.decoded, item.hop, item.body = received.decoded, received.hop, received.body
         elif received.verdict is Verdict.PARK:
@@ -216,11 +270,12 @@ async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Bat
                     await parking
                 except DeadLetterWriteError as exc:
                     logger.critical(
-                        "%s is not committed and will be read again: %s", record.describe(), exc
+                        "%s is not committed and will be read again: %s",
+                        item.record.describe(),
+                        exc,
                     )
-                    close_quietly(scope, record)
+                    close_quietly(scope, item.record)
                     await asyncio.sleep(RETRY_PAUSE_SECONDS)
                     raise NackMessage from exc
                 item.parking = True
-        owner.family.parseable(raw)
     return Batch(owner, items, scope)

@@ -25,6 +25,7 @@ from hopchain.middleware.faststream.family import UNUSABLE_LOGIN, BrokerFamily, 
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS, PartitionHolds
 from hopchain.middleware.faststream.kafka import KAFKA
 from hopchain.middleware.faststream.message import RecordMiddleware
+from hopchain.middleware.outage import RegistryBackoff
 from hopchain.middleware.producer import KafkaWriter
 from hopchain.middleware.topics import ensure_dead_letter_topics
 
@@ -62,10 +63,20 @@ class HopchainMiddleware:
             middleware owns (close it with :meth:`close`).
         group: the consumer group recorded in dead letters (default: the component's name;
             FastStream does not tell a middleware which subscriber read a record).
+        registry_backoff: how long a partition pauses when the schema registry does not
+            answer for one of its records (nothing is parked, the record is read again): by
+            default 0.5 s, doubling with each failure in a row up to 30 s, with jitter, and
+            back to 0.5 s once a record of the partition is read
+            (:class:`~hopchain.middleware.outage.RegistryBackoff`).
     """
 
     def __init__(
-        self, hopchain: Hopchain, *, writer: RecordWriter | None = None, group: str | None = None
+        self,
+        hopchain: Hopchain,
+        *,
+        writer: RecordWriter | None = None,
+        group: str | None = None,
+        registry_backoff: RegistryBackoff | None = None,
     ) -> None:
         read_undecodable_header_names()  # else one such record stalls its partition
         self.hopchain = hopchain
@@ -93,6 +104,8 @@ class HopchainMiddleware:
         neither handled nor committed; the consumer is halted."""
         self.commits = BatchedCommits(hopchain.config, retry_pause=RETRY_PAUSE_SECONDS)
         self.holds = PartitionHolds(RETRY_PAUSE_SECONDS)
+        self.outage = registry_backoff if registry_backoff is not None else RegistryBackoff()
+        """How long a partition pauses while the schema registry does not answer."""
         self.server_address: str | None = None
         """The broker's bootstrap servers, seen when it connects (labels the send spans)."""
         self.client_id: str | None = None

@@ -34,8 +34,16 @@ class PartitionHolds:
         self.halted = False
         self._timers: dict[tuple[int, str, int], asyncio.TimerHandle] = {}
 
-    def hold(self, partitions: PartitionControl | None, topic: str, partition: int) -> bool:
+    def hold(
+        self,
+        partitions: PartitionControl | None,
+        topic: str,
+        partition: int,
+        seconds: float | None = None,
+    ) -> bool:
         """Pause ``topic``/``partition`` of the consumer that read the record.
+
+        ``seconds``: how long (by default ``pause_seconds``).
 
         Returns:
             False when there is no consumer to pause (FastStream's in-memory test broker):
@@ -49,7 +57,7 @@ class PartitionHolds:
         if earlier is not None:
             earlier.cancel()
         self._timers[key] = asyncio.get_running_loop().call_later(
-            self.pause_seconds, self._release, partitions, key
+            self.pause_seconds if seconds is None else seconds, self._release, partitions, key
         )
         return True
 

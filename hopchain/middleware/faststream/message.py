@@ -33,6 +33,7 @@ from hopchain.middleware.faststream.family import KafkaCommand
 from hopchain.middleware.faststream.holds import RETRY_PAUSE_SECONDS
 from hopchain.middleware.faststream.publish import CallNext, send_one, writing_raw
 from hopchain.middleware.faststream.types import MiddlewareOwner
+from hopchain.middleware.outage import log_registry_pause
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import mark_error
 
@@ -149,6 +150,30 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         # FastStream's nack rewinds the consumer to this record: it is read again next.
         raise NackMessage from exc
 
+    async def _read_again_if_unsettled(self, record: ConsumedRecord) -> None:
+        """A record the registry could not help read, or whose dead letter failed: again."""
+        if self._unavailable is not None:
+            await self._registry_pause(record, self._unavailable)
+        if self._unwritten is not None:
+            await self._retry_later(record, self._unwritten)
+
+    async def _registry_pause(
+        self, record: ConsumedRecord, exc: SchemaRegistryUnavailable
+    ) -> NoReturn:
+        """Leave the record uncommitted; read it again once the partition's backoff ran out."""
+        pause = self.owner.outage.failed(record.topic, record.partition)
+        log_registry_pause(record.describe(), record.topic, record.partition, pause, exc)
+        message = self.message
+        if message is not None:
+            # Back to this record, under AckPolicy.MANUAL too (batched commits), where
+            # FastStream's NackMessage alone moves nothing.
+            await message.nack()
+        if not self.owner.holds.hold(
+            self.owner.family.partitions(message), record.topic, record.partition, pause
+        ):
+            await asyncio.sleep(pause)
+        raise NackMessage from exc
+
     async def _begin(self, msg: StreamMessage[Any]) -> None:
         """Batched mode: track the record with the ledger of the consumer that read it."""
         record = self._record
@@ -175,9 +200,8 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
             raise NackMessage from self.owner.refusal
         if self._batch is not None:
             return await self._batch.consume(call_next, msg)
-        unread = self._unwritten or self._unavailable
-        if unread is not None and self._record is not None:
-            await self._retry_later(self._record, unread)
+        if self._record is not None:
+            await self._read_again_if_unsettled(self._record)
         if self._parked:
             # Parked and acknowledged by the broker: now, and only now, move past it.
             raise AckMessage
@@ -244,6 +268,9 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         finally:
             if outcome is None or isinstance(outcome, AckMessage | RejectMessage):
                 self._settled()
+                if self._record is not None:
+                    # Read, handled and its output sent (or parked): the registry answers.
+                    self.owner.outage.succeeded(self._record.topic, self._record.partition)
         return suppressed
 
     def _settled(self) -> None:
@@ -303,6 +330,10 @@ class RecordMiddleware(BaseMiddleware[KafkaCommand, Any]):
         """The handler returned but its output was not published: park or redeliver."""
         if isinstance(exc, EnvelopeRejected):
             await self._park_failure(hop, exc)
+        if isinstance(exc, SchemaRegistryUnavailable):
+            # Its output could not be framed: handled again once the registry answers.
+            self.hopchain.metrics.registry_unavailable.labels(hop.record.topic).inc()
+            await self._registry_pause(hop.record, exc)
         logger.error(
             "the output of %s was not sent (%s); not committing it, handling it again",
             hop.record.describe(),

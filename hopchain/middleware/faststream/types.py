@@ -13,6 +13,7 @@ from hopchain.middleware.engine import Hopchain, RecordWriter
 from hopchain.middleware.faststream.commits import BatchedCommits
 from hopchain.middleware.faststream.family import BrokerFamily, Rereading
 from hopchain.middleware.faststream.holds import PartitionHolds
+from hopchain.middleware.outage import RegistryBackoff
 
 __all__ = ["MiddlewareOwner"]
 
@@ -26,6 +27,7 @@ class MiddlewareOwner(Protocol):
     group: str
     commits: BatchedCommits
     holds: PartitionHolds
+    outage: RegistryBackoff
     server_address: str | None
     client_id: str | None
     family: BrokerFamily
