@@ -27,6 +27,7 @@ import json
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -86,6 +87,8 @@ _SERVER_ERROR = 500
 _NOT_NOW = frozenset({401, 403, 429})
 """Answers an operator or time fixes: a refused login, too many requests."""
 _NOT_FOUND = 404
+RECENT_READS = 256
+"""How many payloads a format remembers by their framed bytes (see ``RegistryFormat.remember``)."""
 _clients: dict[str, SchemaRegistryClient] = {}
 _clients_lock = threading.Lock()
 
@@ -255,13 +258,21 @@ class RegistryFormat(ABC):
         """confluent-kafka's serializer of this format, registering only if asked to."""
 
     def remember(self, raw: bytes, payload: BaseModel) -> None:
-        """Keep the payload read last: written on unchanged, it is not encoded again."""
-        self._serdes["last"] = (raw, payload)
+        """Keep a payload read: written on unchanged, it is not decoded or encoded again.
+
+        The last :data:`RECENT_READS` are kept, so a batch's records written on after the
+        whole batch was read are recalled too.
+        """
+        recent: OrderedDict[bytes, BaseModel] = self._serdes.setdefault("recent", OrderedDict())
+        recent[raw] = payload
+        recent.move_to_end(raw)
+        if len(recent) > RECENT_READS:
+            recent.popitem(last=False)
 
     def recall(self, raw: bytes) -> BaseModel | None:
-        """The payload read last from exactly ``raw``, if that was the last value read."""
-        last = self._serdes.get("last")
-        return last[1] if last is not None and last[0] == raw else None
+        """The payload read from exactly ``raw``, if it is one of the last ones read."""
+        recent: OrderedDict[bytes, BaseModel] | None = self._serdes.get("recent")
+        return None if recent is None else recent.get(raw)
 
     # -- reading ---------------------------------------------------------------------------------
 
