@@ -2,7 +2,8 @@
 
 A producer that has never heard of hopchain frames Protobuf with confluent-kafka's own
 ``ProtobufSerializer``; what ``hopchain dlq show``, the console, the JSON API and ``hopchain
-trace`` show of such a value (``read_for_display``, which they all call) is the message
+trace`` show of such a value (``read_for_display``, which they all call; the API and the
+console are read here through a dead-letter service) is the message
 decoded with the writer's descriptor, as Protobuf's JSON mapping, with the message's full name
 beside the schema id and subject. A registry that keeps ``.proto`` text (as Confluent's does)
 is asked for the serialized descriptor; one that cannot give it leaves the bytes and a note.
@@ -24,12 +25,16 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from dlq_helpers import settings_factory, wait_until
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
+from test_registry_display import OWNER, SCHEMAS, answer_schema, console_of, payload_answer
 
+from hopchain.consumers import DeadLetterService
 from hopchain.formats import display
 from hopchain.formats.display import SubjectVersion, read_for_display
-from hopchain.testing import unique_topic_name
+from hopchain.testing import create_topics, unique_topic_name
+from hopchain.testing.deadletters import produce_dead_letters, synthetic_dead_letter
 
 pytestmark = [pytest.mark.registry]
 
@@ -288,3 +293,49 @@ def test_the_subjects_of_a_schema_id_are_asked_once_a_minute_not_at_every_view(
 
     assert all(view is not None and view.subject == f"{topic}-value" for view in views)
     assert all(view is not None and view.decoded == {"order_id": "o-1"} for view in views)
+
+
+@pytest.mark.kafka
+async def test_a_protobuf_dead_letter_is_shown_decoded_in_the_api_and_the_console(
+    kafka_bootstrap: str, schema_registry_url: str
+) -> None:
+    source = unique_topic_name("orders")
+    dead_letters = f"{source}.dlq"
+    framed = foreign_frame(schema_registry_url, source, order(source))
+    schema_id = int.from_bytes(framed[1:5], "big")
+    letter = synthetic_dead_letter(owner=OWNER, source_topic=source, parked_at=1.0e9, value=framed)
+    await create_topics(kafka_bootstrap, dead_letters)
+    await produce_dead_letters(kafka_bootstrap, dead_letters, [letter])
+    settings = settings_factory(kafka_bootstrap)(
+        dlq_topics={dead_letters: OWNER}, schema_registry_url=schema_registry_url
+    )
+    async with DeadLetterService(settings) as service:
+        await wait_until(lambda: len(service.index) == 1, what="the dead letter indexed")
+        answer = await payload_answer(service.url, letter.dead_letter_id)
+        line, note, shown, _ = await console_of(service.url, letter.dead_letter_id)
+
+    answer_schema.validate(answer)
+    decoded = {
+        "order_id": "o-1",
+        "amount_cents": "1200",
+        "channel": "STORE",
+        "lines": [{"sku": "tea", "quantity": 2}],
+    }
+    registry = answer["registry"]
+    assert set(registry) == set(SCHEMAS["RegistryPayload"]["required"])
+    assert (registry["schema_id"], registry["format"], registry["message"]) == (
+        schema_id,
+        "protobuf",
+        "shop.Order",
+    )
+    assert (registry["subject"], registry["decoded"], registry["note"]) == (
+        f"{source}-value",
+        decoded,
+        None,
+    )
+    assert line == (
+        f"schema id {schema_id}, subject {source}-value (version 1), protobuf, message "
+        "shop.Order: decoded with its writer's schema, shown as JSON."
+    )
+    assert note is None
+    assert json.loads(shown or "null") == decoded
