@@ -6,7 +6,8 @@ trace`` show of such a value (``read_for_display``, which they all call; the API
 console are read here through a dead-letter service) is the message
 decoded with the writer's descriptor, as Protobuf's JSON mapping, with the message's full name
 beside the schema id and subject. A registry that keeps ``.proto`` text (as Confluent's does)
-is asked for the serialized descriptor; one that cannot give it leaves the bytes and a note.
+is asked for the serialized descriptor; one that cannot give it leaves the bytes and a note,
+as does a file importing another of the registry's files (Protobuf's own, Timestamp, decode).
 The subjects of a schema id are asked once a minute, not at every view.
 """
 
@@ -26,7 +27,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from dlq_helpers import settings_factory, wait_until
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from google.protobuf.message import Message
 from test_registry_display import OWNER, SCHEMAS, answer_schema, console_of, payload_answer
 
@@ -339,3 +340,60 @@ async def test_a_protobuf_dead_letter_is_shown_decoded_in_the_api_and_the_consol
     )
     assert note is None
     assert json.loads(shown or "null") == decoded
+
+
+def test_a_well_known_import_is_decoded_and_a_file_of_the_registry_is_a_note(
+    schema_registry_url: str,
+) -> None:
+    topic = unique_topic_name("orders")
+    pool = descriptor_pool.DescriptorPool()
+    well_known = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(well_known)
+    pool.Add(well_known)
+    money = descriptor_pb2.FileDescriptorProto(
+        name=f"{topic}/money.proto", package="shop", syntax="proto3"
+    )
+    cents = money.message_type.add(name="Money")
+    cents.field.add(name="cents", number=1, type=_FIELD.TYPE_INT64)
+    pool.Add(money)
+    file = descriptor_pb2.FileDescriptorProto(
+        name=f"{topic}.proto",
+        package="shop",
+        syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto"],
+    )
+    placed = file.message_type.add(name="Placed")
+    placed.field.add(name="order_id", number=1, type=_FIELD.TYPE_STRING)
+    placed.field.add(
+        name="at", number=2, type=_FIELD.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp"
+    )
+    pool.Add(file)
+    priced_file = descriptor_pb2.FileDescriptorProto(
+        name=f"{topic}-priced.proto", package="shop", syntax="proto3", dependency=[money.name]
+    )
+    priced = priced_file.message_type.add(name="Priced")
+    priced.field.add(name="total", number=1, type=_FIELD.TYPE_MESSAGE, type_name=".shop.Money")
+    pool.Add(priced_file)
+    made = {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"shop.{name}"))
+        for name in ("Placed", "Priced", "Money")
+    }
+    at = made["Placed"](order_id="o-1")
+    at.at.FromJsonString("2026-12-03T10:00:00Z")
+    with_timestamp = foreign_frame(schema_registry_url, topic, at)
+    total = made["Priced"]()
+    total.total.cents = 5
+    with_reference = foreign_frame(schema_registry_url, f"{topic}-priced", total)
+
+    shown = read_for_display(with_timestamp, topic, schema_registry_url)
+    assert shown is not None
+    assert (shown.message, shown.note) == ("shop.Placed", None)
+    assert shown.decoded == {"order_id": "o-1", "at": "2026-12-03T10:00:00Z"}
+
+    referencing = read_for_display(with_reference, f"{topic}-priced", schema_registry_url)
+    assert referencing is not None
+    assert referencing.decoded is None
+    assert referencing.note == (
+        f"the writer's Protobuf schema imports {topic}/money.proto, which is not decoded for "
+        "display: shown as it is"
+    )
