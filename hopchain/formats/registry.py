@@ -212,7 +212,7 @@ class RegistryFormat(ABC):
     subject_strategy: SubjectStrategy = SubjectStrategy.TOPIC
     auto_register: bool = False
     registry_url: str | None = None
-    _serdes: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    _serdes: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _engine_url: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
     """The engine's registry (at most one): a list, as the dataclass is frozen."""
 
@@ -256,16 +256,19 @@ class RegistryFormat(ABC):
 
         ``HOPCHAIN_SCHEMA_REGISTRY_URL`` is then the one used.
         """
-        return self.registry_url or next(iter(self._engine_url), None)
+        return self.registry_url or (self._engine_url[0] if self._engine_url else None)
 
     # -- the serdes, built on first use (they need the registry's client) ------------------------
 
     def _serde(self, name: str, build: Callable[[SchemaRegistryClient], Any]) -> Any:
-        url = self._url()
-        serde = self._serdes.get((name, url))  # built again if the registry's URL changed
-        if serde is None:
-            serde = self._serdes[(name, url)] = build(registry_client(url))
-        return serde
+        # Once per record: no more than an attribute or two before the cached serde. Built
+        # again if the format's registry changed; the environment's is read when it is built.
+        wanted = self.registry_url or (self._engine_url[0] if self._engine_url else None)
+        cached = self._serdes.get(name)
+        if cached is None or cached[0] != wanted:
+            serde = build(registry_client(registry_url(wanted)))
+            cached = self._serdes[name] = (wanted, serde)
+        return cached[1]
 
     def _url(self) -> str:
         return registry_url(self.configured_url)
