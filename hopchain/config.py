@@ -173,7 +173,10 @@ class HopchainConfig(BaseSettings):
     """The schema registry's Confluent-compatible API (HOPCHAIN_SCHEMA_REGISTRY_URL), e.g.
     ``http://registry:8081`` (for Apicurio ``.../apis/ccompat/v7``): where contracts with a
     registry payload format (``AvroFormat``) look their schemas up, unless the format names
-    its own ``registry_url``. ``hopchain dev registry start`` prints it for a local one."""
+    its own ``registry_url``. Given in code (``HopchainConfig(schema_registry_url=...)``), it
+    reaches the formats of the contracts a ``Hopchain`` engine is given, and ``prepare()``:
+    the format's own URL first, then this, then the environment. ``hopchain dev registry
+    start`` prints it for a local one."""
 
     hmac_keys: SecretStr | None = None
     """HMAC keys by component, ``component=base64key,...`` (HOPCHAIN_HMAC_KEYS). A component

@@ -104,8 +104,8 @@ def check_contracts(
 
     Args:
         contracts: the contracts; those with JSON payloads are skipped.
-        default_url: the registry of formats that name none, instead of
-            ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
+        default_url: the registry of formats that name none, instead of their engine's
+            (``HopchainConfig.schema_registry_url``) or ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
     """
     by_url: dict[str | None, list[tuple[TopicContract, RegistryFormat]]] = {}
     for contract in contracts:
@@ -113,7 +113,9 @@ def check_contracts(
         if payload_format is None:
             continue
         try:
-            url: str | None = registry_url(payload_format.registry_url or default_url)
+            url: str | None = registry_url(
+                payload_format.registry_url or default_url or payload_format.configured_url
+            )
         except ConfigurationError:
             url = None
         by_url.setdefault(url, []).append((contract, payload_format))

@@ -205,8 +205,9 @@ class RegistryFormat(ABC):
         auto_register: let writers register ``schema`` under the subject when it is not
             there. Off by default: a schema is registered by whoever owns the subject, and
             a writer with an unregistered schema is refused before anything is sent.
-        registry_url: the registry's Confluent-compatible API; by default
-            ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
+        registry_url: the registry's Confluent-compatible API. When not given: the
+            ``schema_registry_url`` of the :class:`~hopchain.Hopchain` engine whose contracts
+            hold the format (:meth:`use_registry`), else ``HOPCHAIN_SCHEMA_REGISTRY_URL``.
     """
 
     kind: ClassVar[PayloadFormat]
@@ -215,6 +216,8 @@ class RegistryFormat(ABC):
     auto_register: bool = False
     registry_url: str | None = None
     _serdes: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _engine_url: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
+    """The engine's registry (at most one): a list, as the dataclass is frozen."""
 
     def __post_init__(self) -> None:
         self._check_schema()
@@ -238,16 +241,40 @@ class RegistryFormat(ABC):
             )
         return subject
 
+    # -- the registry ------------------------------------------------------------------------------
+
+    def use_registry(self, url: str) -> None:
+        """Use the registry at ``url`` unless the format names its own ``registry_url``.
+
+        :class:`~hopchain.Hopchain` calls it with its config's ``schema_registry_url`` for
+        every contract it is given, so a URL set only in code reaches the format, and
+        ``prepare()``. The last engine's URL is the one used: a format shared by engines of
+        different registries names its own.
+        """
+        self._engine_url[:] = [url.rstrip("/")]
+
+    @property
+    def configured_url(self) -> str | None:
+        """The format's own ``registry_url``, else its engine's; None when neither is set.
+
+        ``HOPCHAIN_SCHEMA_REGISTRY_URL`` is then the one used.
+        """
+        return self.registry_url or (self._engine_url[0] if self._engine_url else None)
+
     # -- the serdes, built on first use (they need the registry's client) ------------------------
 
     def _serde(self, name: str, build: Callable[[SchemaRegistryClient], Any]) -> Any:
-        serde = self._serdes.get(name)
-        if serde is None:
-            serde = self._serdes[name] = build(registry_client(self.registry_url))
-        return serde
+        # Once per record: no more than an attribute or two before the cached serde. Built
+        # again if the format's registry changed; the environment's is read when it is built.
+        wanted = self.registry_url or (self._engine_url[0] if self._engine_url else None)
+        cached = self._serdes.get(name)
+        if cached is None or cached[0] != wanted:
+            serde = build(registry_client(registry_url(wanted)))
+            cached = self._serdes[name] = (wanted, serde)
+        return cached[1]
 
     def _url(self) -> str:
-        return registry_url(self.registry_url)
+        return registry_url(self.configured_url)
 
     @abstractmethod
     def _deserializer(self) -> Callable[[bytes, SerializationContext], Any]:

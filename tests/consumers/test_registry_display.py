@@ -285,6 +285,7 @@ async def test_a_parked_avro_record_is_shown_decoded_everywhere_and_redriven_byt
         "format": "avro",
         "subject": f"{orders}-value",
         "subjects": [{"subject": f"{orders}-value", "version": 1}],
+        "message": None,
         "decoded": REFUSED,
         "note": None,
     }
@@ -325,6 +326,7 @@ async def test_a_parked_avro_record_is_shown_decoded_everywhere_and_redriven_byt
         "format": None,
         "subject": None,
         "subjects": [],
+        "message": None,
         "decoded": None,
         "note": unknown_note,
     }

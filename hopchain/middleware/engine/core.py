@@ -120,6 +120,11 @@ class Hopchain:
             except LoadError as exc:
                 # Name the setting: the module was not named in the code the user reads.
                 raise LoadError(exc.spec, f"HOPCHAIN_CONTRACTS={exc.spec}: {exc}") from exc
+        if self.config.schema_registry_url is not None:
+            # A URL given only in code reaches the registry formats (and prepare()) too.
+            for contract in registry:
+                if contract.payload_format is not None:
+                    contract.payload_format.use_registry(self.config.schema_registry_url)
         keys = keyring if keyring is not None else self.config.keyring()
         metrics = MiddlewareMetrics(metrics_registry)
         self.parts = EngineParts(
