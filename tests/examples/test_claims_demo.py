@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,23 @@ REPO = Path(__file__).resolve().parents[2]
 def schema_id_of(value: bytes) -> int:
     """The schema id of a value in Confluent's framing (a zero byte, then four bytes)."""
     return int.from_bytes(value[1:5], "big")
+
+
+def with_stage_logs(output: str) -> str:
+    """The demo's output, and the warnings its stage services logged (a failure's story).
+
+    The demo keeps its run folder (``--keep``) for this; it is removed here.
+    """
+    kept = re.search(r"logs and state kept in (\S+)", output)
+    if kept is None:
+        return output
+    run_dir = Path(kept.group(1))
+    logs = []
+    for log in sorted(run_dir.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        logs.append(f"--- {log.name} (last lines)\n" + "\n".join(lines[-40:]))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return "\n".join([output, *logs])
 
 
 @pytest.mark.kafka
@@ -40,13 +58,14 @@ async def test_every_document_is_accounted_for_and_the_service_agrees(
         "examples.claims.demo",
         "--documents",
         "200",
+        "--keep",
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
     output_bytes, _ = await asyncio.wait_for(process.communicate(), timeout=300)
-    output = output_bytes.decode()
+    output = with_stage_logs(output_bytes.decode())
     assert process.returncode == 0, output
     sent = re.search(r"sent\s+│\s+(\d+)", output)
     unaccounted = re.search(r"unaccounted\s+│\s+(\d+)", output)
