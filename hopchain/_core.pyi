@@ -85,3 +85,6 @@ def originate_chain(
 def read_dead_letter_summaries(
     letters: Iterable[Iterable[Header]],
 ) -> list[tuple[Any, ...] | None]: ...
+def read_dead_letter_entries(
+    letters: Iterable[tuple[Iterable[Header], bytes | None]],
+) -> list[tuple[Any, ...] | None]: ...
