@@ -6,8 +6,10 @@
 Parks ``--count`` dead letters (3 owners, 5 error types, half with an envelope, parked over
 the last 6 hours) in three new dead-letter topics of 3 partitions, with a service running
 that indexes them as they arrive (the ingest rate). Then it stops the service and measures
-the two rebuilds: a new service from start to ready, and the CLI's ``load_index``. Uses
-``--bootstrap``, else $HOPCHAIN_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+the two rebuilds: a new service from start to ready, and the CLI's ``load_index``; then the
+floor of the latter, a plain aiokafka consumer reading the same topics in a fresh process
+with ``getmany`` and doing nothing per record. Uses ``--bootstrap``, else
+$HOPCHAIN_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
 """
 
 from __future__ import annotations
@@ -64,13 +66,63 @@ def resident_mib():
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 settings = DlqSettings.model_validate_json(sys.argv[1])
+profile = os.environ.get("HOPCHAIN_BENCH_PROFILE")
+if profile:  # where the time goes (the timing then includes cProfile's own cost)
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
 before = resident_mib()
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 snapshot = asyncio.run(load_index(settings, timeout=600))
-seconds = time.perf_counter() - started
-print(json.dumps({"count": len(snapshot.index), "seconds": seconds,
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+if profile:
+    profiler.disable()
+    profiler.dump_stats(profile)
+print(json.dumps({"count": len(snapshot.index), "seconds": seconds, "cpu": cpu,
                   "before_mib": before, "after_mib": resident_mib()}))
 """
+
+FLOOR = """
+import asyncio, json, sys, time
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+async def main(bootstrap, topics):
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                max_partition_fetch_bytes=4 * 1024 * 1024)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        partitions = [TopicPartition(t, p) for t in topics
+                      for p in sorted(consumer.partitions_for_topic(t) or ())]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        started, cpu = time.perf_counter(), time.process_time()
+        count, left = 0, {tp for tp, end in ends.items() if end > 0}
+        while left:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, records in batch.items():
+                count += len(records)
+                if records and records[-1].offset + 1 >= ends[tp]:
+                    left.discard(tp)
+        print(json.dumps({"count": count, "seconds": time.perf_counter() - started,
+                          "cpu": time.process_time() - cpu}))
+    finally:
+        await consumer.stop()
+
+asyncio.run(main(sys.argv[1], json.loads(sys.argv[2])))
+"""
+
+
+async def fresh_process(code: str, *args: str) -> dict[str, float]:
+    """The JSON line ``code`` prints, run in a fresh interpreter."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, *args, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await child.communicate()
+    measured: dict[str, float] = json.loads(out)
+    return measured
 
 
 def make_letters(count: int, sources: dict[str, str]) -> dict[str, list[SyntheticDeadLetter]]:
@@ -162,23 +214,25 @@ async def main(count: int, bootstrap: str) -> None:
         )
 
         # The CLI's rebuild, in a fresh process so its memory is the index's alone.
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            CHILD,
-            settings.model_dump_json(),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await child.communicate()
-        measured = json.loads(out)
-        check(measured["count"], count, "load_index")
+        measured = await fresh_process(CHILD, settings.model_dump_json())
+        check(int(measured["count"]), count, "load_index")
         loaded = measured["seconds"]
-        print(f"rebuild (CLI load_index, fresh process): {loaded:.2f} s ({count / loaded:,.0f}/s)")
+        print(
+            f"rebuild (CLI load_index, fresh process): {loaded:.2f} s ({count / loaded:,.0f}/s; "
+            f"its CPU {measured['cpu']:.2f} s, {measured['cpu'] / count * 1e6:.1f} µs per letter)"
+        )
         print(
             f"resident memory of that process: {measured['before_mib']:,.0f} MiB after imports, "
             f"{measured['after_mib']:,.0f} MiB with the index of {count:,} "
             f"(~{(measured['after_mib'] - measured['before_mib']) * 2**20 / count:,.0f} bytes "
             "per dead letter)"
+        )
+        floor = await fresh_process(FLOOR, bootstrap, json.dumps(topics))
+        check(int(floor["count"]), count, "the floor")
+        print(
+            f"floor (plain aiokafka getmany, nothing per letter, fresh process): "
+            f"{floor['seconds']:.2f} s ({count / floor['seconds']:,.0f}/s, CPU "
+            f"{floor['cpu']:.2f} s); load_index runs at {floor['seconds'] / loaded:.0%} of its rate"
         )
     finally:
         await delete_topics(bootstrap, *topics, settings.dlq_resolutions_topic)

@@ -881,6 +881,34 @@ fn append_batch<'py>(
         .collect()
 }
 
+/// A letter's headers, held as the Python objects' own bytes.
+type HeldHeaders<'py> = Vec<(Vec<u8>, Option<Bound<'py, PyBytes>>)>;
+
+fn held_headers<'py>(headers: &Bound<'py, PyAny>) -> PyResult<HeldHeaders<'py>> {
+    let mut held = Vec::new();
+    for header in headers.try_iter()? {
+        let header = header?;
+        let header = header
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err("a header is a tuple (name, value)"))?;
+        let name = name_bytes(&header.get_item(0)?)?;
+        held.push((
+            name,
+            bytes_or_none(&header.get_item(1)?, "a header's value")?,
+        ));
+    }
+    Ok(held)
+}
+
+fn borrowed_headers<'h>(held: &'h HeldHeaders<'_>) -> Vec<Header<'h>> {
+    held.iter()
+        .map(|(name, value)| Header {
+            name,
+            value: value.as_ref().map(|value| value.as_bytes()),
+        })
+        .collect()
+}
+
 /// The dead-letter index's summary of each letter's `hopchain-dlq-*` headers, as
 /// `read_dead_letter_summary` returns it, with the failure's JSON last (for the caller to
 /// validate); None for a letter the Python reader must read (missing, invalid or unusual).
@@ -892,26 +920,8 @@ fn read_dead_letter_summaries<'py>(
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     let mut summaries = Vec::new();
     for headers in letters.try_iter()? {
-        let headers = headers?;
-        let mut held = Vec::new();
-        for header in headers.try_iter()? {
-            let header = header?;
-            let header = header
-                .cast::<PyTuple>()
-                .map_err(|_| PyTypeError::new_err("a header is a tuple (name, value)"))?;
-            let name = name_bytes(&header.get_item(0)?)?;
-            held.push((
-                name,
-                bytes_or_none(&header.get_item(1)?, "a header's value")?,
-            ));
-        }
-        let headers: Vec<Header<'_>> = held
-            .iter()
-            .map(|(name, value)| Header {
-                name,
-                value: value.as_ref().map(|value| value.as_bytes()),
-            })
-            .collect();
+        let held = held_headers(&headers?)?;
+        let headers = borrowed_headers(&held);
         let summary = match crate::deadletter::read_summary(&headers, &codes) {
             Ok(summary) => Some(
                 (
@@ -1048,6 +1058,63 @@ fn hop_members<'py>(py: Python<'py>, sealed: &[u8]) -> PyResult<Bound<'py, PyDic
         .map_err(|_| PyValueError::new_err("a hop is one JSON object"))
 }
 
+/// What the dead-letter index reads of each letter, a `(headers, value)` pair, in one call:
+/// the summary (id, owner, source topic, error type, reason, component, source timestamp in
+/// ms), the failure's JSON (for the caller to validate), the parking envelope's identity (id,
+/// trace id, intent key, redriven hops; None when the Python reader reads it leniently from
+/// the letter's own envelope or `traceparent`) and the `hopchain-redrive-count` header's
+/// count. None for a letter the Python reader must read (missing, invalid or unusual headers,
+/// a parking envelope it cannot vouch for, a reference).
+#[pyfunction]
+fn read_dead_letter_entries<'py>(
+    py: Python<'py>,
+    letters: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Option<Bound<'py, PyTuple>>>> {
+    let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+    let mut entries = Vec::new();
+    for letter in letters.try_iter()? {
+        let letter = letter?;
+        let letter = letter
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err("a letter is a tuple (headers, value)"))?;
+        let held = held_headers(&letter.get_item(0)?)?;
+        let value = bytes_or_none(&letter.get_item(1)?, "a letter's value")?;
+        let headers = borrowed_headers(&held);
+        let value = value.as_ref().map(|value| value.as_bytes());
+        let entry = match crate::deadletter::read_entry(&headers, value, &codes) {
+            Ok(entry) => {
+                let summary = entry.summary;
+                let identity = entry.identity.map(|identity| {
+                    (
+                        identity.id,
+                        identity.trace_id,
+                        identity.intent_key,
+                        identity.redriven,
+                    )
+                });
+                Some(
+                    (
+                        summary.id,
+                        summary.owner,
+                        summary.source_topic,
+                        summary.error_type,
+                        summary.reason,
+                        summary.component,
+                        summary.source_timestamp_ms,
+                        summary.failure,
+                        identity,
+                        entry.redrive_count,
+                    )
+                        .into_pyobject(py)?,
+                )
+            }
+            Err(_) => None,
+        };
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
 /// The compiled core of hopchain: SPEC.md's reader of schema-2 records.
 #[pymodule]
 #[pyo3(name = "_core")]
@@ -1067,6 +1134,7 @@ fn core_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(read_dead_letter_summaries, module)?)?;
     module.add_function(wrap_pyfunction!(read_text, module)?)?;
     module.add_function(wrap_pyfunction!(hop_members, module)?)?;
+    module.add_function(wrap_pyfunction!(read_dead_letter_entries, module)?)?;
     let codes: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
     module.add("REASON_CODES", PyTuple::new(module.py(), codes)?)?;
     // What a panic in a binding raises (a BaseException): named so the engine can park on it.

@@ -378,18 +378,23 @@ def read_letter_fields(raw: Any, topic_owner: str | None = None) -> LetterFields
 Summary = tuple[Any, ...]
 """What :func:`~hopchain.schemas.deadletter.read_dead_letter_summary` returns."""
 
+Entry = tuple[Any, ...]
+"""What ``hopchain._core.read_dead_letter_entries`` returns for a letter it reads: the summary
+(without its parking time and envelope), the failure's JSON, the identity and redriven hops
+(None for :func:`_lenient_identity` to read) and the ``hopchain-redrive-count`` count."""
 
-def _compiled_summaries() -> Callable[[list[Any]], list[Summary | None]] | None:
+
+def _compiled_entries() -> Callable[[list[Any]], list[Entry | None]] | None:
     """The compiled core's batch reader of dead letters' headers, when it is built."""
     try:
         core = importlib.import_module("hopchain._core")
     except ImportError:  # the core is optional: the Python reader reads every letter
         return None
-    reader: Callable[[list[Any]], list[Summary | None]] = core.read_dead_letter_summaries
+    reader: Callable[[list[Any]], list[Entry | None]] = core.read_dead_letter_entries
     return reader
 
 
-_read_summaries = _compiled_summaries()
+_read_entries = _compiled_entries()
 
 
 @lru_cache(maxsize=1024)
@@ -401,36 +406,72 @@ def _checked_failure(text: str) -> Failure:
 def read_letters_fields(raws: Sequence[Any], topic_owner: str | None = None) -> list[LetterFields]:
     """:func:`read_letter_fields` of each record, the same values, read as a batch.
 
-    The ``hopchain-dlq-*`` headers of all of them are read by the compiled core in one call
-    (``hopchain._core.read_dead_letter_summaries``, when it is built); a letter it leaves to
-    the Python reader (missing, invalid or unusual headers) is read by
+    The headers of all of them (``hopchain-dlq-*``, the parking envelope's identity, the
+    redrive count) and the value where it may be an envelope are read by the compiled core in
+    one call
+    (``hopchain._core.read_dead_letter_entries``, when it is built); a letter it leaves to
+    the Python reader (missing, invalid or unusual headers, a reference) is read by
     :func:`read_letter_fields`. Never raises.
     """
-    summaries: list[Summary | None] = []
-    if _read_summaries is not None:
+    entries: list[Entry | None] = []
+    if _read_entries is not None:
         try:
-            summaries = _read_summaries([raw.headers or () for raw in raws])
+            entries = _read_entries([(raw.headers or (), raw.value) for raw in raws])
         except Exception:  # noqa: BLE001 - headers the core cannot take: read one by one
-            summaries = []
-    if len(summaries) != len(raws):
+            entries = []
+    if len(entries) != len(raws):
         return [read_letter_fields(raw, topic_owner) for raw in raws]
     letters = []
-    for raw, summary in zip(raws, summaries, strict=True):
-        letter = None if summary is None else _compiled_fields(raw, summary, topic_owner)
+    for raw, entry in zip(raws, entries, strict=True):
+        letter = None if entry is None else _compiled_fields(raw, entry, topic_owner)
         letters.append(letter if letter is not None else read_letter_fields(raw, topic_owner))
     return letters
 
 
-def _compiled_fields(raw: Any, summary: Summary, topic_owner: str | None) -> LetterFields | None:
-    """:func:`_plain_fields`' values from the core's summary; None for any other letter.
-
-    The summary's last member is the failure's JSON, validated here.
-    """
+def _compiled_fields(raw: Any, entry: Entry, topic_owner: str | None) -> LetterFields | None:
+    """:func:`_plain_fields`' values from the core's entry; None for any other letter."""
     try:
-        _checked_failure(summary[9])
-        return _summary_fields(raw, summary[:9], topic_owner)
+        found, owner, source, error_type, reason, component, source_ms, failure, identity, count = (
+            entry
+        )
+        _checked_failure(failure)
+        dead_letter_id = _identifier(found)
+        stamp = raw.timestamp
+        parked_at = _plausible(stamp / 1000) if stamp is not None and stamp >= 0 else None
+        if dead_letter_id is None or parked_at is None:
+            return None
+        if identity is None:
+            envelope_id, trace_id, intent_key = _lenient_identity(
+                raw.value, _beside(raw.headers or ())
+            )
+            redriven = 0
+        else:
+            envelope_id, trace_id, intent_key, redriven = identity
     except Exception:  # noqa: BLE001 - read_letter_fields says what is wrong with it
         return None
+    return (
+        dead_letter_id,
+        owner or topic_owner or UNKNOWN,
+        source or UNKNOWN,
+        error_type,
+        reason,
+        parked_at,
+        raw.topic,
+        raw.partition,
+        raw.offset,
+        envelope_id,
+        trace_id,
+        intent_key,
+        component,
+        max(count, redriven),
+        None,
+        "hopchain",
+        None,
+        _plausible(source_ms / 1000) if source_ms >= 0 else None,
+        None,
+        None,
+        None,
+    )
 
 
 def _plain_fields(raw: Any, topic_owner: str | None) -> LetterFields:

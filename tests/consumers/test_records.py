@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import json
 import time
 
+import pytest
 from aiokafka.structs import ConsumerRecord
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,12 @@ from hopchain.consumers.records import (
     read_letters_fields,
 )
 from hopchain.schemas import ErrorType
-from hopchain.schemas.deadletter import NAME_ESCAPE_PREFIX, REDRIVE_COUNT_HEADER
+from hopchain.schemas.codec import ENVELOPE_HEADER, TRACEPARENT_HEADER
+from hopchain.schemas.deadletter import (
+    DLQ_ENVELOPE_HEADER,
+    NAME_ESCAPE_PREFIX,
+    REDRIVE_COUNT_HEADER,
+)
 from hopchain.testing.deadletters import envelope_for, synthetic_dead_letter
 
 
@@ -324,3 +331,106 @@ def test_reading_a_record_into_values_agrees_with_parse_dead_letter(  # noqa: PL
     read = read_letter_fields(raw, owner)
 
     assert read == fields_of(parse_dead_letter(DeadLetterRecord.from_aiokafka(raw), owner))
+
+
+PARKING_ENVELOPE = json.loads(dict(STAGE.headers)[DLQ_ENVELOPE_HEADER])
+identity_values = st.one_of(
+    st.sampled_from(
+        ["", "a\tb", "café", "x" * 201, "é" * 201, "\u2028", "\ud800", "é" * 200, 7, None]
+    ),
+    st.text(max_size=8),
+)
+decisions = st.sampled_from(["redriven", "accepted", "rejected", 1, None])
+
+
+@st.composite
+def parking_envelope_texts(draw: st.DrawFn) -> str:
+    """A parking envelope's JSON as hopchain writes it, edited where the index reads it."""
+    envelope = dict(PARKING_ENVELOPE)
+    for name in draw(st.sets(st.sampled_from(["id", "trace_id", "intent_key"]))):
+        envelope[name] = draw(identity_values)
+    chain = [
+        {**hop, "decision": draw(decisions)} if draw(st.booleans()) else hop
+        for hop in envelope["chain"]
+    ]
+    envelope["chain"] = draw(st.sampled_from([chain, [*chain, 7, "redriven"], {}, "x"]))
+    text = json.dumps(envelope, ensure_ascii=draw(st.booleans()))
+    edit = draw(st.sampled_from(["", "duplicate", "no_chain", "nan", "cut", "array"]))
+    if edit == "duplicate":  # json.loads keeps the last of a name
+        text = text[:-1] + ', "id": "again", "chain": [{"decision": "redriven"}]}'
+    elif edit == "no_chain":
+        text = json.dumps({key: value for key, value in envelope.items() if key != "chain"})
+    elif edit == "nan":
+        text = text[:-1] + ', "extra": NaN}'
+    elif edit == "cut":
+        text = text[: len(text) // 2]
+    elif edit == "array":
+        text = f"[{text}]"
+    return text
+
+
+@st.composite
+def parked_records(draw: st.DrawFn, offset: int) -> ConsumerRecord[bytes, bytes]:
+    """A stage's dead letter with its parking envelope edited, or none, and a redrive count."""
+    text = draw(st.one_of(st.none(), parking_envelope_texts()))
+    kept = {DLQ_ENVELOPE_HEADER} if draw(st.booleans()) else {DLQ_ENVELOPE_HEADER, ENVELOPE_HEADER}
+    headers = [(n, v) for n, v in STAGE.headers if n not in kept]
+    if text is not None:
+        headers.append((DLQ_ENVELOPE_HEADER, text.encode(errors="surrogatepass")))
+    count = draw(
+        st.sampled_from([None, b"", b"3", b"12", b"-1", b" 4", b"x", b"\xff", "٣".encode()])
+    )
+    if count is not None:
+        headers.append((REDRIVE_COUNT_HEADER, count))
+    if draw(st.booleans()):
+        headers.append(
+            (TRACEPARENT_HEADER, b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        )
+    value = draw(st.sampled_from([None, b"{}", b'{"intent_key": "k", "id": "e"}', b"\xff{"]))
+    return ConsumerRecord(
+        topic="orders.dlq",
+        partition=2,
+        offset=offset,
+        timestamp=1_700_000_000_000,
+        timestamp_type=0,
+        key=None,
+        value=value,
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=len(value or b""),
+        headers=headers,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    raws=st.integers(0, 6).flatmap(
+        lambda count: st.tuples(*(parked_records(offset) for offset in range(count)))
+    )
+)
+def test_a_batch_reads_each_letters_identity_as_the_python_reader_does(
+    raws: tuple[ConsumerRecord[bytes, bytes], ...],
+) -> None:
+    # The core reads the parking envelope's identity and redriven hops, and the redrive count
+    # header, for the whole batch; each letter must get parse_dead_letter's values all the same.
+    read = read_letters_fields(raws, "topic-owner")
+
+    assert read == [
+        fields_of(parse_dead_letter(DeadLetterRecord.from_aiokafka(raw), "topic-owner"))
+        for raw in raws
+    ]
+
+
+def test_the_core_reads_a_parking_envelopes_identity_and_redriven_hops() -> None:
+    core = pytest.importorskip("hopchain._core")
+    envelope = dict(PARKING_ENVELOPE)
+    envelope["chain"] = [*envelope["chain"], {**envelope["chain"][-1], "decision": "redriven"}]
+    headers = [(n, v) for n, v in STAGE.headers if n != DLQ_ENVELOPE_HEADER]
+    headers += [(DLQ_ENVELOPE_HEADER, json.dumps(envelope).encode()), (REDRIVE_COUNT_HEADER, b"0")]
+
+    (entry,) = core.read_dead_letter_entries([(headers, b"{}")])
+
+    assert entry is not None
+    assert entry[0] == STAGE.dead_letter_id
+    assert entry[8] == (envelope["id"], envelope["trace_id"], envelope["intent_key"], 1)
+    assert entry[9] == 0
