@@ -50,7 +50,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(name.starts_with("hopchain-"), "{name}");
         }
     }
-    for text in input.fields.iter().filter_map(|field| std::str::from_utf8(field).ok()) {
+    for text in input
+        .fields
+        .iter()
+        .filter_map(|field| std::str::from_utf8(field).ok())
+    {
         match read_parking_identity(text) {
             Ok(identity) => check_identity(&identity),
             Err(unread) => assert_eq!(unread, Unread::Unusual("hopchain-dlq-envelope")),
