@@ -324,5 +324,5 @@ async def test_every_dashboard_query_returns_data_from_a_real_run(
     # Round after round of four attempts: the record is read again, never parked nor lost.
     assert len(failures) == 1
     assert failures[0] >= 2 * WRITE_ATTEMPTS
-    assert len(rules) == 16
+    assert len(rules) == 17
     assert all(rule["health"] == "ok" for rule in rules), rules
