@@ -109,26 +109,31 @@ async def test_compatible_versions_pass_and_exactly_the_incompatible_ones_are_pa
         ids = {client.get_version(f"{orders}-value", v).schema_id for v in versions}
     assert len(versions) == len(ids) == 3  # v1, v2 and v3 were each registered, once
     unreadable = [third[0], third[2], third[3], third[5]]
-    readable = [*first, *second, third[1], third[4]]
-    assert handled == [
+    # At least once: a consumer whose session expires (a loaded machine) reads again from
+    # the last commit, so a record handled or parked just before may come twice. Each record
+    # counts once here, by its offset; a repeat is the same record, never another.
+    handled_once = {order.order_id: order for order in handled}
+    assert list(handled_once.values()) == [
         *(Order(order_id=f"v1-{n}", amount_cents=n) for n in range(4)),
         *(Order(order_id=f"v2-{n}", amount_cents=100 + n) for n in range(4)),
         Order(order_id="v1-4", amount_cents=4),
         Order(order_id="v2-4", amount_cents=104),
     ]
-    assert len(handled) == len(readable) == 10
     parked = await read_topic(kafka_bootstrap, f"{orders}.dlq")
-    assert [record.value for record in parked] == unreadable  # byte for byte, in order
     infos = [read_dead_letter_headers(record.headers) for record in parked]
-    assert [(info.reason and info.reason.value, info.path) for info in infos] == [
+    by_offset = {
+        info.source_offset: record.value for info, record in zip(infos, parked, strict=True)
+    }
+    assert list(by_offset.values()) == unreadable  # byte for byte, in order
+    assert list(by_offset) == [8, 10, 11, 13]
+    assert {(info.reason and info.reason.value, info.path) for info in infos} == {
         ("unresolvable_schema", "$.payload")
-    ] * 4
-    assert [info.source_offset for info in infos] == [8, 10, 11, 13]
+    }
     # Each dead letter was acknowledged before the group's offset passed its record.
-    assert len(watch.observed) == 2 * len(unreadable)
+    assert len(watch.observed) == 2 * len(parked)
     assert watch.passed() == []
     rejected = runtime.metrics.registry.get_sample_value(
         "hopchain_rejected_total",
         {"topic": orders, "direction": "consume", "reason": "unresolvable_schema"},
     )
-    assert rejected == len(unreadable)
+    assert rejected == len(parked)  # one for each time a record was parked
