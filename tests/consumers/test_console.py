@@ -466,7 +466,7 @@ async def test_with_a_token_every_page_asks_for_it_before_showing_a_dead_letter(
     token = secrets.token_hex(16)
     settings = dlq_settings(dlq_topics={f"{source}.dlq": "team-s"}, dlq_token=token)
     parked = synthetic_dead_letter(
-        owner="team-s", source_topic=source, parked_at=time.time() - 60, value=b'{"pin": "4711"}'
+        owner="team-s", source_topic=source, parked_at=time.time() - 60, value=b'{"pin": "swordfish"}'
     )
     page = f"/ui/dead-letters/{quote(parked.dead_letter_id)}"
     pages = ["/ui", "/ui/dead-letters", page, f"{page}/payload", "/ui/bulk?owner=team-s"]
@@ -477,8 +477,9 @@ async def test_with_a_token_every_page_asks_for_it_before_showing_a_dead_letter(
             status, _, body = await asyncio.to_thread(fetch, f"{service.url}{path}")
             assert status == 401, path
             # Nothing about the dead letter (its id is only in the form's way back).
+            # The value is a word no hex nonce or ULID can spell by chance.
             assert source not in body
-            assert "4711" not in body
+            assert "swordfish" not in body
             assert 'id="sign-in-form"' in body
 
         browser = Browser(driver, service.url)
@@ -497,7 +498,7 @@ async def test_with_a_token_every_page_asks_for_it_before_showing_a_dead_letter(
         status, _, body = await asyncio.to_thread(
             fetch, f"{service.url}{page}/payload", None, cookie
         )
-        assert (status, body) == (200, '{"pin": "4711"}')
+        assert (status, body) == (200, '{"pin": "swordfish"}')
         # A session cookie made for another nonce is worth nothing.
         forged = cookie.replace(cookie.split("hopchain_csrf=")[1][:64], "b" * 64)
         status, _, _ = await asyncio.to_thread(fetch, f"{service.url}/ui", None, forged)
