@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from middleware_helpers import (
     Doc,
+    at_least,
     committed_offsets,
     committed_to_end,
     contract,
@@ -34,6 +37,8 @@ from middleware_helpers import (
 from hopchain import EnvelopeProducer, Hopchain, HopchainConfig, HopchainMiddleware
 from hopchain.exceptions import ConfigurationError
 from hopchain.middleware.failures import EnvironmentFailure
+from hopchain.middleware.faststream.commits import BatchedCommits, CommitOnRevoke, bind_listeners
+from hopchain.schemas.record import ConsumedRecord
 from hopchain.testing import create_topics, unique_topic_name
 
 if TYPE_CHECKING:
@@ -262,6 +267,162 @@ async def test_shutdown_and_revocation_commit_what_is_settled(
 
 
 @pytest.mark.kafka
+async def test_one_listener_of_a_subscriber_with_two_consumers_commits_for_each(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    # max_workers=2: FastStream gives the subscriber two consumers in its group, one partition
+    # each, and the same listener. A rebalance revokes both: each commits its own records.
+    source = await new_topic(partitions=2)
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    contracts = registry(contract(source))
+    group = unique_topic_name("revoke-workers")
+    config = batched(commit_interval_seconds=600, commit_max_records=100_000)
+    broker, middleware = stage(kafka_bootstrap, contracts, config, group)
+    handled: list[int] = []
+
+    @broker.subscriber(
+        source,
+        group_id=group,
+        auto_offset_reset="earliest",
+        max_workers=2,
+        listener=middleware.listener(),
+    )
+    async def handle(item: Doc) -> None:
+        handled.append(item.id)
+
+    middleware.check(broker)
+    joining = AIOKafkaConsumer(
+        bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await broker.start()
+    try:
+        await feed_docs(kafka_bootstrap, contracts, source, range(40))
+        await wait_until(lambda: len(handled) == 40, what="40 handled")
+        assert len(middleware.commits.ledgers) == 2  # one per consumer, both read records
+        assert await committed_offsets(kafka_bootstrap, group) == {}
+        joining.subscribe([source])
+        await joining.start()  # the group rebalances: both consumers' partitions are revoked
+        await wait_until(lambda: committed_to_end(kafka_bootstrap, group, source), what="revoke")
+    finally:
+        await joining.stop()
+        await middleware.close()
+        await broker.stop()
+    assert sorted(handled) == list(range(40))
+
+
+@pytest.mark.kafka
+async def test_a_revocation_in_one_group_leaves_another_groups_records_alone(
+    kafka_bootstrap: str, new_topic: TopicFactory
+) -> None:
+    # One middleware, two groups reading the same partition (issue #37). Group B's handler
+    # is still on record 5 (records 0-4 settled, not committed) when group A rebalances, and
+    # record 5's first output send fails once the handler goes on. A's revocation commits
+    # A's records on A's consumer and leaves B's ledger as it was: B reads record 5 again
+    # after the failure and never commits past it before its output is acknowledged. Were
+    # B's ledger forgotten too, the failed send would find nothing to rewind, and B would
+    # commit past record 5 with no output for it (lost after the commit).
+    count = 20
+    source = await new_topic(partitions=1)
+    out_a, out_b, strict = f"{source}.a", f"{source}.b", f"{source}.strict"
+    await create_topics(kafka_bootstrap, f"{source}.dlq", out_a, out_b)
+    # The broker refuses records over 3 kB here: a send that fails after it left.
+    await create_topics(kafka_bootstrap, strict, configs={"max.message.bytes": "3000"})
+    contracts = registry(contract(source), contract(out_a), contract(out_b), contract(strict))
+    group_a, group_b = unique_topic_name("revoke-a"), unique_topic_name("revoke-b")
+    # A commit interval longer than the test: only revocation and shutdown commit.
+    config = batched(commit_interval_seconds=600, commit_max_records=100_000)
+    broker, middleware = stage(kafka_bootstrap, contracts, config, group_a)
+    gate = asyncio.Event()
+    tries: list[int] = []  # group B's readings of record 5
+
+    @broker.subscriber(
+        source, group_id=group_a, auto_offset_reset="earliest", listener=middleware.listener()
+    )
+    @broker.publisher(out_a)
+    async def handle_a(item: Doc) -> Doc:
+        return item
+
+    subscriber_b = broker.subscriber(
+        source, group_id=group_b, auto_offset_reset="earliest", listener=middleware.listener()
+    )
+
+    @subscriber_b
+    async def handle_b(item: Doc) -> None:
+        if item.id == 5:
+            tries.append(item.id)
+            await gate.wait()
+            if len(tries) == 1:
+                await broker.publish(Doc(id=5, text=item.text, blob="x" * 4000), strict)
+                return
+        await broker.publish(item, out_b)
+
+    middleware.check(broker)
+    joining = AIOKafkaConsumer(
+        bootstrap_servers=kafka_bootstrap, group_id=group_a, enable_auto_commit=False
+    )
+    await feed_docs(kafka_bootstrap, contracts, source, range(count))
+    await broker.start()
+    try:
+        await wait_until(
+            lambda: at_least(record_count(kafka_bootstrap, out_a), count) if tries else False,
+            what="group A done, group B on record 5",
+        )
+        assert await committed_offsets(kafka_bootstrap, group_a) == {}
+        joining.subscribe([source])
+        await joining.start()  # group A rebalances: its consumer's partition is revoked
+        await wait_until(
+            lambda: _committed(kafka_bootstrap, group_a, (source, 0), count),
+            within=60,
+            what="group A's commit on revocation",
+        )
+        await asyncio.sleep(0.5)  # the revocation's listener is done
+        kept_by_b = _tracked(middleware, subscriber_b.consumer, TopicPartition(source, 0))
+        committed_by_a_for_b = await committed_offsets(kafka_bootstrap, group_b)
+        gate.set()
+        await _outputs(kafka_bootstrap, out_b, until=set(range(count)), within=20)
+    finally:
+        await joining.stop()
+        await middleware.close()  # commits what is settled, B's included
+        await broker.stop()
+    committed_b = (await committed_offsets(kafka_bootstrap, group_b)).get((source, 0), 0)
+    outputs_b = await _outputs(kafka_bootstrap, out_b)
+    # Nothing below B's committed offset lacks its output: a crash now loses nothing.
+    assert set(range(committed_b)) - outputs_b == set()
+    assert len(tries) >= 2  # record 5 was read again after its send failed
+    assert committed_b == count
+    assert outputs_b == set(range(count))
+    assert await committed_offsets(kafka_bootstrap, group_a) == {(source, 0): count}
+    assert await _outputs(kafka_bootstrap, out_a) == set(range(count))
+    # Group B's records were left as they were by A's revocation: its ledger still held the
+    # partition's records (5 being handled), and nothing of B's was committed then.
+    assert kept_by_b == [list(range(6))]
+    assert committed_by_a_for_b == {}
+
+
+async def _outputs(
+    bootstrap: str, topic: str, *, until: set[int] | None = None, within: float = 0
+) -> set[int]:
+    """The ids of the docs in ``topic``; read again until they are ``until``, up to ``within``."""
+    deadline = time.monotonic() + within
+    while True:
+        seen = {Doc.model_validate_json(got.value).id for got in await read_topic(bootstrap, topic)}
+        if until is None or seen == until or time.monotonic() > deadline:
+            return seen
+        await asyncio.sleep(0.2)
+
+
+def _tracked(
+    middleware: HopchainMiddleware, consumer: object, tp: TopicPartition
+) -> list[list[int]]:
+    """The offsets the ledger of ``consumer`` holds on ``tp`` (one list per such ledger)."""
+    return [
+        [entry.record.offset for entry in ledger.partitions[tp].entries]
+        for ledger in middleware.commits.ledgers.values()
+        if ledger.consumer is consumer and tp in ledger.partitions
+    ]
+
+
+@pytest.mark.kafka
 async def test_an_abort_commits_up_to_the_failing_record(
     kafka_bootstrap: str, new_topic: TopicFactory
 ) -> None:
@@ -329,3 +490,68 @@ def test_batched_mode_refuses_a_subscriber_that_commits_itself() -> None:
         middleware.check(broker)
     assert "\n" not in str(refused.value)
     assert middleware.ack_policy is AckPolicy.MANUAL
+
+
+class _Consumer:
+    """What the ledger and the builder's consumers need of an ``AIOKafkaConsumer``."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.committed: list[dict[TopicPartition, int]] = []
+        self.listener: ConsumerRebalanceListener | None = None
+
+    def subscribe(self, *, listener: Any = None, **_: Any) -> None:
+        self.listener = listener
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition("in", 0)}
+
+    async def commit(self, offsets: Any = None) -> None:
+        self.committed.append(dict(offsets))
+
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...
+    def pause(self, *partitions: TopicPartition) -> None: ...
+    def resume(self, *partitions: TopicPartition) -> None: ...
+
+
+async def test_a_listener_commits_for_its_own_consumer_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Two groups' consumers, built by a binding builder, each settled records 0-2 of the same
+    # partition: the revocation of one commits and forgets that consumer's records alone.
+    commits = BatchedCommits(batched(commit_interval_seconds=600), retry_pause=1.0)
+    build = bind_listeners(_Consumer)
+    first, second = build(group_id="a"), build(group_id="b")
+    for consumer in (first, second):
+        consumer.subscribe(topics=["in"], listener=CommitOnRevoke(commits))
+        for offset in range(3):
+            tracked = commits.begin(consumer, _record(offset))
+            assert tracked is not None
+            tracked.seal()
+    tp = TopicPartition("in", 0)
+    assert first.listener is not None
+    await first.listener.on_partitions_revoked({tp})
+    assert first.committed == [{tp: 3}]
+    assert second.committed == []
+    assert [
+        entry.record.offset for entry in commits.ledgers[id(second)].partitions[tp].entries
+    ] == [0, 1, 2]
+    assert tp not in commits.ledgers[id(first)].partitions
+    # Called for a consumer it was not told of: nothing committed or forgotten; one warning.
+    unbound = CommitOnRevoke(commits)
+    with caplog.at_level(logging.WARNING, logger="hopchain"):
+        await unbound.on_partitions_revoked({tp})
+        await unbound.on_partitions_revoked({tp})
+    assert second.committed == []
+    assert tp in commits.ledgers[id(second)].partitions
+    warned = [
+        r
+        for r in caplog.records
+        if getattr(r, "hopchain_event", None) == "revocation_not_committed"
+    ]
+    assert len(warned) == 1
+    await commits.close()
+
+
+def _record(offset: int) -> ConsumedRecord:
+    return ConsumedRecord("in", 0, offset, -1, None, b"{}", ())

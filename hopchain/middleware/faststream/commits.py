@@ -4,6 +4,12 @@ Which records are pending per consumer (:class:`BatchedCommits`, one
 :class:`~hopchain.middleware.faststream.ledger.OffsetLedger` per subscriber's consumer), the
 rebalance listener that commits before partitions move (:class:`CommitOnRevoke`), on both
 broker families.
+
+A revocation commits and forgets the partitions of the consumer that loses them, and no
+other: two groups may read the same partition through one middleware, and each group's
+records are its own. confluent-kafka names the consumer in its callback; aiokafka does not,
+so the consumers FastStream builds for a checked broker have their listener told
+(:func:`bind_listeners`).
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from hopchain.schemas.record import ConsumedRecord
 __all__ = [
     "BatchedCommits",
     "CommitOnRevoke",
+    "ConsumerListener",
     "Pending",
+    "bind_listeners",
     "pending",
     "read_again",
+    "rebalancing",
 ]
 
 logger = logging.getLogger("hopchain")
@@ -57,6 +66,9 @@ class Pending:
 
 pending: ContextVar[Pending | None] = ContextVar("hopchain_pending_commit", default=None)
 """Set while a record is handled in batched mode: its publishes are waited for."""
+
+rebalancing: ContextVar[Any] = ContextVar("hopchain_rebalancing_consumer", default=None)
+"""The aiokafka consumer whose rebalance listener is being called (see :func:`bind_listeners`)."""
 
 
 class BatchedCommits:
@@ -128,13 +140,19 @@ class BatchedCommits:
             task.add_done_callback(_log_failure)
         return task
 
-    async def revoked(self, partitions: set[TopicPartition]) -> None:
-        """Commit what is settled on partitions about to move, then forget them."""
-        for ledger in list(self.ledgers.values()):
-            mine = [tp for tp in partitions if tp in ledger.partitions]
-            if mine:
-                await ledger.flush(mine)
-                ledger.forget(mine)
+    async def revoked(self, consumer: Any, partitions: set[TopicPartition]) -> None:
+        """Commit what ``consumer`` settled on partitions it is about to lose; forget them.
+
+        Only the ledger of ``consumer`` is touched: another group's consumer may read the
+        same partitions, and its records are not this group's to commit or forget.
+        """
+        ledger = self.ledgers.get(id(consumer))
+        if ledger is None or ledger.consumer is not consumer:
+            return  # it handled no record
+        mine = [tp for tp in partitions if tp in ledger.partitions]
+        if mine:
+            await ledger.flush(mine)
+            ledger.forget(mine)
 
     async def handed_over(
         self, client: Any, partitions: set[TopicPartition]
@@ -181,10 +199,29 @@ class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
     ) -> None:
         self.commits = commits
         self.inner = inner
+        self._warned = False
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Commit before the partitions move."""
-        await self.commits.revoked(set(revoked))
+        """Commit what the consumer losing ``revoked`` settled on them, before they move.
+
+        The consumer is the one aiokafka calls the listener for (:func:`bind_listeners`);
+        one listener given to a subscriber of several consumers (``max_workers``) commits
+        for each on its own. Called for a consumer it is not told of (one of a broker that
+        was not checked before it started), it commits nothing and warns once: the settled
+        records are read again by the partitions' next owner (duplicates, never a loss).
+        """
+        consumer = rebalancing.get()
+        if consumer is not None:
+            await self.commits.revoked(consumer, set(revoked))
+        elif revoked and not self._warned:
+            self._warned = True
+            logger.warning(
+                "a rebalance listener was called for a consumer of a broker hopchain did not "
+                "check before it started, so nothing is committed on revocation (the records "
+                "settled since the last commit are read again): build the app with "
+                "middleware.app(broker), or call middleware.check(broker) before it starts",
+                extra={"hopchain_event": "revocation_not_committed"},
+            )
         if self.inner is not None:
             await _maybe_await(self.inner.on_partitions_revoked(revoked))
 
@@ -220,6 +257,62 @@ class CommitOnRevoke(ConsumerRebalanceListener):  # type: ignore[misc]
                 logger.warning("commit on revocation not done: %s: %s", type(exc).__name__, exc)
         if self.inner is not None:
             self.inner(consumer, partitions)
+
+
+class ConsumerListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """A consumer's rebalance listener, called with :data:`rebalancing` set to the consumer.
+
+    aiokafka calls a listener with the partitions alone; listeners inside ``inner`` (a
+    :class:`CommitOnRevoke` within FastStream's logging listener) read the consumer there.
+    """
+
+    def __init__(self, consumer: Any, inner: ConsumerRebalanceListener) -> None:
+        self.consumer = consumer
+        self.inner = inner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Pass it on, naming the consumer."""
+        token = rebalancing.set(self.consumer)
+        try:
+            await _maybe_await(self.inner.on_partitions_revoked(revoked))
+        finally:
+            rebalancing.reset(token)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Pass it on, naming the consumer."""
+        token = rebalancing.set(self.consumer)
+        try:
+            await _maybe_await(self.inner.on_partitions_assigned(assigned))
+        finally:
+            rebalancing.reset(token)
+
+
+def bind_listeners(build: Callable[..., Any]) -> Callable[..., Any]:
+    """A consumer builder whose consumers subscribe with a :class:`ConsumerListener`.
+
+    ``build`` is a FastStream broker's (it makes each subscriber's ``AIOKafkaConsumer``);
+    the listener a subscriber is given reaches the consumer's ``subscribe``, which is
+    where it is wrapped. Built once: a builder already binding is returned as it is.
+    """
+    if getattr(build, "hopchain_binds", False):
+        return build
+
+    def building(*args: Any, **kwargs: Any) -> Any:
+        consumer = build(*args, **kwargs)
+        subscribe = getattr(consumer, "subscribe", None)
+        if callable(subscribe):
+
+            def subscribing(*args: Any, **kwargs: Any) -> Any:
+                listener = kwargs.get("listener")
+                if isinstance(listener, ConsumerRebalanceListener):
+                    kwargs["listener"] = ConsumerListener(consumer, listener)
+                return subscribe(*args, **kwargs)
+
+            consumer.subscribe = subscribing
+        return consumer
+
+    building.hopchain_binds = True  # type: ignore[attr-defined]
+    return building
 
 
 def _on(loop: asyncio.AbstractEventLoop) -> bool:

@@ -17,6 +17,7 @@ from faststream.kafka.response import KafkaPublishCommand
 from faststream.kafka.security import parse_security
 
 from hopchain.exceptions import ConfigurationError
+from hopchain.middleware.faststream.commits import bind_listeners
 from hopchain.middleware.faststream.family import UNSAFE_ACKS, decodable
 from hopchain.schemas.record import ConsumedRecord
 
@@ -102,12 +103,17 @@ class KafkaFamily:
     def prepare(broker: Any, seen: Any, *, started: bool) -> None:
         """Have the broker's producer write with ``acks="all"`` and idempotence.
 
-        A broker that connected before it was checked no longer shows its connection
-        options: its servers and security are then taken from its public description
-        (``KafkaBroker(..., security=...)``; ``specification_url`` when one is given).
+        The consumers it builds tell their rebalance listener which consumer it is called
+        for (:func:`~hopchain.middleware.faststream.commits.bind_listeners`), so that a
+        revocation commits for that consumer only. A broker that connected before it was
+        checked no longer shows its connection options: its servers and security are then
+        taken from its public description (``KafkaBroker(..., security=...)``;
+        ``specification_url`` when one is given).
         """
         if isinstance(broker, KafkaBroker):
-            hooked = getattr(broker.config.broker_config.connect, "hopchain_checked", False)
+            config = broker.config.broker_config
+            config.builder = bind_listeners(config.builder)
+            hooked = getattr(config.connect, "hopchain_checked", False)
             require_safe_producer(broker, seen)
             if started and not hooked:
                 described = broker.specification
@@ -131,7 +137,8 @@ def require_safe_producer(
     Left unset, both are set when the broker connects; an explicit ``acks=0`` or ``acks=1``
     is refused there with one line: an output acknowledged by the leader alone is lost
     with it, and its offset would already be committed. ``seen`` is given the connection
-    options (bootstrap servers and client id label the send spans).
+    options (bootstrap servers and client id label the send spans). The consumer builder
+    the connection makes binds listeners, as the one it replaces did.
     """
     config = broker.config.broker_config
     connect = config.connect
@@ -152,6 +159,8 @@ def require_safe_producer(
         if seen is not None:
             seen(options)
         await connect(**options)
+        # Connecting builds the subscribers' consumer builder anew, from these options.
+        config.builder = bind_listeners(config.builder)
 
     checked.hopchain_checked = True  # type: ignore[attr-defined]
     # FastStream exposes the producer's settings nowhere else: they arrive here when the
