@@ -18,17 +18,24 @@ What can go wrong, and what it becomes:
   running stage that has seen a schema id keeps reading it while its registry restarts.
 
 A registry fetch is a blocking HTTP request: it happens once per schema id, the first time
-one is read or written.
+one is read or written. On a thread that runs an event loop, the read of a schema id not yet
+read is made on a worker thread, and the loop waits for it at most
+:data:`LOOKUP_WAIT_SECONDS`: a registry that hangs then looks like one that is down (the
+record is read again after a pause), instead of stopping the loop, and with it the consumer's
+heartbeats and every other partition, for the client's whole timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as LookupTimeout
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -59,6 +66,7 @@ from hopchain.exceptions import (
 )
 
 __all__ = [
+    "LOOKUP_WAIT_SECONDS",
     "MAGIC_BYTE",
     "REGISTRY_URL_SETTING",
     "AvroFormat",
@@ -91,6 +99,48 @@ RECENT_READS = 256
 """How many payloads a format remembers by their framed bytes (see ``RegistryFormat.remember``)."""
 _clients: dict[str, SchemaRegistryClient] = {}
 _clients_lock = threading.Lock()
+LOOKUP_WAIT_SECONDS = 2.0
+"""How long an event loop's thread waits for the read of a schema id it has not read yet.
+
+A registry answers in milliseconds, and a loaded one well within this; one that hangs would
+hold the loop for the client's timeout (5 s, then a retry). Under the 3 s between aiokafka's
+heartbeats and well under its default session timeout (10 s), so a consumer whose loop waits
+keeps its place in its group."""
+_LOOKUP_THREADS = 2
+_lookups: list[ThreadPoolExecutor] = []
+"""The process's worker threads for first reads of a schema id (made on first use)."""
+
+
+def _lookup_pool() -> ThreadPoolExecutor:
+    with _clients_lock:
+        if not _lookups:
+            _lookups.append(
+                ThreadPoolExecutor(_LOOKUP_THREADS, thread_name_prefix="hopchain-registry")
+            )
+        return _lookups[0]
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@dataclass
+class FirstReads:
+    """The schema ids a format has read, and the first reads of others still running.
+
+    A read of a schema id not read yet asks the registry for the writer's schema; on an event
+    loop's thread it is made on a worker thread (see :data:`LOOKUP_WAIT_SECONDS`).
+    """
+
+    read: set[tuple[str | None, int]] = field(default_factory=set)
+    """(registry, schema id) of every value read: their schemas are in the client's cache."""
+    running: dict[bytes, Future[Any]] = field(default_factory=dict)
+    """First reads still running, by the value read: a record read again waits for its own."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class PayloadFormat(StrEnum):
@@ -216,6 +266,7 @@ class RegistryFormat(ABC):
     auto_register: bool = False
     registry_url: str | None = None
     _serdes: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _first_reads: FirstReads = field(default_factory=FirstReads, compare=False, repr=False)
     _engine_url: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
     """The engine's registry (at most one): a list, as the dataclass is frozen."""
 
@@ -314,8 +365,15 @@ class RegistryFormat(ABC):
         """
         schema_id = frame_schema_id(raw, topic)
         deserialize = self._deserializer()  # outside: a configuration error is no record's
+        context = SerializationContext(topic, MessageField.VALUE)
+        known = (self.configured_url, schema_id)
         try:
-            return deserialize(raw, SerializationContext(topic, MessageField.VALUE))
+            if known in self._first_reads.read or not _on_event_loop():
+                value = deserialize(raw, context)
+            else:
+                value = self._first_read(raw, schema_id, lambda: deserialize(raw, context))
+        except SchemaRegistryUnavailable:
+            raise  # the first read did not end in time: not the record's fault either
         except SchemaRegistryError as exc:
             if is_unavailable(exc):
                 raise unavailable(self._url(), exc) from None
@@ -339,6 +397,40 @@ class RegistryFormat(ABC):
                 "$.payload",
                 topic=topic,
             ) from None
+        self._first_reads.read.add(known)
+        return value
+
+    def _first_read(self, raw: bytes, schema_id: int, read: Callable[[], Any]) -> Any:
+        """``read()`` of a value whose schema id was not read yet, on a worker thread.
+
+        The caller's thread waits for it :data:`LOOKUP_WAIT_SECONDS` at most; the read goes on
+        meanwhile, and the same value read again waits for it instead of asking once more.
+
+        Raises:
+            SchemaRegistryUnavailable: the read had not ended in time.
+        """
+        reads = self._first_reads
+        with reads.lock:
+            running = reads.running.get(raw)
+            if running is None:
+                # Reads that ended after their caller stopped waiting, and whose record was not
+                # read again (its partition moved), are let go here.
+                for value, ended in list(reads.running.items()):
+                    if ended.done():
+                        del reads.running[value]
+                running = reads.running[raw] = _lookup_pool().submit(read)
+        try:
+            return running.result(timeout=LOOKUP_WAIT_SECONDS)
+        except LookupTimeout:
+            raise SchemaRegistryUnavailable(
+                f"the schema registry at {self._url()} has not answered within "
+                f"{LOOKUP_WAIT_SECONDS} s for schema id {schema_id}"
+            ) from None
+        finally:
+            if running.done():
+                with reads.lock:
+                    if reads.running.get(raw) is running:
+                        del reads.running[raw]
 
     # -- writing ---------------------------------------------------------------------------------
 
