@@ -70,6 +70,7 @@ from hopchain.middleware.aiokafka import Batches, EnvelopeConsumer
 from hopchain.middleware.aiokafka_batches import AiokafkaBatchClient
 from hopchain.middleware.context import HopContext
 from hopchain.middleware.engine import Hopchain
+from hopchain.middleware.outage import RegistryBackoff
 from hopchain.schemas.record import ConsumedRecord
 
 __all__ = ["TransactionalConsumer"]
@@ -99,6 +100,8 @@ class TransactionalConsumer(EnvelopeConsumer):
         commit_when_idle: commit as soon as every record fetched so far is settled and none
             is waiting (the stage caught up), rather than hold the outputs until a limit is
             reached: low latency at low rates, full batches under load.
+        registry_backoff: the growing pause of a partition whose schema registry does not
+            answer, as for :class:`EnvelopeConsumer`.
 
     Raises:
         ConfigurationError: as for :class:`EnvelopeConsumer`, or a limit is not positive.
@@ -114,13 +117,16 @@ class TransactionalConsumer(EnvelopeConsumer):
         max_records: int = DEFAULT_MAX_RECORDS,
         max_seconds: float = DEFAULT_MAX_SECONDS,
         commit_when_idle: bool = True,
+        registry_backoff: RegistryBackoff | None = None,
     ) -> None:
         if max_records < 1 or not max_seconds > 0:
             raise ConfigurationError(
                 f"TransactionalConsumer needs max_records >= 1 and max_seconds > 0, got "
                 f"{max_records} and {max_seconds}; they bound the records per transaction"
             )
-        super().__init__(consumer, producer, hopchain, group=group)
+        super().__init__(
+            consumer, producer, hopchain, group=group, registry_backoff=registry_backoff
+        )
         self.max_records = max_records
         self.max_seconds = max_seconds
         self.commit_when_idle = commit_when_idle
@@ -185,6 +191,7 @@ class TransactionalConsumer(EnvelopeConsumer):
             timeout=timeout,
             transaction=client,
             stopped=ConsumerStoppedError,
+            outage=self.outage,
         )
 
     # -- the transaction ---------------------------------------------------------------------

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -45,8 +46,15 @@ from test_registry_payloads import (
     avro_contract,
     foreign_frames,
 )
+from txn_worker import read_all
 
-from hopchain import ConfluentEnvelopeConsumer, EnvelopeConsumer, Hopchain, HopchainMiddleware
+from hopchain import (
+    ConfluentEnvelopeConsumer,
+    EnvelopeConsumer,
+    Hopchain,
+    HopchainMiddleware,
+    TransactionalConsumer,
+)
 from hopchain.exceptions import SchemaRegistryUnavailable
 from hopchain.middleware.outage import RegistryBackoff
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
@@ -352,6 +360,57 @@ async def test_envelope_consumer_batches_are_rewound_and_read_again_after_a_grow
     assert Counter(handled) == Counter(f"o-{n}" for n in range(40))
     letters = await read_topic(kafka_bootstrap, f"{source}.dlq")
     assert [letter.value for letter in letters] == [WRONG_MAGIC]
+    assert unavailable_count(runtime, source) == 4
+
+
+async def test_transactional_batches_are_rewound_and_read_again_after_a_growing_pause(
+    kafka_bootstrap: str, new_topic: TopicFactory, schema_registry_url: str
+) -> None:
+    source, shipped = await new_topic(prefix="orders"), await new_topic(prefix="shipped")
+    await create_topics(kafka_bootstrap, f"{source}.dlq", f"{shipped}.dlq")
+    framed = foreign_frames(schema_registry_url, source, orders(ORDER_V1, range(40)))
+    await produce(kafka_bootstrap, source, [WRONG_MAGIC, *framed])
+    group = unique_topic_name("reader")
+    backoff = RegistryBackoff(first=0.3, longest=1.5, jitter=0.0)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=group)
+    await producer.start()
+    try:
+        with SwitchableRegistry(schema_registry_url) as proxy:
+            runtime = Hopchain(
+                registry(
+                    avro_contract(source, proxy.url, adopt_bare=True),
+                    avro_contract(shipped, proxy.url),
+                ),
+                component="reader",
+            )
+            async with envelope_consumer_client(kafka_bootstrap, source, group) as consumer:
+                stage = TransactionalConsumer(
+                    consumer, producer, runtime, group=group, registry_backoff=backoff
+                )
+                batches = stage.batches(max_records=25, timeout=0.5)
+
+                async def forward(batch: Any) -> None:
+                    for hop in batch.hops:
+                        await batch.send(hop, shipped, hop.payload)
+                    await batch.commit()
+
+                handled, retry_after, waited = await read_batches_through_an_outage(
+                    batches.__anext__, forward, proxy, 40
+                )
+                await stage.close()
+                assert await committed_offsets(kafka_bootstrap, group) == {(source, 0): 41}
+    finally:
+        await producer.stop()
+
+    assert retry_after == [0.3, 0.6, 1.2, 1.5]
+    assert all(took >= pause - 0.05 for took, pause in zip(waited, retry_after, strict=False))
+    assert Counter(handled) == Counter(f"o-{n}" for n in range(40))
+    letters = await read_topic(kafka_bootstrap, f"{source}.dlq")
+    assert [letter.value for letter in letters] == [WRONG_MAGIC]
+    # Each output shown once to a read_committed reader (the log holds the transactions'
+    # markers too).
+    shown = await read_all(kafka_bootstrap, [shipped], "read_committed", at_least=40)
+    assert len(shown) == 40
     assert unavailable_count(runtime, source) == 4
 
 
