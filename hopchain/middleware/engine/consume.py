@@ -109,29 +109,28 @@ def closing(scope: ExitStack, record: ConsumedRecord) -> Iterator[None]:
         close_quietly(scope, record)
 
 
+_UNREAD: Any = object()
+"""A topic of the fetch whose records the codec has not read yet."""
+
+
 class _Fetch:
     """The records of one fetch, as the receive decision reads them: per topic, once.
 
     What a topic's records share is looked up once per fetch: whether it is a dead-letter
     topic, its contract. The codec reads all of a topic's records in one call when the first
-    of them is decided, and each record then takes its own result, in order. A topic with
-    one record in the fetch, or whose call failed as a whole, is read record by record when
-    each is accepted (:meth:`read` says None), so every record gets its own outcome.
+    of them is decided, and each record then takes its own result, in order. A fetch of one
+    record, a topic with one record in the fetch, or one whose call failed as a whole, is
+    read record by record when each is accepted (:meth:`read` says None), so every record
+    gets its own outcome.
     """
 
-    __slots__ = ("_contracts", "_dead_letter", "_parts", "_reads", "_waiting")
+    __slots__ = ("_contracts", "_dead_letter", "_parts", "_reads", "_records", "_waiting")
 
     def __init__(self, parts: EngineParts, records: Sequence[ConsumedRecord]) -> None:
         self._parts = parts
-        waiting: dict[str, list[ConsumedRecord]] = {}
-        for record in records:
-            if record.unreadable is None:  # refused before it is read
-                same = waiting.get(record.topic)
-                if same is None:
-                    waiting[record.topic] = [record]
-                else:
-                    same.append(record)
-        self._waiting = waiting
+        self._records = records
+        self._waiting: dict[str, list[ConsumedRecord]] | None = None
+        """Each topic's records to read (those read in part are refused unread)."""
         self._reads: dict[str, Iterator[Decoded | DecodeError] | None] = {}
         self._dead_letter: dict[str, bool] = {}
         self._contracts: dict[str, TopicContract] = {}
@@ -159,17 +158,26 @@ class _Fetch:
 
         Called once for each record the decision accepts, in the fetch's order.
         """
-        if record.unreadable is not None:
+        if len(self._records) == 1 or record.unreadable is not None:
             return None
         topic = record.topic
-        try:
-            reads = self._reads[topic]
-        except KeyError:
+        reads = self._reads.get(topic, _UNREAD)
+        if reads is _UNREAD:
             reads = self._reads[topic] = self._read_topic(topic)
         return None if reads is None else next(reads)
 
     def _read_topic(self, topic: str) -> Iterator[Decoded | DecodeError] | None:
-        records = self._waiting.pop(topic)
+        waiting = self._waiting
+        if waiting is None:
+            waiting = self._waiting = {}
+            for record in self._records:
+                if record.unreadable is None:
+                    same = waiting.get(record.topic)
+                    if same is None:
+                        waiting[record.topic] = [record]
+                    else:
+                        same.append(record)
+        records = waiting.pop(topic)
         if len(records) == 1:
             return None
         try:
@@ -204,7 +212,8 @@ class Receiver:
             ConfigurationError: the record's topic has no contract.
             SchemaRegistryUnavailable: the schema registry did not answer.
         """
-        return next(self.receive_batch((record,), group=group, scope=scope, body=body))
+        fetch = _Fetch(self.parts, (record,))
+        return self._decide(record, fetch, group=group, scope=scope, body=body)
 
     def receive_batch(
         self,
