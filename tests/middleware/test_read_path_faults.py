@@ -175,10 +175,10 @@ def inject_reading(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:  # noqa
     if step in {"accept", "park", "dead_letter"}:
         accept = Receiver.accept
 
-        def faulty_accept(self: Receiver, record: Any) -> Any:
+        def faulty_accept(self: Receiver, record: Any, *read: Any) -> Any:
             if is_boom(record):
                 fire("accept")
-            return accept(self, record)
+            return accept(self, record, *read)
 
         monkeypatch.setattr(Receiver, "accept", faulty_accept)
     if step == "adopt":

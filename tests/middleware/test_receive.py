@@ -178,7 +178,7 @@ def test_a_contract_validator_that_raises_parks_the_bare_record() -> None:
 def test_an_exception_in_accept_is_a_reader_error(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = engine()
 
-    def broken(self: Receiver, record: Any) -> Any:
+    def broken(self: Receiver, record: Any, *_: Any) -> Any:
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(Receiver, "accept", broken)
@@ -209,7 +209,7 @@ def test_an_exception_opening_the_hop_parks_the_record(monkeypatch: pytest.Monke
 def test_a_report_only_topic_reports_a_reader_error_too(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = engine(report_only=True)
 
-    def broken(self: Receiver, record: Any) -> Any:
+    def broken(self: Receiver, record: Any, *_: Any) -> Any:
         raise KeyError(record.topic)
 
     monkeypatch.setattr(Receiver, "accept", broken)
@@ -396,7 +396,7 @@ def test_a_failure_to_count_a_handled_record_is_not_raised(
 def test_a_configuration_error_is_not_a_reader_error(monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = engine()
 
-    def misconfigured(self: Receiver, record: Any) -> Any:
+    def misconfigured(self: Receiver, record: Any, *_: Any) -> Any:
         raise ConfigurationError("HOPCHAIN_CONTRACTS names no registry")
 
     monkeypatch.setattr(Receiver, "accept", misconfigured)
@@ -420,7 +420,7 @@ def test_every_verdict_carries_its_record() -> None:
 def test_a_reader_error_carries_its_cause_on_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
     failure = RecursionError("deep")
 
-    def broken(self: Receiver, record: Any) -> Any:
+    def broken(self: Receiver, record: Any, *_: Any) -> Any:
         raise failure
 
     monkeypatch.setattr(Receiver, "accept", broken)
@@ -446,7 +446,7 @@ def test_opening_failures_carry_their_cause(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_reader_error_is_logged_with_the_fields_operators_filter_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(self: Receiver, record: Any) -> Any:
+    def broken(self: Receiver, record: Any, *_: Any) -> Any:
         raise KeyError("zz")
 
     monkeypatch.setattr(Receiver, "accept", broken)
@@ -569,7 +569,7 @@ def test_a_reported_record_that_cannot_be_passed_on_is_parked(
 def test_a_reader_error_knows_where_the_record_came_from(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def broken(self: Receiver, record: Any) -> Any:
+    def broken(self: Receiver, record: Any, *_: Any) -> Any:
         raise KeyError("zz")
 
     monkeypatch.setattr(Receiver, "accept", broken)
@@ -705,7 +705,7 @@ class Vendored(Exception):  # noqa: N818 - stands for a library's exception
 
 
 def test_a_reader_error_names_the_exceptions_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Receiver, record: Any) -> Any:
+    def broken(self: Receiver, record: Any, *_: Any) -> Any:
         raise Vendored
 
     monkeypatch.setattr(Receiver, "accept", broken)

@@ -1,8 +1,9 @@
 """Reading in batches: one fetch, one list of valid hops, one commit; the part no client changes.
 
 A batch-first consumer wrapper fetches up to ``max_records`` records at a time. The engine
-decides on each of them (:meth:`~hopchain.Hopchain.receive`); invalid ones are parked byte
-for byte, their dead-letter writes in flight together; the valid ones are handed over as one
+decides on all of them in one call (:meth:`~hopchain.Hopchain.receive_batch`: each topic's
+records of the read are read by the core at once); invalid ones are parked byte for byte,
+their dead-letter writes in flight together; the valid ones are handed over as one
 :class:`~hopchain.middleware.engine.batch.Batch`, in the order read (partition by partition).
 What differs between clients is how records are fetched, how offsets are committed, how a
 partition is moved back and, where the client has them, how a transaction is begun,
@@ -194,9 +195,13 @@ class Batches:
         count = sum(map(len, fetched))
         received_at = datetime.now(UTC)
         span_ids = None if traced else iter(new_span_ids(count))
+        # One decision for the whole read: each topic's records are read in one call.
+        verdicts = hopchain.receive_batch(
+            [record for records in fetched for record in records], group=group
+        )
         for records in fetched:
             for record in records:
-                received = self._decided(record, batch, count)
+                received = self._decided(verdicts, record, batch, count)
                 hop = received.hop
                 if received.verdict is Verdict.HANDLE and hop is None:
                     hop = self._open(received, received_at, span_ids=span_ids, links=links)
@@ -225,8 +230,10 @@ class Batches:
         batch.parked = len(parks)
         return batch
 
-    def _decided(self, record: ConsumedRecord, batch: Batch, count: int) -> Received:
-        """The verdict on a record of a read; a read that cannot be decided is given up.
+    def _decided(
+        self, verdicts: Iterator[Received], record: ConsumedRecord, batch: Batch, count: int
+    ) -> Received:
+        """The verdict on ``record``, the next of ``verdicts``; a read undecided is given up.
 
         Raises:
             ConfigurationError: see :meth:`_verdict`.
@@ -234,7 +241,7 @@ class Batches:
                 consumer is rewound to the read's start (nothing of it is parked yet).
         """
         try:
-            return self._verdict(record)
+            return self._verdict(next(verdicts))
         except SchemaRegistryUnavailable as exc:
             registry_failed(
                 self.outage,
@@ -255,14 +262,13 @@ class Batches:
         batch.close()
         self._doomed = self.transaction is not None
 
-    def _verdict(self, record: ConsumedRecord) -> Received:
-        """The engine's verdict on a record: HANDLE (a report with its hop) or PARK.
+    def _verdict(self, received: Received) -> Received:
+        """The engine's verdict as a batch takes it: HANDLE (a report with its hop) or PARK.
 
         Raises:
             ConfigurationError: a topic without a contract, or a dead-letter topic.
         """
         hopchain = self.hopchain
-        received = hopchain.receive(record, group=self.group)
         if received.verdict is Verdict.REPORT:
             with ExitStack() as scope:  # a hop of its own, handed on as it is
                 return hopchain.pass_on(received, group=self.group, scope=scope)

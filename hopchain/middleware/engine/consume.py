@@ -1,16 +1,19 @@
 """The consume side: a raw record becomes a validated hop, or a rejection that is parked.
 
-:meth:`Receiver.receive` is the one receive decision every adapter maps onto its client. It
-is total: whatever the record's bytes, and whatever a contract's validator, the dedupe store
-or a span exporter raises while the record is read, its outcome is a :class:`Received`
-verdict, never an exception a client library would acknowledge.
+:meth:`Receiver.receive_batch` is the one receive decision every adapter maps onto its
+client, for the records of one fetch: the codec reads each topic's records of the fetch in
+one call (:meth:`~hopchain.schemas.EnvelopeCodec.decode_batch`), then each record is
+decided in turn. :meth:`Receiver.receive` is a fetch of one record. It is total: whatever
+the record's bytes, and whatever a contract's validator, the dedupe store or a span
+exporter raises while the record is read, its outcome is a :class:`Received` verdict, never
+an exception a client library would acknowledge.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -37,7 +40,7 @@ from hopchain.schemas import (
     ValidationIssue,
     WireMode,
 )
-from hopchain.schemas.contracts import BARE_RECORD_HINT
+from hopchain.schemas.contracts import BARE_RECORD_HINT, TopicContract
 from hopchain.schemas.deadletter import DeadLetterInfo
 from hopchain.schemas.record import ConsumedRecord
 from hopchain.tracing import HopSpan, consume_span, rejection_span
@@ -106,6 +109,89 @@ def closing(scope: ExitStack, record: ConsumedRecord) -> Iterator[None]:
         close_quietly(scope, record)
 
 
+_UNREAD: Any = object()
+"""A topic of the fetch whose records the codec has not read yet."""
+
+
+class _Fetch:
+    """The records of one fetch, as the receive decision reads them: per topic, once.
+
+    What a topic's records share is looked up once per fetch: whether it is a dead-letter
+    topic, its contract. The codec reads all of a topic's records in one call when the first
+    of them is decided, and each record then takes its own result, in order. A fetch of one
+    record, a topic with one record in the fetch, or one whose call failed as a whole, is
+    read record by record when each is accepted (:meth:`read` says None), so every record
+    gets its own outcome.
+    """
+
+    __slots__ = ("_contracts", "_dead_letter", "_parts", "_reads", "_records", "_waiting")
+
+    def __init__(self, parts: EngineParts, records: Sequence[ConsumedRecord]) -> None:
+        self._parts = parts
+        self._records = records
+        self._waiting: dict[str, list[ConsumedRecord]] | None = None
+        """Each topic's records to read (those read in part are refused unread)."""
+        self._reads: dict[str, Iterator[Decoded | DecodeError] | None] = {}
+        self._dead_letter: dict[str, bool] = {}
+        self._contracts: dict[str, TopicContract] = {}
+
+    def dead_letter(self, topic: str) -> bool:
+        """Whether ``topic`` is a dead-letter topic."""
+        known = self._dead_letter.get(topic)
+        if known is None:
+            known = self._dead_letter[topic] = self._parts.registry.is_dead_letter_topic(topic)
+        return known
+
+    def reporting(self, topic: str) -> bool:
+        """Whether records of ``topic`` that break their contract are only reported.
+
+        Raises:
+            UnknownTopicError: the topic has no contract.
+        """
+        contract = self._contracts.get(topic)
+        if contract is None:
+            contract = self._contracts[topic] = self._parts.registry.get(topic)
+        return self._parts.report_only or contract.report_only
+
+    def read(self, record: ConsumedRecord) -> Decoded | DecodeError | None:
+        """What the codec read of ``record`` with its topic's others; None: read it alone.
+
+        Called once for each record the decision accepts, in the fetch's order.
+        """
+        if len(self._records) == 1 or record.unreadable is not None:
+            return None
+        topic = record.topic
+        reads = self._reads.get(topic, _UNREAD)
+        if reads is _UNREAD:
+            reads = self._reads[topic] = self._read_topic(topic)
+        return None if reads is None else next(reads)
+
+    def _read_topic(self, topic: str) -> Iterator[Decoded | DecodeError] | None:
+        waiting = self._waiting
+        if waiting is None:
+            waiting = self._waiting = {}
+            for record in self._records:
+                if record.unreadable is None:
+                    same = waiting.get(record.topic)
+                    if same is None:
+                        waiting[record.topic] = [record]
+                    else:
+                        same.append(record)
+        records = waiting.pop(topic)
+        if len(records) == 1:
+            return None
+        try:
+            reads = self._parts.codec.decode_batch(
+                topic, [(record.value, record.headers) for record in records]
+            )
+        except UNEXPECTED:
+            # Read one at a time instead: what the codec raised (a topic without a contract,
+            # a registry that does not answer, a fault) is raised, or refuses, at the record
+            # it concerns, exactly as if that record had been read alone.
+            return None
+        return iter(reads)
+
+
 class Receiver:
     """Validates what is read, and parks what fails validation byte for byte."""
 
@@ -120,7 +206,30 @@ class Receiver:
         scope: ExitStack | None = None,
         body: bool = False,
     ) -> Received:
-        """Decide what happens to a record that was read: handle, park, report or skip.
+        """Decide what happens to a record that was read, as a fetch of one (:meth:`receive_batch`).
+
+        Raises:
+            ConfigurationError: the record's topic has no contract.
+            SchemaRegistryUnavailable: the schema registry did not answer.
+        """
+        fetch = _Fetch(self.parts, (record,))
+        return self._decide(record, fetch, group=group, scope=scope, body=body)
+
+    def receive_batch(
+        self,
+        records: Sequence[ConsumedRecord],
+        *,
+        group: str,
+        scope: ExitStack | None = None,
+        body: bool = False,
+    ) -> Iterator[Received]:
+        """Decide on each record of a fetch: handle, park, report or skip; one verdict each.
+
+        The verdicts come in the records' order, each decided when it is asked for. The
+        codec reads all the fetch's records of a topic in one call (when the first of them
+        is decided); the topic's facts (its contract, whether it is a dead-letter topic) are
+        looked up once per fetch. The decision on each record is then its own, as if it had
+        been read alone: the same verdict, error, counters and log lines.
 
         With ``scope``, a valid record's hop is opened in it (its span, ``current_hop()``):
         a failure to open it (a span processor, the dedupe store) parks the record too.
@@ -129,21 +238,38 @@ class Receiver:
         here, where its failure parks the record as one its validator failed on would be.
 
         Raises:
-            ConfigurationError: the record's topic has no contract (a deployment error:
-                nothing can be parked without knowing where).
-            SchemaRegistryUnavailable: the schema registry did not answer; the record is not
-                to blame: it is read again later, never parked for it.
+            ConfigurationError: a record's topic has no contract (a deployment error:
+                nothing can be parked without knowing where). Raised when that record's
+                verdict is asked for: the verdicts before it stand.
+            SchemaRegistryUnavailable: the schema registry did not answer for a record; it
+                is not to blame: it is read again later, never parked for it. Raised when
+                that record's verdict is asked for, as above.
         """
-        if self.parts.registry.is_dead_letter_topic(record.topic):
+        fetch = _Fetch(self.parts, records)
+        for record in records:
+            yield self._decide(record, fetch, group=group, scope=scope, body=body)
+
+    def _decide(
+        self,
+        record: ConsumedRecord,
+        fetch: _Fetch,
+        *,
+        group: str,
+        scope: ExitStack | None,
+        body: bool,
+    ) -> Received:
+        """The receive decision on one record of a fetch (see :meth:`receive_batch`)."""
+        if fetch.dead_letter(record.topic):
             return Received(Verdict.SKIP, record)
         try:
-            decoded = self.accept(record)
+            decoded = self.accept(record, fetch.read(record))
         except DecodeError as error:
-            return self._refused(record, error, None)
+            return self._refused(record, fetch, error, None)
         except (ConfigurationError, SchemaRegistryUnavailable):
             raise
         except UNEXPECTED as exc:  # nothing read may end unparked
-            return self._refused(record, internal_error(record, exc, step="accept"), exc)
+            refusal = internal_error(record, exc, step="accept")
+            return self._refused(record, fetch, refusal, exc)
         received = Received(Verdict.HANDLE, record, decoded)
         # A registry payload's value is framed bytes: its handler reads the decoded payload.
         if body and (decoded.contract.mode is WireMode.BODY or decoded.contract.binary_payload):
@@ -152,7 +278,8 @@ class Receiver:
                     decoded.payload.__pydantic_serializer__.to_json(decoded.payload)
                 )
             except UNEXPECTED as exc:  # nothing read may end unparked
-                return self._refused(record, internal_error(record, exc, step="serialize"), exc)
+                refusal = internal_error(record, exc, step="serialize")
+                return self._refused(record, fetch, refusal, exc)
         if scope is not None:
             try:
                 received.hop, received.span = scope.enter_context(
@@ -185,9 +312,13 @@ class Receiver:
         return Received(Verdict.HANDLE, record, decoded, hop=hop, span=span)
 
     def _refused(
-        self, record: ConsumedRecord, error: DecodeError, cause: BaseException | None
+        self,
+        record: ConsumedRecord,
+        fetch: _Fetch,
+        error: DecodeError,
+        cause: BaseException | None,
     ) -> Received:
-        if not self.reporting(record.topic) or record.unreadable is not None:
+        if not fetch.reporting(record.topic) or record.unreadable is not None:
             # A record its client read only in part is never handed on: it is not whole.
             return Received(Verdict.PARK, record, error=error, cause=cause)
         try:
@@ -196,11 +327,14 @@ class Receiver:
             logger.exception("reporting %s failed; handing it on anyway", record.describe())
         return Received(Verdict.REPORT, record, error=error, cause=cause)
 
-    def accept(self, record: ConsumedRecord) -> Decoded:
+    def accept(self, record: ConsumedRecord, read: Decoded | DecodeError | None = None) -> Decoded:
         """Validate a consumed record against its topic's contract.
 
         A record without an envelope, on a topic that adopts bare records, is adopted when
         its payload satisfies the contract (see :mod:`~hopchain.middleware.engine.adopt`).
+
+        ``read``: what the codec made of the record already, when it read the record's fetch
+        in one call (:meth:`receive_batch`); without it, the record is read now.
 
         Raises:
             DecodeError: the record breaks its topic's contract; its location is filled in.
@@ -216,14 +350,18 @@ class Receiver:
                 partition=record.partition,
                 offset=record.offset,
             )
-        try:
-            return self.parts.codec.decode(record.topic, record.value, record.headers)
-        except DecodeError as exc:
-            contract = self.parts.registry.get(record.topic)
-            if exc.code is ReasonCode.MISSING_HEADER and is_bare(contract, record):
-                return adopt(self.parts, contract, record)
-            exc.topic, exc.partition, exc.offset = record.topic, record.partition, record.offset
-            raise
+        if read is None:
+            try:
+                return self.parts.codec.decode(record.topic, record.value, record.headers)
+            except DecodeError as exc:
+                read = exc
+        if not isinstance(read, DecodeError):
+            return read
+        contract = self.parts.registry.get(record.topic)
+        if read.code is ReasonCode.MISSING_HEADER and is_bare(contract, record):
+            return adopt(self.parts, contract, record)
+        read.topic, read.partition, read.offset = record.topic, record.partition, record.offset
+        raise read
 
     def reporting(self, topic: str) -> bool:
         """Whether records of ``topic`` that break their contract are only reported."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from datetime import datetime
 from typing import Any
@@ -85,8 +85,8 @@ class Hopchain:
 
     What it does is done by three steps, whose methods it offers as its own (each a method
     here that hands over to the step):
-    :class:`Receiver` (``receive``, the receive decision, with ``accept``, ``handling``,
-    ``open``, ``reject``, ``reporting``, ``would_reject``),
+    :class:`Receiver` (``receive`` and ``receive_batch``, the receive decision, with
+    ``accept``, ``handling``, ``open``, ``reject``, ``reporting``, ``would_reject``),
     :class:`Publisher` (``coerce_payload``, ``append``, ``outgoing``, ``sending``) and
     :class:`Settler` (``failure_of``, ``settle``, ``dead_letter``, ``abort``, ``handled``).
 
@@ -213,6 +213,21 @@ class Hopchain:
     ) -> Received:
         """The receive decision: handle, park, report or skip (see :meth:`Receiver.receive`)."""
         return self.receiver.receive(record, group=group, scope=scope, body=body)
+
+    def receive_batch(
+        self,
+        records: Sequence[ConsumedRecord],
+        *,
+        group: str,
+        scope: ExitStack | None = None,
+        body: bool = False,
+    ) -> Iterator[Received]:
+        """The receive decision on each record of a fetch (see :meth:`Receiver.receive_batch`).
+
+        The verdicts come in order, each decided when asked for; the codec reads each topic's
+        records of the fetch in one call.
+        """
+        return self.receiver.receive_batch(records, group=group, scope=scope, body=body)
 
     def pass_on(self, received: Received, *, group: str, scope: ExitStack) -> Received:
         """Report-only: a refused record as a hop (see :meth:`Receiver.pass_on`)."""

@@ -1,10 +1,12 @@
-"""FastStream batch subscribers (``batch=True``): validated record by record.
+"""FastStream batch subscribers (``batch=True``): validated record by record, read at once.
 
-Each record of a batch is validated as a single record would be; invalid ones are parked,
-and the handler receives only the valid ones (as payloads, whatever the wire mode), each
-with a hop of its own. A handler that fails parks every valid record of the batch with that
-failure. Its outputs extend their records' hops when it returns one output per valid record
-(a publisher with ``batch=True``), or one output for a batch with one valid record.
+Each record of a batch is validated as a single record would be, in one decision for the
+batch (:meth:`~hopchain.Hopchain.receive_batch`: each topic's records read in one call);
+invalid ones are parked, and the handler receives only the valid ones (as payloads,
+whatever the wire mode), each with a hop of its own. A handler that fails parks every valid
+record of the batch with that failure. Its outputs extend their records' hops when it
+returns one output per valid record (a publisher with ``batch=True``), or one output for a
+batch with one valid record.
 """
 
 from __future__ import annotations
@@ -242,13 +244,15 @@ async def receive_batch(owner: MiddlewareOwner, records: tuple[Any, ...]) -> Bat
     items: list[_Item] = []
     decided = []
     scope = ExitStack()
-    for raw in records:
-        record = await read_record(owner, raw)
+    read = [await read_record(owner, raw) for raw in records]
+    # One decision for the batch: each topic's records are read in one call. Each valid
+    # record's hop is opened as it is decided: one that cannot be opened is parked too.
+    verdicts = hopchain.receive_batch(read, group=owner.group, scope=scope, body=True)
+    for raw, record in zip(records, read, strict=True):
         item = _Item(record, raw)
         items.append(item)
-        # Each valid record's hop is opened now: one that cannot be opened is parked too.
         try:
-            received = hopchain.receive(record, group=owner.group, scope=scope, body=True)
+            received = next(verdicts)
         except SchemaRegistryUnavailable as exc:
             hopchain.metrics.registry_unavailable.labels(record.topic).inc()
             close_quietly(scope, record)
