@@ -466,7 +466,10 @@ async def test_with_a_token_every_page_asks_for_it_before_showing_a_dead_letter(
     token = secrets.token_hex(16)
     settings = dlq_settings(dlq_topics={f"{source}.dlq": "team-s"}, dlq_token=token)
     parked = synthetic_dead_letter(
-        owner="team-s", source_topic=source, parked_at=time.time() - 60, value=b'{"pin": "swordfish"}'
+        owner="team-s",
+        source_topic=source,
+        parked_at=time.time() - 60,
+        value=b'{"pin": "swordfish"}',
     )
     page = f"/ui/dead-letters/{quote(parked.dead_letter_id)}"
     pages = ["/ui", "/ui/dead-letters", page, f"{page}/payload", "/ui/bulk?owner=team-s"]
