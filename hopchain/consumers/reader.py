@@ -313,7 +313,7 @@ async def load_index(
     """Rebuild the index straight from Kafka, without the service, and stop reading.
 
     Into ``index`` when given (an opened store, to keep memory bounded), else in memory.
-    While it reads, the garbage collector makes no full collection
+    While it reads, the garbage collector makes no full collection and fewer young ones
     (:func:`~hopchain.collector.full_collections_held`); it is as it was once this returns.
 
     Raises:
