@@ -226,15 +226,26 @@ class DeadLetterIndex:
         ignored: set[int] = set()
         resolved: dict[int, Resolution] = {}
         with self._lock:
+            # What add does, without its lock and Added per letter (a rebuild comes here).
+            indexed, resolutions, groups = self._letters, self._resolutions, self._groups
             for position, values in enumerate(letters):
                 letter = ParkedLetter(*values)
-                added = self.add(letter)
-                if not added.new:
+                dead_letter_id = letter.dead_letter_id
+                if dead_letter_id in indexed:
                     ignored.add(position)
                     continue
-                parked[letter.labels] = parked.get(letter.labels, 0) + 1
-                if added.resolution is not None:
-                    resolved[position] = added.resolution
+                indexed[dead_letter_id] = letter
+                labels = letter.labels
+                group = groups.get(labels)
+                if group is None:
+                    group = groups[labels] = _Group()
+                parked[labels] = parked.get(labels, 0) + 1
+                resolution = resolutions.get(dead_letter_id)
+                if resolution is None:
+                    group.depth += 1
+                    heapq.heappush(group.heap, (letter.parked_at, dead_letter_id))
+                else:
+                    resolved[position] = resolution
             done = AddedMany(parked, frozenset(ignored), resolved)
             if counted is not None:
                 counted(done)

@@ -22,6 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from hopchain.collector import full_collections_held
 from hopchain.consumers.applying import Applier
 from hopchain.consumers.config import DlqSettings
 from hopchain.consumers.index import DeadLetterIndex, LetterIndex
@@ -312,6 +313,8 @@ async def load_index(
     """Rebuild the index straight from Kafka, without the service, and stop reading.
 
     Into ``index`` when given (an opened store, to keep memory bounded), else in memory.
+    While it reads, the garbage collector makes no full collection and fewer young ones
+    (:func:`~hopchain.collector.full_collections_held`); it is as it was once this returns.
 
     Raises:
         TimeoutError: the topics were not read to their end within ``timeout`` seconds.
@@ -332,7 +335,8 @@ async def load_index(
         reader = IndexReader(settings, plan, index, metrics, admin)
         try:
             await reader.start()
-            await reader.catch_up(timeout)
+            with full_collections_held():  # the index only grows meanwhile: see there
+                await reader.catch_up(timeout)
         finally:
             await reader.stop()
     finally:
