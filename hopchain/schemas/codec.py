@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ValidationError
 
 from hopchain import _core
-from hopchain.exceptions import DecodeError, EnvelopeError, EnvelopeRejected, ReasonCode
+from hopchain.exceptions import (
+    ConfigurationError,
+    DecodeError,
+    EnvelopeError,
+    EnvelopeRejected,
+    ReasonCode,
+    SchemaRegistryUnavailable,
+)
 from hopchain.schemas import v1  # Schema 1: goes with hopchain/schemas/v1/
 from hopchain.schemas.chain_v2 import check_signature, payload_digest, unsealed, upgrade
 from hopchain.schemas.contracts import BARE_RECORD_HINT, ContractRegistry, TopicContract, WireMode
@@ -156,6 +163,9 @@ class EnvelopeCodec:
         Raises:
             DecodeError: the record breaks the contract; ``code`` says how.
             UnknownTopicError: the topic has no contract (a configuration error).
+            SchemaRegistryUnavailable: the payload's schema registry did not answer; the
+                record is not to blame (read it again later).
+            ConfigurationError: the payload's format has no registry configured.
         """
         (read,) = self.decode_batch(topic, [(value, headers)])
         if isinstance(read, DecodeError):
@@ -169,6 +179,8 @@ class EnvelopeCodec:
 
         Raises:
             UnknownTopicError: the topic has no contract (a configuration error).
+            SchemaRegistryUnavailable: as for :meth:`decode`, for any of the records.
+            ConfigurationError: as for :meth:`decode`.
         """
         contract = self.registry.get(topic)
         batch = [(value, tuple(headers)) for value, headers in records]
@@ -200,6 +212,8 @@ class EnvelopeCodec:
         """The core's verdict on one record as the codec's result: a value, or the error."""
         try:
             return self._judge(contract, value, headers, verdict)
+        except (SchemaRegistryUnavailable, ConfigurationError):
+            raise  # not the record's fault: its reader pauses and reads it again, or stops
         except DecodeError as exc:
             exc.topic = contract.topic
             return exc

@@ -54,8 +54,10 @@ from hopchain import (
     Hopchain,
     HopchainMiddleware,
     TransactionalConsumer,
+    origin,
 )
 from hopchain.exceptions import SchemaRegistryUnavailable
+from hopchain.middleware.aiokafka_producer import EnvelopeProducer
 from hopchain.middleware.outage import RegistryBackoff
 from hopchain.testing import TopicFactory, create_topics, unique_topic_name
 
@@ -549,4 +551,56 @@ async def test_an_output_the_registry_cannot_frame_is_not_parked_and_is_handled_
         ]
     assert written == [{"order_id": f"o-{n}", "amount_cents": n + 1} for n in range(3)]
     assert_growing(during, backoff)
+    assert unavailable_count(runtime, source) == len(pauses(caplog))
+
+
+async def test_records_enveloped_by_hopchain_wait_out_an_outage_and_none_is_parked(
+    kafka_bootstrap: str,
+    new_topic: TopicFactory,
+    schema_registry_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Records a hopchain stage wrote (an envelope in the header, framed Avro as the value)."""
+    caplog.set_level(logging.WARNING, logger="hopchain")
+    source = await new_topic(prefix="orders")
+    await create_topics(kafka_bootstrap, f"{source}.dlq")
+    foreign_frames(schema_registry_url, source, orders(ORDER_V1, range(1)))  # registers v1
+    writer = Hopchain(registry(avro_contract(source, schema_registry_url)), component="intake")
+    async with raw_producer(kafka_bootstrap) as plain:
+        sender = EnvelopeProducer(plain, writer)
+        for n in range(5):
+            with origin(run_id="outage", work_item_id=f"o-{n}"):
+                await sender.send(source, Order(order_id=f"o-{n}", amount_cents=n))
+    handled: list[str] = []
+    backoff = RegistryBackoff(first=0.25, longest=1.0, jitter=0.0)
+    with SwitchableRegistry(schema_registry_url) as proxy:
+        runtime = Hopchain(registry(avro_contract(source, proxy.url)), component="shipper")
+        group = unique_topic_name("shipper")
+        middleware = HopchainMiddleware(runtime, group=group, registry_backoff=backoff)
+        broker = KafkaBroker(kafka_bootstrap, middlewares=[middleware], ack_policy=AckPolicy.ACK)
+
+        @broker.subscriber(source, group_id=group, auto_offset_reset="earliest")
+        async def ship(order: Order) -> None:
+            handled.append(order.order_id)
+
+        await broker.start()
+        try:
+            await wait_until(lambda: len(pauses(caplog)) >= 3, within=60, what="three pauses")
+            # Down: nothing handled, parked or committed past the first record.
+            assert handled == []
+            assert await record_count(kafka_bootstrap, f"{source}.dlq") == 0
+            assert await committed_offsets(kafka_bootstrap, group) == {}
+            proxy.down = False
+            await wait_until(lambda: len(handled) == 5, within=60, what="five orders")
+            await wait_until(
+                lambda: committed_to_end(kafka_bootstrap, group, source),
+                within=30,
+                what="the orders committed",
+            )
+        finally:
+            await middleware.close()
+            await broker.stop()
+
+    assert handled == [f"o-{n}" for n in range(5)]
+    assert await record_count(kafka_bootstrap, f"{source}.dlq") == 0
     assert unavailable_count(runtime, source) == len(pauses(caplog))
