@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import hashlib
 import logging
+import os
 import re
 import signal
 import sqlite3
@@ -214,6 +215,10 @@ async def serve(stage: str, bootstrap: str, run_dir: Path) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # From here a SIGTERM is a clean stop: say so to whoever supervises the process.
+    ready = run_dir / "ready"
+    ready.mkdir(parents=True, exist_ok=True)
+    (ready / str(os.getpid())).touch()
     await broker.start()
     stopped = asyncio.create_task(stop.wait())
     aborted = asyncio.create_task(runtime.aborted.wait())

@@ -36,6 +36,8 @@ PAYLOAD_FRAGMENTS = ("claimant:", "POL-", "scanned fax", "damage to a", "Grace H
 
 _DLQ = "hopchain-dlq-"
 _STOP_WAIT_SECONDS = 20.0
+_READY_WAIT_SECONDS = 120.0
+"""How long a process may take to start handling SIGTERM (imports, on a loaded machine)."""
 
 
 async def create_claims_topics(bootstrap: str) -> None:
@@ -167,8 +169,16 @@ class StageWorkers:
         self.kills[stage] += 1
 
     async def stop(self, name: str) -> int:
-        """SIGTERM one process (a clean leave of its group); return its exit code."""
+        """SIGTERM one process (a clean leave of its group); return its exit code.
+
+        Sent once the process handles it: a process still starting on a loaded machine
+        would be ended by the signal's default action (exit code -15), not stop cleanly.
+        """
         child = self.children.pop(name)
+        ready = self.run_dir / "ready" / str(child.pid)
+        deadline = time.monotonic() + _READY_WAIT_SECONDS
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:  # noqa: ASYNC110 - a file another process writes
+            await asyncio.sleep(0.1)
         child.send_signal(signal.SIGTERM)
         try:
             code = await asyncio.to_thread(child.wait, _STOP_WAIT_SECONDS)

@@ -93,6 +93,8 @@ async def test_a_broker_restart_mid_stream_is_ridden_out_and_loses_nothing(
                 fed = await feeding
             finally:
                 feeding.cancel()
+                # Waited for, so that its producer is closed before the test goes on.
+                await asyncio.gather(feeding, return_exceptions=True)
             feed_seconds = time.monotonic() - started
             async with Tally(bootstrap) as tally:
                 drain_seconds = await drain(tally, fed, workers, within=DRAIN_SECONDS)

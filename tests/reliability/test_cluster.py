@@ -272,6 +272,8 @@ async def test_leader_kills_on_a_3_node_cluster_lose_nothing_with_two_instances_
             fed = await feeding
         finally:
             feeding.cancel()
+            # Waited for, so that its producer is closed before the test goes on.
+            await asyncio.gather(feeding, return_exceptions=True)
         feed_seconds = time.monotonic() - started
         async with Tally(bootstrap) as tally:
             drain_seconds = await drain(tally, fed, workers, within=DRAIN_SECONDS)
@@ -375,6 +377,8 @@ async def test_scaling_a_stage_from_one_to_three_and_back_loses_nothing(
             fed = await feeding
         finally:
             feeding.cancel()
+            # Waited for, so that its producer is closed before the test goes on.
+            await asyncio.gather(feeding, return_exceptions=True)
         feed_seconds = time.monotonic() - started
         async with Tally(bootstrap) as tally:
             drain_seconds = await drain(tally, fed, workers, within=DRAIN_SECONDS)

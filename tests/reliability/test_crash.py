@@ -178,6 +178,8 @@ async def test_kill_9_of_stage_workers_loses_nothing_and_files_each_claim_once(
                     sent = await feeding
                 finally:
                     feeding.cancel()
+                    # Waited for, so that its producer is closed before the test goes on.
+                    await asyncio.gather(feeding, return_exceptions=True)
                 feed_seconds = time.monotonic() - started
                 drain_seconds = await drain(tally, sent, workers, within=DRAIN_SECONDS)
         finally:
