@@ -201,16 +201,22 @@ class DeadLetterIndex:
     def add(self, letter: ParkedLetter) -> Added:
         """Index a dead letter; a second record with an indexed id is ignored."""
         with self._lock:
-            if letter.dead_letter_id in self._letters:
-                return Added(new=False)
-            self._letters[letter.dead_letter_id] = letter
-            group = self._groups.get(letter.labels)
-            if group is None:
-                group = self._groups[letter.labels] = _Group()
-            resolution = self._resolutions.get(letter.dead_letter_id)
-            if resolution is None:
-                self._open(group, letter)
-            return Added(new=True, resolution=resolution)
+            new, resolution = self._index(letter)
+            return Added(new=new, resolution=resolution)
+
+    def _index(self, letter: ParkedLetter) -> tuple[bool, Resolution | None]:
+        """Index a letter, the lock held: whether it is new, and its resolution if known."""
+        dead_letter_id = letter.dead_letter_id
+        if dead_letter_id in self._letters:
+            return False, None
+        self._letters[dead_letter_id] = letter
+        group = self._groups.get(letter.labels)
+        if group is None:
+            group = self._groups[letter.labels] = _Group()
+        resolution = self._resolutions.get(dead_letter_id)
+        if resolution is None:
+            self._open(group, letter)
+        return True, resolution
 
     def add_many(
         self,
@@ -226,25 +232,15 @@ class DeadLetterIndex:
         ignored: set[int] = set()
         resolved: dict[int, Resolution] = {}
         with self._lock:
-            # What add does, without its lock and Added per letter (a rebuild comes here).
-            indexed, resolutions, groups = self._letters, self._resolutions, self._groups
+            # One lock for the whole batch, and no Added per letter (a rebuild comes here).
             for position, values in enumerate(letters):
                 letter = ParkedLetter(*values)
-                dead_letter_id = letter.dead_letter_id
-                if dead_letter_id in indexed:
+                new, resolution = self._index(letter)
+                if not new:
                     ignored.add(position)
                     continue
-                indexed[dead_letter_id] = letter
-                labels = letter.labels
-                group = groups.get(labels)
-                if group is None:
-                    group = groups[labels] = _Group()
-                parked[labels] = parked.get(labels, 0) + 1
-                resolution = resolutions.get(dead_letter_id)
-                if resolution is None:
-                    group.depth += 1
-                    heapq.heappush(group.heap, (letter.parked_at, dead_letter_id))
-                else:
+                parked[letter.labels] = parked.get(letter.labels, 0) + 1
+                if resolution is not None:
                     resolved[position] = resolution
             done = AddedMany(parked, frozenset(ignored), resolved)
             if counted is not None:
