@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
-import urllib.error
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
 
 import pytest
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 from middleware_helpers import committed_offsets, raw_producer, record_count, registry, wait_until
-from test_registry_payloads import ORDER_V1, Order, avro_contract, foreign_frames
+from test_registry_payloads import (
+    ORDER_V1,
+    Order,
+    SwitchableRegistry,
+    avro_contract,
+    foreign_frames,
+)
 
 from hopchain import Hopchain, HopchainMiddleware
 from hopchain.formats.registry import LOOKUP_WAIT_SECONDS
@@ -34,54 +35,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
 HANG_SECONDS = 7.0
 """Longer than the registry client's timeout (5 s): at least one request times out."""
-
-
-class HangingRegistry:
-    """A proxy in front of the real registry whose answers wait while it ``hangs``."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.answering = threading.Event()
-        self.asked = 0
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                owner.asked += 1
-                owner.answering.wait(timeout=60)
-                base = owner.upstream.split("/apis/", 1)[0]
-                try:
-                    with urllib.request.urlopen(base + self.path, timeout=10) as answer:  # noqa: S310 - the test's own registry
-                        status, body = answer.status, answer.read()
-                except urllib.error.HTTPError as error:
-                    status, body = error.code, error.read()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                """Quiet: the test reads its counters, not a log."""
-
-        class Server(ThreadingHTTPServer):
-            def handle_error(self, *_: Any) -> None:
-                """A client that stopped waiting closed its socket: nothing to report."""
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = (
-            f"http://127.0.0.1:{self.server.server_port}/apis/" + upstream.split("/apis/", 1)[1]
-        )
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Self:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.answering.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class LoopProbe:
@@ -118,7 +71,9 @@ async def test_a_hanging_registry_leaves_the_loop_running_and_parks_nothing(
         [(ORDER_V1, {"order_id": f"o-{n}", "amount_cents": n}) for n in range(5)],
     )
     handled: list[str] = []
-    with HangingRegistry(schema_registry_url) as proxy:
+    with SwitchableRegistry(schema_registry_url) as proxy:
+        proxy.down = False
+        proxy.answering.clear()  # it hangs
         runtime = Hopchain(
             registry(
                 avro_contract(source, proxy.url, adopt_bare=True),

@@ -172,20 +172,25 @@ async def test_foreign_avro_is_adopted_forwarded_unchanged_and_what_cannot_be_re
 
 class SwitchableRegistry:
     """A proxy in front of the real registry that can be made to answer 503, as one that is
-    restarting or overloaded does."""
+    restarting or overloaded does, or to hang: its answers wait while ``answering`` is clear."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.down = True
         self.refused = 0
+        self.asked = 0
+        self.answering = threading.Event()
+        self.answering.set()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                owner.asked += 1
                 if owner.down:
                     owner.refused += 1
                     self._answer(503, b'{"error_code":50301,"message":"restarting"}')
                     return
+                owner.answering.wait(timeout=60)
                 base = owner.upstream.split("/apis/", 1)[0]
                 try:
                     with urllib.request.urlopen(base + self.path, timeout=10) as answer:  # noqa: S310 - the test's own registry
@@ -203,7 +208,11 @@ class SwitchableRegistry:
             def log_message(self, *_: object) -> None:
                 """Quiet: the test reads its counters, not a log."""
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, *_: Any) -> None:
+                """A client that stopped waiting closed its socket: nothing to report."""
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = (
             f"http://127.0.0.1:{self.server.server_port}/apis/" + upstream.split("/apis/", 1)[1]
         )
@@ -214,6 +223,7 @@ class SwitchableRegistry:
         return self
 
     def __exit__(self, *_: object) -> None:
+        self.answering.set()
         self.server.shutdown()
         self.server.server_close()
 
