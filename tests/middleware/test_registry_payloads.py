@@ -13,10 +13,12 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -34,7 +36,14 @@ from middleware_helpers import (
 )
 from pydantic import BaseModel
 
-from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopchainMiddleware, origin
+from hopchain import (
+    ConfluentEnvelopeProducer,
+    EnvelopeConsumer,
+    EnvelopeProducer,
+    Hopchain,
+    HopchainMiddleware,
+    origin,
+)
 from hopchain.exceptions import EnvelopeRejected, ReasonCode, SchemaRegistryUnavailable
 from hopchain.formats import AvroFormat
 from hopchain.schemas import ENVELOPE_HEADER, TopicContract
@@ -302,8 +311,9 @@ async def test_a_registry_that_answers_503_pauses_the_stage_and_parks_nothing(
     ]
 
 
+@pytest.mark.parametrize("family", ["aiokafka", "confluent-kafka"])
 async def test_a_plain_producer_frames_with_the_registered_schema_and_registers_none(
-    kafka_bootstrap: str, new_topic: TopicFactory, schema_registry_url: str
+    kafka_bootstrap: str, new_topic: TopicFactory, schema_registry_url: str, family: str
 ) -> None:
     registered, unregistered = await new_topic(prefix="orders"), await new_topic(prefix="refunds")
     with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
@@ -315,8 +325,16 @@ async def test_a_plain_producer_frames_with_the_registered_schema_and_registers_
         ),
         component="checkout",
     )
-    async with raw_producer(kafka_bootstrap) as producer:
-        sender = EnvelopeProducer(producer, runtime)
+    async with AsyncExitStack() as stack:
+        sender: EnvelopeProducer | ConfluentEnvelopeProducer
+        if family == "aiokafka":
+            producer = await stack.enter_async_context(raw_producer(kafka_bootstrap))
+            sender = EnvelopeProducer(producer, runtime)
+        else:
+            sender = ConfluentEnvelopeProducer(
+                Producer({"bootstrap.servers": kafka_bootstrap}), runtime
+            )
+            stack.push_async_callback(sender.close)
         with origin("checkout-run", "cart-1"):
             await sender.send(registered, Order(order_id="o-9", amount_cents=990))
             with pytest.raises(EnvelopeRejected) as caught:
