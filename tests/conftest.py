@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -307,3 +309,41 @@ def kcat(kafka_bootstrap: str) -> KcatSend:
             pytest.fail("kcat is not installed; .ci/run installs it")
         pytest.skip("kcat is not installed (apt-get install kcat)")
     return kcat_sender(path, kafka_bootstrap)
+
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_wheel(into: Path) -> Path:
+    """Build hopchain's wheel from this checkout into ``into`` as ``make wheel`` does; the one
+    place that knows how (maturin, zig as the linker for manylinux2014)."""
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    built = subprocess.run(  # noqa: S603 - the venv's maturin, fixed arguments
+        [
+            str(venv_bin / "maturin"),
+            "build",
+            "--release",
+            "--zig",
+            "--compatibility",
+            "manylinux2014",
+            "--out",
+            str(into),
+        ],
+        cwd=_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = into.glob("hopchain-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """hopchain's manylinux wheel, built once for the session (a release build takes minutes):
+    the quick start installs it on a machine without Rust, and the core-install test with
+    only the core dependencies."""
+    return build_wheel(tmp_path_factory.mktemp("dist"))

@@ -47,33 +47,6 @@ _GLIBC_VERSION = re.compile(rb"GLIBC_(\d+)\.(\d+)")
 RUST_TOOLS = ("cargo", "rustc", "rustup")
 
 
-def build_wheel(into: Path) -> Path:
-    """Build hopchain's wheel from this checkout into ``into`` as ``make wheel`` does; the one
-    place that knows how (maturin, zig as the linker for manylinux2014)."""
-    venv_bin = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
-    built = subprocess.run(  # noqa: S603 - the venv's maturin, fixed arguments
-        [
-            str(venv_bin / "maturin"),
-            "build",
-            "--release",
-            "--zig",
-            "--compatibility",
-            "manylinux2014",
-            "--out",
-            str(into),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
-    (wheel,) = into.glob("hopchain-*.whl")
-    return wheel
-
-
 def without_rust(path: str) -> str:
     """``path`` less each folder that holds cargo, rustc or rustup: a machine without Rust."""
     folders = path.split(os.pathsep)
@@ -230,12 +203,6 @@ def _new_user_environment(tmp_path: Path, venv: Path, wheel: Path) -> dict[str, 
         HOPCHAIN_DLQ_INDEX_PATH=":memory:",
     )
     return env
-
-
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The manylinux wheel, built once for the session (a release build takes minutes)."""
-    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="session")

@@ -93,11 +93,11 @@ def ok(*command: str | Path, cwd: Path) -> str:
 
 
 @pytest.mark.slow
-def test_the_wheel_with_only_the_core_dependencies_runs_the_middleware(tmp_path: Path) -> None:
-    dist, venv, empty = tmp_path / "dist", tmp_path / "venv", tmp_path / "empty"
+def test_the_wheel_with_only_the_core_dependencies_runs_the_middleware(
+    tmp_path: Path, wheel: Path
+) -> None:
+    venv, empty = tmp_path / "venv", tmp_path / "empty"
     empty.mkdir()
-    ok(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT, cwd=empty)
-    (wheel,) = dist.glob("hopchain-*.whl")
     ok(sys.executable, "-m", "venv", venv, cwd=empty)
     python = venv / "bin" / "python"
     core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
