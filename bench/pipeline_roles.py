@@ -30,7 +30,8 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaBroker
 
 from bench.workload import Item, Variant, cpu_seconds, make_item, registry_for
-from hopchain import Hopchain, HopchainConfig, HopchainMiddleware, origin, tune_collector
+from hopchain import Hopchain, HopchainConfig, HopchainMiddleware, origin
+from hopchain.collector import tune_collector
 
 PRODUCER_WINDOW = 1000
 """Unacknowledged sends a producer keeps in flight before it waits for them."""

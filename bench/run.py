@@ -37,7 +37,7 @@ HOPCHAIN_KAFKA_BOOTSTRAP names one. Settings, all optional, from the environment
                            its producer lingers 5 ms)
     BENCH_OUTPUT           the report to write (BENCHMARKS.md)
     BENCH_TUNE_COLLECTOR   1: every pipeline process (the floor's too) calls
-                           hopchain.tune_collector() at start
+                           hopchain.collector.tune_collector() at start
 
 Raw figures go to .cache/bench/latest.json.
 """

@@ -1,19 +1,25 @@
 """hopchain: the failure path of Kafka services as a typed, validated, append-only contract.
 
-Everything a service needs is importable from here::
+What a service writes is importable from here::
 
     from hopchain import ContractRegistry, Hopchain, HopchainMiddleware, TopicContract
 
-The dead-letter service is :mod:`hopchain.consumers`; test helpers are
+That is the contracts, the middleware and the plain-client wrappers, the configuration, the
+stage and failure-policy vocabulary, what a handler raises or reads about its record, and
+the errors a service catches. Plumbing lives in named submodules: the engine's records and
+writers in :mod:`hopchain.middleware.engine`, the envelope's structs in
+:mod:`hopchain.schemas`, the whole exception tree in :mod:`hopchain.exceptions`, logging in
+:mod:`hopchain.logs`. The dead-letter service is :mod:`hopchain.consumers`; test helpers are
 :mod:`hopchain.testing`.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
-from hopchain.__about__ import __version__
+from hopchain.__about__ import __version__ as __version__
 from hopchain.excepthook import install as _install_excepthook
 from hopchain.logs import configure_logging as _configure_logging
 
@@ -23,238 +29,192 @@ _install_excepthook()
 # Log lines with a time, a level and a logger name, unless the application writes them.
 _configure_logging(explicit=False)
 
-if TYPE_CHECKING:
-    from hopchain.collector import tune_collector
-    from hopchain.config import HopchainConfig
-    from hopchain.exceptions import (
-        ConfigurationError,
-        DeadLetterWriteError,
-        DecodeError,
-        EnvelopeError,
-        EnvelopeRejected,
-        HopchainError,
-        KafkaLoginError,
-        ReasonCode,
-        UnknownTopicError,
-    )
-    from hopchain.logs import JsonFormatter, LogSettings, configure_logging
-    from hopchain.middleware.aiokafka import EnvelopeConsumer, EnvelopeProducer
-    from hopchain.middleware.confluent import (
-        ConfluentEnvelopeConsumer,
-        ConfluentEnvelopeProducer,
-        ConfluentWriter,
-    )
-    from hopchain.middleware.context import HopContext, RetryFeedback, current_hop, origin
-    from hopchain.middleware.dedupe import DedupeStore, MemoryDedupeStore, SqliteDedupeStore
-    from hopchain.middleware.dedupe_postgres import EffectTransaction, PostgresDedupeStore
-    from hopchain.middleware.engine import (
-        AbortState,
-        Hopchain,
-        OutgoingRecord,
-        RecordWriter,
-        Settled,
-    )
-    from hopchain.middleware.failures import (
-        Conflict,
-        ContractViolation,
-        EnvironmentFailure,
-        ExceptionMapper,
-        RejectedInput,
-        StageFailure,
-        Transient,
-        Unauthorized,
-        classify_exception,
-    )
-    from hopchain.middleware.faststream import BrokerWriter, HopchainMiddleware
-    from hopchain.middleware.policy import (
-        Abort,
-        Backoff,
-        DeadLetter,
-        Degrade,
-        Reroute,
-        TransportRetry,
-    )
-    from hopchain.middleware.producer import KafkaWriter, ProducerWriter
-    from hopchain.middleware.stage import Pipeline, Stage
-    from hopchain.middleware.transactional import TransactionalConsumer
-    from hopchain.schemas import (
-        ConsumedRecord,
-        ContractRegistry,
-        Decision,
-        EffectKind,
-        Envelope,
-        ErrorType,
-        Failure,
-        Hop,
-        Keyring,
-        Limits,
-        TopicContract,
-        WireMode,
-    )
-    from hopchain.security import faststream_security, login_errors
-
 _EXPORTS: dict[str, str] = {
-    "Abort": "hopchain.middleware.policy",
-    "AbortState": "hopchain.middleware.engine",
-    "Backoff": "hopchain.middleware.policy",
-    "BrokerWriter": "hopchain.middleware.faststream",
-    "ConfigurationError": "hopchain.exceptions",
+    # contracts
+    "ContractRegistry": "hopchain.schemas",
+    "Keyring": "hopchain.schemas",
+    "Limits": "hopchain.schemas",
+    "TopicContract": "hopchain.schemas",
+    "WireMode": "hopchain.schemas",
+    # the middleware and the plain-client wrappers
     "ConfluentEnvelopeConsumer": "hopchain.middleware.confluent",
     "ConfluentEnvelopeProducer": "hopchain.middleware.confluent",
-    "ConfluentWriter": "hopchain.middleware.confluent",
-    "Conflict": "hopchain.middleware.failures",
-    "ConsumedRecord": "hopchain.schemas",
-    "ContractRegistry": "hopchain.schemas",
-    "ContractViolation": "hopchain.middleware.failures",
+    "EnvelopeConsumer": "hopchain.middleware.aiokafka",
+    "EnvelopeProducer": "hopchain.middleware.aiokafka",
+    "Hopchain": "hopchain.middleware.engine",
+    "HopchainMiddleware": "hopchain.middleware.faststream",
+    "TransactionalConsumer": "hopchain.middleware.transactional",
+    # configuration
+    "HopchainConfig": "hopchain.config",
+    "faststream_security": "hopchain.security",
+    "login_errors": "hopchain.security",
+    # stages and their failure policy
+    "Abort": "hopchain.middleware.policy",
+    "Backoff": "hopchain.middleware.policy",
     "DeadLetter": "hopchain.middleware.policy",
+    "Degrade": "hopchain.middleware.policy",
+    "EffectKind": "hopchain.schemas",
+    "ErrorType": "hopchain.schemas",
+    "Pipeline": "hopchain.middleware.stage",
+    "Reroute": "hopchain.middleware.policy",
+    "Stage": "hopchain.middleware.stage",
+    "TransportRetry": "hopchain.middleware.policy",
+    # failures a handler raises
+    "Conflict": "hopchain.middleware.failures",
+    "ContractViolation": "hopchain.middleware.failures",
+    "EnvironmentFailure": "hopchain.middleware.failures",
+    "RejectedInput": "hopchain.middleware.failures",
+    "StageFailure": "hopchain.middleware.failures",
+    "Transient": "hopchain.middleware.failures",
+    "Unauthorized": "hopchain.middleware.failures",
+    # handling a record
+    "HopContext": "hopchain.middleware.context",
+    "MemoryDedupeStore": "hopchain.middleware.dedupe",
+    "PostgresDedupeStore": "hopchain.middleware.dedupe_postgres",
+    "SqliteDedupeStore": "hopchain.middleware.dedupe",
+    "current_hop": "hopchain.middleware.context",
+    "origin": "hopchain.middleware.context",
+    # errors a service catches (the whole tree is hopchain.exceptions)
+    "ConfigurationError": "hopchain.exceptions",
     "DeadLetterWriteError": "hopchain.exceptions",
+    "EnvelopeRejected": "hopchain.exceptions",
+    "HopchainError": "hopchain.exceptions",
+    "KafkaLoginError": "hopchain.exceptions",
+    "ReasonCode": "hopchain.exceptions",
+}
+"""Where each public name lives, grouped by kind as httpx and aiokafka group theirs; imported
+on first use, so that ``import hopchain.consumers`` or ``hopchain --version`` does not load
+the FastStream and aiokafka adapters. ``__all__`` is this table's keys; a test holds the
+imports below and docs/reference/api.md to it."""
+
+_MOVED: dict[str, str] = {
+    "AbortState": "hopchain.middleware.engine",
+    "BrokerWriter": "hopchain.middleware.faststream",
+    "ConfluentWriter": "hopchain.middleware.confluent",
+    "ConsumedRecord": "hopchain.schemas",
     "Decision": "hopchain.schemas",
     "DecodeError": "hopchain.exceptions",
     "DedupeStore": "hopchain.middleware.dedupe",
-    "Degrade": "hopchain.middleware.policy",
-    "EffectKind": "hopchain.schemas",
     "EffectTransaction": "hopchain.middleware.dedupe_postgres",
     "Envelope": "hopchain.schemas",
-    "EnvelopeConsumer": "hopchain.middleware.aiokafka",
     "EnvelopeError": "hopchain.exceptions",
-    "EnvelopeProducer": "hopchain.middleware.aiokafka",
-    "EnvelopeRejected": "hopchain.exceptions",
-    "EnvironmentFailure": "hopchain.middleware.failures",
-    "ErrorType": "hopchain.schemas",
     "ExceptionMapper": "hopchain.middleware.failures",
     "Failure": "hopchain.schemas",
     "Hop": "hopchain.schemas",
-    "HopContext": "hopchain.middleware.context",
-    "Hopchain": "hopchain.middleware.engine",
     "JsonFormatter": "hopchain.logs",
-    "HopchainConfig": "hopchain.config",
-    "HopchainError": "hopchain.exceptions",
-    "HopchainMiddleware": "hopchain.middleware.faststream",
-    "KafkaLoginError": "hopchain.exceptions",
     "KafkaWriter": "hopchain.middleware.producer",
-    "Keyring": "hopchain.schemas",
-    "Limits": "hopchain.schemas",
     "LogSettings": "hopchain.logs",
-    "MemoryDedupeStore": "hopchain.middleware.dedupe",
     "OutgoingRecord": "hopchain.middleware.engine",
-    "Pipeline": "hopchain.middleware.stage",
-    "PostgresDedupeStore": "hopchain.middleware.dedupe_postgres",
     "ProducerWriter": "hopchain.middleware.producer",
-    "ReasonCode": "hopchain.exceptions",
     "RecordWriter": "hopchain.middleware.engine",
-    "RejectedInput": "hopchain.middleware.failures",
-    "Reroute": "hopchain.middleware.policy",
     "RetryFeedback": "hopchain.middleware.context",
     "Settled": "hopchain.middleware.engine",
-    "SqliteDedupeStore": "hopchain.middleware.dedupe",
-    "Stage": "hopchain.middleware.stage",
-    "StageFailure": "hopchain.middleware.failures",
-    "TopicContract": "hopchain.schemas",
-    "TransactionalConsumer": "hopchain.middleware.transactional",
-    "Transient": "hopchain.middleware.failures",
-    "TransportRetry": "hopchain.middleware.policy",
-    "Unauthorized": "hopchain.middleware.failures",
+    "UnknownTopicError": "hopchain.exceptions",
     "classify_exception": "hopchain.middleware.failures",
     "configure_logging": "hopchain.logs",
     "tune_collector": "hopchain.collector",
-    "UnknownTopicError": "hopchain.exceptions",
-    "WireMode": "hopchain.schemas",
-    "current_hop": "hopchain.middleware.context",
-    "faststream_security": "hopchain.security",
-    "login_errors": "hopchain.security",
-    "origin": "hopchain.middleware.context",
 }
-"""Where each public name lives; imported on first use, so that ``import hopchain.consumers``
-or ``hopchain --version`` does not load the FastStream and aiokafka adapters."""
+"""Names ``hopchain`` exported in 0.2 and no longer does, with their homes: they still work
+from here, with a DeprecationWarning, until 0.4.0."""
 
-__all__ = [  # noqa: RUF022 - grouped by kind, as httpx and aiokafka do
-    # engine and adapters
-    "BrokerWriter",
-    "ConfluentEnvelopeConsumer",
-    "ConfluentEnvelopeProducer",
-    "ConfluentWriter",
-    "EnvelopeConsumer",
-    "EnvelopeProducer",
-    "Hopchain",
-    "HopchainMiddleware",
-    "KafkaWriter",
-    "OutgoingRecord",
-    "ProducerWriter",
-    "RecordWriter",
-    "TransactionalConsumer",
-    # configuration
-    "HopchainConfig",
-    "JsonFormatter",
-    "LogSettings",
-    "configure_logging",
-    "faststream_security",
-    "login_errors",
-    "tune_collector",
-    # contracts
-    "ContractRegistry",
-    "Keyring",
-    "Limits",
-    "TopicContract",
-    "WireMode",
-    # stages and their failure policy
-    "Abort",
-    "Backoff",
-    "Conflict",
-    "ContractViolation",
-    "DeadLetter",
-    "Degrade",
-    "EnvironmentFailure",
-    "ExceptionMapper",
-    "Pipeline",
-    "RejectedInput",
-    "Reroute",
-    "Stage",
-    "StageFailure",
-    "Transient",
-    "TransportRetry",
-    "Unauthorized",
-    "classify_exception",
-    # handling a record
-    "AbortState",
-    "DedupeStore",
-    "EffectTransaction",
-    "HopContext",
-    "MemoryDedupeStore",
-    "PostgresDedupeStore",
-    "RetryFeedback",
-    "Settled",
-    "SqliteDedupeStore",
-    "current_hop",
-    "origin",
-    # structs and vocabulary
-    "ConsumedRecord",
-    "Decision",
-    "EffectKind",
-    "Envelope",
-    "ErrorType",
-    "Failure",
-    "Hop",
-    # errors
-    "ConfigurationError",
-    "DeadLetterWriteError",
-    "DecodeError",
-    "EnvelopeError",
-    "EnvelopeRejected",
-    "HopchainError",
-    "KafkaLoginError",
-    "ReasonCode",
-    "UnknownTopicError",
-    "__version__",
-]
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:
+    # The table again, for type checkers, which cannot follow __getattr__; a test holds the
+    # two together. The redundant aliases mark each name as re-exported.
+    from hopchain.config import (  # noqa: I001 - one statement per module, aliases kept together
+        HopchainConfig as HopchainConfig,
+    )
+    from hopchain.exceptions import (
+        ConfigurationError as ConfigurationError,
+        DeadLetterWriteError as DeadLetterWriteError,
+        EnvelopeRejected as EnvelopeRejected,
+        HopchainError as HopchainError,
+        KafkaLoginError as KafkaLoginError,
+        ReasonCode as ReasonCode,
+    )
+    from hopchain.middleware.aiokafka import (
+        EnvelopeConsumer as EnvelopeConsumer,
+        EnvelopeProducer as EnvelopeProducer,
+    )
+    from hopchain.middleware.confluent import (
+        ConfluentEnvelopeConsumer as ConfluentEnvelopeConsumer,
+        ConfluentEnvelopeProducer as ConfluentEnvelopeProducer,
+    )
+    from hopchain.middleware.context import (
+        HopContext as HopContext,
+        current_hop as current_hop,
+        origin as origin,
+    )
+    from hopchain.middleware.dedupe import (
+        MemoryDedupeStore as MemoryDedupeStore,
+        SqliteDedupeStore as SqliteDedupeStore,
+    )
+    from hopchain.middleware.dedupe_postgres import (
+        PostgresDedupeStore as PostgresDedupeStore,
+    )
+    from hopchain.middleware.engine import (
+        Hopchain as Hopchain,
+    )
+    from hopchain.middleware.failures import (
+        Conflict as Conflict,
+        ContractViolation as ContractViolation,
+        EnvironmentFailure as EnvironmentFailure,
+        RejectedInput as RejectedInput,
+        StageFailure as StageFailure,
+        Transient as Transient,
+        Unauthorized as Unauthorized,
+    )
+    from hopchain.middleware.faststream import (
+        HopchainMiddleware as HopchainMiddleware,
+    )
+    from hopchain.middleware.policy import (
+        Abort as Abort,
+        Backoff as Backoff,
+        DeadLetter as DeadLetter,
+        Degrade as Degrade,
+        Reroute as Reroute,
+        TransportRetry as TransportRetry,
+    )
+    from hopchain.middleware.stage import (
+        Pipeline as Pipeline,
+        Stage as Stage,
+    )
+    from hopchain.middleware.transactional import (
+        TransactionalConsumer as TransactionalConsumer,
+    )
+    from hopchain.schemas import (
+        ContractRegistry as ContractRegistry,
+        EffectKind as EffectKind,
+        ErrorType as ErrorType,
+        Keyring as Keyring,
+        Limits as Limits,
+        TopicContract as TopicContract,
+        WireMode as WireMode,
+    )
+    from hopchain.security import (
+        faststream_security as faststream_security,
+        login_errors as login_errors,
+    )
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hopchain' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+    home = _MOVED.get(name)
+    if home is not None:
+        # Not cached, so that every importing module is told.
+        warnings.warn(
+            f"hopchain.{name} is deprecated: import it from {home} "
+            f"(hopchain stops exporting it in 0.4.0)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)
+    raise AttributeError(f"module 'hopchain' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -13,6 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hopchain"
 CORE = "hopchain._core"
 """The compiled core, built from ``core/`` (its types in ``_core.pyi``): the package's own
 extension module, named with an underscore because users reach it through the codec."""
+MAX_PUBLIC_NAMES = 45
+"""What ``hopchain.__all__`` may hold: what a service writes, not every class it meets."""
 
 
 def _module_name(path: Path) -> str:
@@ -141,6 +143,36 @@ def test_the_dead_letter_package_exports_each_name_from_one_table() -> None:
             getattr(package, name)
             is vars(importlib.import_module(f"{package.__name__}.{table[name]}"))[name]
         )
+
+
+def test_hopchain_exports_each_name_from_one_table() -> None:
+    import hopchain as package  # noqa: PLC0415 - the package under test
+
+    table = vars(package)["_EXPORTS"]
+    assert package.__all__ == list(table)
+    assert len(package.__all__) <= MAX_PUBLIC_NAMES
+    for name in package.__all__:
+        assert getattr(package, name) is vars(importlib.import_module(table[name]))[name]
+
+
+def test_what_type_checkers_see_of_hopchain_is_its_table() -> None:
+    # Type checkers cannot follow the lazy __getattr__: they read the TYPE_CHECKING imports,
+    # which must name exactly the table's modules, each name re-exported as itself.
+    import hopchain as package  # noqa: PLC0415 - the package under test
+
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    (guard,) = (
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    seen = {}
+    for node in guard.body:
+        assert isinstance(node, ast.ImportFrom)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"re-export {alias.name} as itself"
+            seen[alias.name] = node.module
+    assert seen == vars(package)["_EXPORTS"]
 
 
 def test_importing_the_engine_loads_no_kafka_client() -> None:

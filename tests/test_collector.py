@@ -12,9 +12,9 @@ from hopchain.collector import full_collections_held
 def test_tune_collector_freezes_start_up_and_raises_the_thresholds() -> None:
     # In a process of its own: the setting is process-wide.
     code = (
-        "import gc, hopchain;"
+        "import gc, hopchain.collector;"
         "before = gc.get_threshold();"
-        "hopchain.tune_collector();"
+        "hopchain.collector.tune_collector();"
         "print(before, gc.get_threshold(), gc.get_freeze_count() > 1_000)"
     )
     result = subprocess.run(  # noqa: S603 - this interpreter, a fixed program

@@ -4,9 +4,12 @@ FastStream guide's service, its metrics wiring and the failure-policy guide's st
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
+import hopchain
 from hopchain import Hopchain, HopchainMiddleware, Stage, origin
 from hopchain.schemas import ENVELOPE_HEADER, TopicContract, WireMode
 from hopchain.schemas.deadletter import read_dead_letter_headers
@@ -25,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FASTSTREAM_GUIDE = ROOT / "docs" / "guides" / "faststream.md"
 POLICY_GUIDE = ROOT / "docs" / "guides" / "failure-policy.md"
+API_PAGE = ROOT / "docs" / "reference" / "api.md"
 
 
 def _blocks_of(page: Path) -> list[str]:
@@ -57,6 +62,57 @@ def test_the_readme_and_the_guides_have_the_snippets_this_test_runs() -> None:
     assert "listener=middleware.listener()" in blocks[0]
     assert "middleware.app(broker)" in blocks[1]
     assert "pipeline.stage(" in blocks[2]
+
+
+def test_every_example_imports_only_what_the_api_page_names() -> None:
+    # A reader copies imports as they are: from hopchain, only its __all__; from a submodule,
+    # only one the API page names.
+    documented = set(re.findall(r"`(hopchain(?:\.\w+)+)`", API_PAGE.read_text(encoding="utf-8")))
+    taken = []
+    for page in (README, *sorted((ROOT / "docs").rglob("*.md"))):
+        for block in _blocks_of(page):
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hopchain"):
+                    taken += [(page.name, node.module, alias.name) for alias in node.names]
+    assert ("README.md", "hopchain", "HopchainMiddleware") in taken
+    offenders = [
+        use
+        for use in taken
+        if (use[1] == "hopchain" and use[2] not in hopchain.__all__)
+        or (use[1] != "hopchain" and use[1] not in documented)
+    ]
+    assert offenders == []
+
+
+def test_the_whole_programs_among_the_examples_pass_mypy_strict(tmp_path: Path) -> None:
+    # The README's quick start, the quick start page's and the FastStream guide's service are
+    # whole modules; the other snippets are fragments of them.
+    programs = {
+        "readme_shop.py": _blocks_of(README)[0],
+        "quickstart_shop.py": _blocks_of(ROOT / "docs" / "quickstart.md")[0],
+        "faststream_service.py": _python_blocks()[0],
+    }
+    for name, source in programs.items():
+        (tmp_path / name).write_text(source, encoding="utf-8")
+    result = subprocess.run(  # noqa: S603 - this interpreter's mypy, on our own docs
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            *sorted(str(tmp_path / name) for name in programs),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout
+    assert "no issues found in 3 source files" in result.stdout
 
 
 def test_the_quick_start_service_is_wired_as_the_readme_says() -> None:

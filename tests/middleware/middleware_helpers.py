@@ -29,13 +29,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from hopchain import ConsumedRecord, EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext
+from hopchain import EnvelopeConsumer, EnvelopeProducer, Hopchain, HopContext
 from hopchain.exceptions import ReasonCode
 from hopchain.middleware.engine.writer import OutgoingRecord
 from hopchain.middleware.producer import KafkaWriter, ProducerWriter
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     TRACEPARENT_HEADER,
+    ConsumedRecord,
     ContractRegistry,
     Decision,
     EncodedRecord,

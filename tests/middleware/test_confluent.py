@@ -44,7 +44,6 @@ from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrume
 from hopchain import (
     ConfluentEnvelopeConsumer,
     ConfluentEnvelopeProducer,
-    ConfluentWriter,
     EnvelopeConsumer,
     EnvelopeProducer,
     Hopchain,
@@ -59,6 +58,7 @@ from hopchain.exceptions import (
     ReasonCode,
     RecordTooLargeError,
 )
+from hopchain.middleware.confluent import ConfluentWriter
 from hopchain.middleware.engine.writer import OutgoingRecord
 from hopchain.schemas import (
     ENVELOPE_HEADER,

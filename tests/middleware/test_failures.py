@@ -18,9 +18,8 @@ from hopchain import (
     StageFailure,
     Transient,
     Unauthorized,
-    classify_exception,
 )
-from hopchain.middleware.failures import failure_from_exception
+from hopchain.middleware.failures import classify_exception, failure_from_exception
 from hopchain.schemas import Attempt, AttemptKind, AttemptOutcome, EffectKind, ErrorType
 
 

@@ -47,14 +47,13 @@ from hopchain import (
     HopchainConfig,
     HopchainMiddleware,
     HopContext,
-    KafkaWriter,
-    OutgoingRecord,
-    RecordWriter,
     Transient,
     current_hop,
     origin,
 )
 from hopchain.exceptions import ConfigurationError, EnvelopeRejected, ReasonCode
+from hopchain.middleware.engine import OutgoingRecord, RecordWriter
+from hopchain.middleware.producer import KafkaWriter
 from hopchain.schemas import (
     ENVELOPE_HEADER,
     Decision,

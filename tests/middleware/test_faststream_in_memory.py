@@ -17,14 +17,12 @@ from faststream import AckPolicy, Context, StreamMessage
 from pydantic import BaseModel, field_validator
 
 from hopchain import (
-    BrokerWriter,
     ConfigurationError,
     ContractRegistry,
     Degrade,
     Hopchain,
     HopchainConfig,
     HopchainMiddleware,
-    OutgoingRecord,
     Pipeline,
     RejectedInput,
     Reroute,
@@ -32,6 +30,8 @@ from hopchain import (
     current_hop,
     origin,
 )
+from hopchain.middleware.engine import OutgoingRecord
+from hopchain.middleware.faststream import BrokerWriter
 from hopchain.schemas import ENVELOPE_HEADER, Decision, Envelope, ErrorType
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.text_v2 import load_envelope

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from aiokafka.structs import ConsumerRecord
 
-from hopchain import ConsumedRecord
-from hopchain.schemas import Position
+from hopchain.schemas import ConsumedRecord, Position
 
 
 def aiokafka_record(headers: list[tuple[str, bytes]] | None) -> ConsumerRecord[bytes, bytes]:

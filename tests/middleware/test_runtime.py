@@ -18,7 +18,7 @@ from middleware_helpers import (
     registry,
 )
 
-from hopchain import Hopchain, HopchainConfig, ProducerWriter, origin
+from hopchain import Hopchain, HopchainConfig, origin
 from hopchain.exceptions import (
     DeadLetterWriteError,
     DecodeError,
@@ -26,6 +26,7 @@ from hopchain.exceptions import (
     ReasonCode,
     UnknownTopicError,
 )
+from hopchain.middleware.producer import ProducerWriter
 from hopchain.schemas import Decision, ErrorType, Failure, WireMode, verify_chain
 from hopchain.schemas.deadletter import read_dead_letter_headers
 from hopchain.schemas.ids import new_span_id, new_trace_id

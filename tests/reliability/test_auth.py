@@ -31,11 +31,11 @@ from hopchain import (
     Hopchain,
     HopchainConfig,
     HopchainMiddleware,
-    KafkaWriter,
     current_hop,
     origin,
 )
 from hopchain.exceptions import KafkaLoginError
+from hopchain.middleware.producer import KafkaWriter
 from hopchain.schemas import ContractRegistry, TopicContract
 from hopchain.security import KafkaClientSettings, client_security, login_errors
 from hopchain.testing import LocalKafka, create_topics, read_to_end

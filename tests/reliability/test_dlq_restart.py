@@ -21,9 +21,10 @@ from dlq_service import DlqService
 from pydantic import BaseModel
 from reliability_support import SOAK, scale, table
 
-from hopchain import ConsumedRecord, Hopchain, ProducerWriter
+from hopchain import Hopchain
 from hopchain.exceptions import DecodeError, ReasonCode
-from hopchain.schemas import ContractRegistry, TopicContract
+from hopchain.middleware.producer import ProducerWriter
+from hopchain.schemas import ConsumedRecord, ContractRegistry, TopicContract
 from hopchain.testing import unique_topic_name
 
 if TYPE_CHECKING:

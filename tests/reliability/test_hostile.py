@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, event, given, settings
 from prometheus_client import CollectorRegistry
 from reliability_support import SOAK, TopicTail, counter_values, scale, table
 
-from hopchain import ConsumedRecord, Hopchain, HopchainMiddleware, current_hop
+from hopchain import Hopchain, HopchainMiddleware, current_hop
 from hopchain.exceptions import DecodeError, ReasonCode
-from hopchain.schemas import Decoded, EnvelopeCodec, Limits, verify_chain
+from hopchain.schemas import ConsumedRecord, Decoded, EnvelopeCodec, Limits, verify_chain
 from hopchain.testing import create_topics, read_to_end, unique_topic_name
 
 if TYPE_CHECKING:
