@@ -129,9 +129,14 @@ def hopchain_cli(
 
 
 def registered_frame(url: str, topic: str, value: dict[str, Any]) -> tuple[bytes, int]:
-    """``value`` framed by confluent-kafka's serializer (which registers the schema); its id."""
+    """``value`` framed by confluent-kafka's serializer (which registers the schema); its id.
+
+    The schema's text names the topic: a registry gives the same text the same id under every
+    subject, and the test expects its id under its own subject alone.
+    """
+    schema = {**ORDER, "doc": f"orders of {topic}"}
     with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
-        framed = AvroSerializer(client, json.dumps(ORDER))(
+        framed = AvroSerializer(client, json.dumps(schema))(
             value, SerializationContext(topic, MessageField.VALUE)
         )
         schema_id = client.get_latest_version(f"{topic}-value").schema_id
