@@ -352,6 +352,14 @@ class RegistryFormat(ABC):
         recent: OrderedDict[bytes, BaseModel] | None = self._serdes.get("recent")
         return None if recent is None else recent.get(raw)
 
+    def read_back(self, model: type[BaseModel], *, lax: bool) -> bool:
+        """Whether a payload the format wrote for ``model`` was read back by it (at ``lax``)."""
+        return (model, lax) in self._serdes.get("read back", ())
+
+    def mark_read_back(self, model: type[BaseModel], *, lax: bool) -> None:
+        """``model`` (at ``lax``) read what the format wrote: later writes are not read back."""
+        self._serdes.setdefault("read back", set()).add((model, lax))
+
     # -- reading ---------------------------------------------------------------------------------
 
     def read(self, topic: str, raw: bytes) -> Any:
@@ -570,14 +578,19 @@ class AvroFormat(RegistryFormat):
         )
 
     def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        conf = {
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: AvroSerializer(client, self.schema, conf=self._writer_conf())
+        )
+
+    def _writer_conf(self) -> dict[str, Any]:
+        return {
             **self._serde_conf(),
             "auto.register.schemas": self.auto_register,
             "use.latest.version": False,
+            # A field the schema does not have is refused, not dropped: a payload written is
+            # not read back, so nothing else would notice it was lost.
+            "validate.strict.allow.default": True,
         }
-        return self._serde(  # type: ignore[no-any-return]
-            "write", lambda client: AvroSerializer(client, self.schema, conf=conf)
-        )
 
 
 @dataclass(frozen=True)
@@ -623,11 +636,14 @@ class JsonSchemaFormat(RegistryFormat):
         )
 
     def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        conf = {
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: JSONSerializer(self.schema, client, conf=self._writer_conf())
+        )
+
+    def _writer_conf(self) -> dict[str, Any]:
+        # The serializer validates the document against the schema itself (``validate``).
+        return {
             **self._serde_conf(),
             "auto.register.schemas": self.auto_register,
             "use.latest.version": False,
         }
-        return self._serde(  # type: ignore[no-any-return]
-            "write", lambda client: JSONSerializer(self.schema, client, conf=conf)
-        )
