@@ -28,6 +28,7 @@ heartbeats and every other partition, for the client's whole timeout.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import threading
@@ -54,6 +55,7 @@ from confluent_kafka.schema_registry.common._httpx_compat import httpx
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
 from jsonschema import ValidationError as SchemaViolation  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict
@@ -352,13 +354,13 @@ class RegistryFormat(ABC):
         recent: OrderedDict[bytes, BaseModel] | None = self._serdes.get("recent")
         return None if recent is None else recent.get(raw)
 
-    def read_back(self, model: type[BaseModel], *, lax: bool) -> bool:
-        """Whether a payload the format wrote for ``model`` was read back by it (at ``lax``)."""
-        return (model, lax) in self._serdes.get("read back", ())
+    def read_written(self, topic: str, framed: bytes) -> Any:
+        """A payload this format has just written, decoded as a reader of its schema will.
 
-    def mark_read_back(self, model: type[BaseModel], *, lax: bool) -> None:
-        """``model`` (at ``lax``) read what the format wrote: later writes are not read back."""
-        self._serdes.setdefault("read back", set()).add((model, lax))
+        The writer schema is the format's own, so a format may decode without asking the
+        registry which schema the id names; by default it reads as any record is read.
+        """
+        return self.read(topic, framed)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -587,10 +589,22 @@ class AvroFormat(RegistryFormat):
             **self._serde_conf(),
             "auto.register.schemas": self.auto_register,
             "use.latest.version": False,
-            # A field the schema does not have is refused, not dropped: a payload written is
-            # not read back, so nothing else would notice it was lost.
+            # A field the schema does not have is refused, not dropped without a word.
             "validate.strict.allow.default": True,
         }
+
+    def read_written(self, topic: str, framed: bytes) -> Any:
+        """Decoded with the contract's schema, which wrote it (``use.latest.version`` is off).
+
+        That is the record ``AvroDeserializer`` resolves, without its per-record schema walk.
+        """
+        parsed = self._serdes.get("parsed")
+        if parsed is None:
+            parsed = self._serdes.setdefault("parsed", parse_schema(json.loads(self.schema)))
+        try:
+            return schemaless_reader(io.BytesIO(framed[_FRAME_BYTES:]), parsed, None)
+        except Exception as exc:  # noqa: BLE001 - whatever fastavro raises, the payload's fault
+            raise _undecodable(topic, frame_schema_id(framed, topic), exc) from None
 
 
 @dataclass(frozen=True)

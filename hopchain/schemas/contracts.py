@@ -270,21 +270,17 @@ class TopicContract:
     def write_payload(self, payload: BaseModel) -> bytes:
         """A registry payload format: the payload framed with the contract's schema.
 
-        Nothing is sent that its readers would refuse, without decoding every payload again:
-        the payload's dictionary is read by the contract's model first, as readers read what
-        they decode (a payload changed after validation or built with ``model_construct()``
-        is refused here), then the serializer refuses what the schema cannot carry (a value of
-        another type, a field the schema does not have). Until a payload a format wrote for
-        the model has been read back by it, as its readers will read it, every write is read
-        back: a model that cannot read what its schema writes (an ``int`` field for an Avro
-        ``double``) is refused before anything is sent, not parked by every reader. After
-        that, what only a decode would show is not looked for: a value the schema writes as
-        another type than the one read back first (an ``int | None`` field whose Avro union
-        is ``["null", "double"]``, read back once as null) reaches its readers, who park it.
+        Nothing is sent that its readers would refuse. The payload's dictionary is read by
+        the contract's model first (a payload changed after validation or built with
+        ``model_construct()`` is refused at its field's path), the serializer refuses what the
+        schema cannot carry (a value of another type, a field the schema does not have), and
+        the framed bytes are read back by the model as its readers will read them: a value the
+        schema writes as another type than the model reads (an ``int`` field for an Avro
+        ``double``) is refused before it is sent, not parked by every reader. Avro reads back
+        with the contract's own schema, which wrote the bytes, so no registry look-up is made.
 
         Raises:
-            ValidationError: the payload, or at the first write the payload read back, breaks
-                the contract.
+            ValidationError: the payload, or the payload read back, breaks the contract.
             DecodeError: ``unknown_schema`` (not registered, and no auto-registration),
                 ``payload_invalid`` (it does not fit the schema) or ``contract_error``.
             SchemaRegistryUnavailable: the registry did not answer (transient).
@@ -295,9 +291,7 @@ class TopicContract:
         data = payload.model_dump(mode="python", warnings=False)
         self._validated(data)
         framed = self.payload_format.write(self.topic, data)
-        if not self.payload_format.read_back(self.model, lax=self.lax_payloads):
-            self.validate_payload(framed)
-            self.payload_format.mark_read_back(self.model, lax=self.lax_payloads)
+        self._validated(self.payload_format.read_written(self.topic, framed))
         return framed
 
     @cached_property

@@ -297,6 +297,20 @@ ORDER_IN_EUROS = {  # amounts as doubles, which an int field does not read stric
 }
 
 
+class MaybeOrder(BaseModel):
+    order_id: str
+    amount_cents: int | None
+
+
+ORDER_MAYBE_IN_EUROS = {  # null or a double, which an int field does not read strictly
+    **ORDER_V1,
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "amount_cents", "type": ["null", "double"]},
+    ],
+}
+
+
 def refused_write(codec: EnvelopeCodec, topic: str, payload: BaseModel) -> tuple[str, str]:
     with pytest.raises(EnvelopeRejected) as caught:
         origin(codec, topic, payload)
@@ -307,17 +321,22 @@ def test_a_changed_payload_its_schema_or_its_readers_cannot_take_is_refused_befo
     schema_registry_url: str,
 ) -> None:
     url = schema_registry_url
-    checked, noted, euros = (unique_topic_name(name) for name in ("checked", "noted", "euros"))
+    names = ("checked", "noted", "euros", "maybe")
+    checked, noted, euros, maybe = (unique_topic_name(name) for name in names)
     for topic in (checked, noted):
         register(url, f"{topic}-value", ORDER_V1)
     register(url, f"{euros}-value", ORDER_IN_EUROS)
+    register(url, f"{maybe}-value", ORDER_MAYBE_IN_EUROS)
     codec = codec_for(
         contract_of(checked, url, model=CheckedOrder),
         contract_of(noted, url, model=NotedOrder),
         contract_of(euros, url, schema=ORDER_IN_EUROS),
+        contract_of(maybe, url, model=MaybeOrder, schema=ORDER_MAYBE_IN_EUROS),
     )
     valid = CheckedOrder(order_id="o-1", amount_cents=5)
     assert origin(codec, checked, valid).value  # the contract writes what is valid
+    # A null reads back as it was written; it says nothing of the next record's amount.
+    assert origin(codec, maybe, MaybeOrder(order_id="m-1", amount_cents=None)).value
 
     found = {
         # Changed after validation: the model's own check, and its type, hold on the write.
@@ -339,6 +358,9 @@ def test_a_changed_payload_its_schema_or_its_readers_cannot_take_is_refused_befo
         "unreadable by its model, again": refused_write(
             codec, euros, Order(order_id="o-2", amount_cents=6)
         ),
+        "unreadable after a null read back": refused_write(
+            codec, maybe, MaybeOrder(order_id="m-2", amount_cents=5)
+        ),
     }
 
     assert found == {
@@ -347,6 +369,7 @@ def test_a_changed_payload_its_schema_or_its_readers_cannot_take_is_refused_befo
         "a field the schema lacks": ("payload_invalid", "$.payload"),
         "unreadable by its model, first": ("payload_invalid", "$.payload.amount_cents"),
         "unreadable by its model, again": ("payload_invalid", "$.payload.amount_cents"),
+        "unreadable after a null read back": ("payload_invalid", "$.payload.amount_cents"),
     }
 
 
