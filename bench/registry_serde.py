@@ -10,7 +10,8 @@ The same records, in the same process and run, four ways:
   model), one hop appended, the codec's encode of the record forwarded: a payload written on
   as it was read is written as the exact bytes read, not encoded again;
 - ``hopchain, changed``: the same with one field of the payload changed, so that it is
-  encoded again (and read back, as its readers will read it, before it may be sent).
+  encoded again (its dictionary validated by the model first; the format's first write for
+  the model is also read back, as its readers will read it, before it may be sent).
 
 Beside them, the payload layer alone (``TopicContract.validate_payload`` then
 ``framed_payload``: what hopchain does around the serde without the envelope), and the codec's

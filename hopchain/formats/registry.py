@@ -28,6 +28,7 @@ heartbeats and every other partition, for the client's whole timeout.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import threading
@@ -54,6 +55,7 @@ from confluent_kafka.schema_registry.common._httpx_compat import httpx
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
 from jsonschema import ValidationError as SchemaViolation  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict
@@ -352,6 +354,14 @@ class RegistryFormat(ABC):
         recent: OrderedDict[bytes, BaseModel] | None = self._serdes.get("recent")
         return None if recent is None else recent.get(raw)
 
+    def read_written(self, topic: str, framed: bytes) -> Any:
+        """A payload this format has just written, decoded as a reader of its schema will.
+
+        The writer schema is the format's own, so a format may decode without asking the
+        registry which schema the id names; by default it reads as any record is read.
+        """
+        return self.read(topic, framed)
+
     # -- reading ---------------------------------------------------------------------------------
 
     def read(self, topic: str, raw: bytes) -> Any:
@@ -570,14 +580,31 @@ class AvroFormat(RegistryFormat):
         )
 
     def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        conf = {
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: AvroSerializer(client, self.schema, conf=self._writer_conf())
+        )
+
+    def _writer_conf(self) -> dict[str, Any]:
+        return {
             **self._serde_conf(),
             "auto.register.schemas": self.auto_register,
             "use.latest.version": False,
+            # A field the schema does not have is refused, not dropped without a word.
+            "validate.strict.allow.default": True,
         }
-        return self._serde(  # type: ignore[no-any-return]
-            "write", lambda client: AvroSerializer(client, self.schema, conf=conf)
-        )
+
+    def read_written(self, topic: str, framed: bytes) -> Any:
+        """Decoded with the contract's schema, which wrote it (``use.latest.version`` is off).
+
+        That is the record ``AvroDeserializer`` resolves, without its per-record schema walk.
+        """
+        parsed = self._serdes.get("parsed")
+        if parsed is None:
+            parsed = self._serdes.setdefault("parsed", parse_schema(json.loads(self.schema)))
+        try:
+            return schemaless_reader(io.BytesIO(framed[_FRAME_BYTES:]), parsed, None)
+        except Exception as exc:  # noqa: BLE001 - whatever fastavro raises, the payload's fault
+            raise _undecodable(topic, frame_schema_id(framed, topic), exc) from None
 
 
 @dataclass(frozen=True)
@@ -623,11 +650,14 @@ class JsonSchemaFormat(RegistryFormat):
         )
 
     def _serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        conf = {
+        return self._serde(  # type: ignore[no-any-return]
+            "write", lambda client: JSONSerializer(self.schema, client, conf=self._writer_conf())
+        )
+
+    def _writer_conf(self) -> dict[str, Any]:
+        # The serializer validates the document against the schema itself (``validate``).
+        return {
             **self._serde_conf(),
             "auto.register.schemas": self.auto_register,
             "use.latest.version": False,
         }
-        return self._serde(  # type: ignore[no-any-return]
-            "write", lambda client: JSONSerializer(self.schema, client, conf=conf)
-        )

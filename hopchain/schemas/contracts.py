@@ -185,20 +185,27 @@ class TopicContract:
                 other than a validation error (a validator with a bug); the record is parked
                 rather than acknowledged.
         """
-        strict = None if self.lax_payloads else True
         if self.payload_format is not None:
-            data = self.payload_format.read(self.topic, raw)
-            try:
-                model = self.model.model_validate(data, strict=strict)
-            except ValidationError:
-                raise
-            except Exception as exc:
-                raise self._contract_error(exc) from exc
+            model = self._validated(self.payload_format.read(self.topic, raw))
             self.payload_format.remember(raw, model)
             return model
         try:
             # Lax: as the model's own configuration says (pydantic's default is lax).
-            return self.model.model_validate_json(raw, strict=strict)
+            return self.model.model_validate_json(raw, strict=None if self.lax_payloads else True)
+        except ValidationError:
+            raise
+        except Exception as exc:
+            raise self._contract_error(exc) from exc
+
+    def _validated(self, data: Any) -> BaseModel:
+        """A registry payload's decoded record (or a dictionary to write) read by the model.
+
+        Raises:
+            ValidationError: it breaks the contract.
+            DecodeError: ``contract_error``: the model raised something else.
+        """
+        try:
+            return self.model.model_validate(data, strict=None if self.lax_payloads else True)
         except ValidationError:
             raise
         except Exception as exc:
@@ -224,7 +231,7 @@ class TopicContract:
             return False
         known = self.payload_format.recall(raw)
         if known is not None:
-            return bool(known == payload)
+            return known is payload or bool(known == payload)
         try:
             return bool(self.validate_payload(raw) == payload)
         except (ValidationError, DecodeError):
@@ -263,18 +270,28 @@ class TopicContract:
     def write_payload(self, payload: BaseModel) -> bytes:
         """A registry payload format: the payload framed with the contract's schema.
 
-        It is then read back as its readers will read it.
+        Nothing is sent that its readers would refuse. The payload's dictionary is read by
+        the contract's model first (a payload changed after validation or built with
+        ``model_construct()`` is refused at its field's path), the serializer refuses what the
+        schema cannot carry (a value of another type, a field the schema does not have), and
+        the framed bytes are read back by the model as its readers will read them: a value the
+        schema writes as another type than the model reads (an ``int`` field for an Avro
+        ``double``) is refused before it is sent, not parked by every reader. Avro reads back
+        with the contract's own schema, which wrote the bytes, so no registry look-up is made.
 
         Raises:
-            ValidationError: the payload, read back, breaks the contract.
-            DecodeError: ``unknown_schema`` (not registered, and no auto-registration) or
-                ``payload_invalid`` (it does not fit the schema).
+            ValidationError: the payload, or the payload read back, breaks the contract.
+            DecodeError: ``unknown_schema`` (not registered, and no auto-registration),
+                ``payload_invalid`` (it does not fit the schema) or ``contract_error``.
             SchemaRegistryUnavailable: the registry did not answer (transient).
         """
         if self.payload_format is None:
             raise TypeError(f"topic {self.topic!r} carries JSON payloads")
-        framed = self.payload_format.write(self.topic, payload.model_dump(mode="python"))
-        self.validate_payload(framed)
+        # No serializer warnings: a wrong value is refused, typed, by the model just below.
+        data = payload.model_dump(mode="python", warnings=False)
+        self._validated(data)
+        framed = self.payload_format.write(self.topic, data)
+        self._validated(self.payload_format.read_written(self.topic, framed))
         return framed
 
     @cached_property

@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hopchain.exceptions import (
     ConfigurationError,
@@ -280,6 +280,97 @@ def test_values_the_contract_cannot_read_are_refused_each_with_its_code(
     found = {name: refusal(codec, topic, value, headers) for name, (value, _) in cases.items()}
 
     assert found == {name: (code, "$.payload") for name, (_, code) in cases.items()}
+
+
+class CheckedOrder(BaseModel):
+    order_id: str
+    amount_cents: int = Field(ge=0)
+
+
+class NotedOrder(Order):
+    note: str = ""
+
+
+ORDER_IN_EUROS = {  # amounts as doubles, which an int field does not read strictly
+    **ORDER_V1,
+    "fields": [{"name": "order_id", "type": "string"}, {"name": "amount_cents", "type": "double"}],
+}
+
+
+class MaybeOrder(BaseModel):
+    order_id: str
+    amount_cents: int | None
+
+
+ORDER_MAYBE_IN_EUROS = {  # null or a double, which an int field does not read strictly
+    **ORDER_V1,
+    "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "amount_cents", "type": ["null", "double"]},
+    ],
+}
+
+
+def refused_write(codec: EnvelopeCodec, topic: str, payload: BaseModel) -> tuple[str, str]:
+    with pytest.raises(EnvelopeRejected) as caught:
+        origin(codec, topic, payload)
+    return caught.value.code.value, caught.value.path
+
+
+def test_a_changed_payload_its_schema_or_its_readers_cannot_take_is_refused_before_sending(
+    schema_registry_url: str,
+) -> None:
+    url = schema_registry_url
+    names = ("checked", "noted", "euros", "maybe")
+    checked, noted, euros, maybe = (unique_topic_name(name) for name in names)
+    for topic in (checked, noted):
+        register(url, f"{topic}-value", ORDER_V1)
+    register(url, f"{euros}-value", ORDER_IN_EUROS)
+    register(url, f"{maybe}-value", ORDER_MAYBE_IN_EUROS)
+    codec = codec_for(
+        contract_of(checked, url, model=CheckedOrder),
+        contract_of(noted, url, model=NotedOrder),
+        contract_of(euros, url, schema=ORDER_IN_EUROS),
+        contract_of(maybe, url, model=MaybeOrder, schema=ORDER_MAYBE_IN_EUROS),
+    )
+    valid = CheckedOrder(order_id="o-1", amount_cents=5)
+    assert origin(codec, checked, valid).value  # the contract writes what is valid
+    # A null reads back as it was written; it says nothing of the next record's amount.
+    assert origin(codec, maybe, MaybeOrder(order_id="m-1", amount_cents=None)).value
+
+    found = {
+        # Changed after validation: the model's own check, and its type, hold on the write.
+        "below its minimum": refused_write(
+            codec, checked, valid.model_copy(update={"amount_cents": -1})
+        ),
+        "of another type": refused_write(
+            codec, checked, valid.model_copy(update={"amount_cents": "5"})
+        ),
+        # A field the writer schema has no place for is refused, not dropped on the way.
+        "a field the schema lacks": refused_write(
+            codec, noted, NotedOrder(order_id="o-1", amount_cents=5, note="fragile")
+        ),
+        # A schema that writes what the model does not read back (5 as 5.0): every reader
+        # would park it, so it is refused, and on every write, not only the first.
+        "unreadable by its model, first": refused_write(
+            codec, euros, Order(order_id="o-1", amount_cents=5)
+        ),
+        "unreadable by its model, again": refused_write(
+            codec, euros, Order(order_id="o-2", amount_cents=6)
+        ),
+        "unreadable after a null read back": refused_write(
+            codec, maybe, MaybeOrder(order_id="m-2", amount_cents=5)
+        ),
+    }
+
+    assert found == {
+        "below its minimum": ("payload_invalid", "$.payload.amount_cents"),
+        "of another type": ("payload_invalid", "$.payload.amount_cents"),
+        "a field the schema lacks": ("payload_invalid", "$.payload"),
+        "unreadable by its model, first": ("payload_invalid", "$.payload.amount_cents"),
+        "unreadable by its model, again": ("payload_invalid", "$.payload.amount_cents"),
+        "unreadable after a null read back": ("payload_invalid", "$.payload.amount_cents"),
+    }
 
 
 def test_a_registry_that_does_not_answer_is_transient_not_a_refusal() -> None:
