@@ -236,7 +236,12 @@ def show(
 # -- redrive and discard -------------------------------------------------------------------
 
 DryRunOption = Annotated[
-    bool, typer.Option("--dry-run", help="Only say what would be done; change nothing.")
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Only say what would be done, with how many by error type and reason (and, for "
+        "redrive, how many the redrive limit would refuse); change nothing.",
+    ),
 ]
 
 
@@ -302,8 +307,9 @@ def redrive(
     The original key and payload go back unchanged, with the envelope extended by one hop
     naming who redrove it (records rejected without a readable envelope go back byte for
     byte). The intent key is unchanged. A dead letter already resolved, or redriven
-    HOPCHAIN_DLQ_REDRIVE_LIMIT times (default 3), is refused with exit status 5 unless
-    --force is given. Filters redrive every unresolved dead letter they match.
+    HOPCHAIN_DLQ_REDRIVE_LIMIT times (default 3, counted from the redriven hops of its chain
+    or its hopchain-redrive-count header), is refused with exit status 5 unless --force is
+    given. Filters redrive every unresolved dead letter they match.
 
     A reference dead letter (a record too large to park; `dlq list` marks it) holds no
     value: its original is read again from its source topic, partition and offset, and sent

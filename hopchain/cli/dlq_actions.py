@@ -308,9 +308,15 @@ def _print_letters(
     terminal().print(f"{total} dead letter(s){more}; {read}")
 
 
-def stream_json(rows: Iterable[dict[str, Any]], key: str | None = None) -> None:
+def stream_json(
+    rows: Iterable[dict[str, Any]],
+    key: str | None = None,
+    then: tuple[str, Callable[[], Any]] | None = None,
+) -> None:
     """A JSON array (under ``key`` in an object), written one element at a time.
 
+    ``then`` is one more member of that object, ``(name, value)``, its value asked for once
+    the array is written (a name that sorts after ``key``).
     Byte for byte what ``json.dumps(..., indent=2, sort_keys=True)`` writes for the whole.
     """
     indent = "  " if key is None else "    "
@@ -321,6 +327,10 @@ def stream_json(rows: Iterable[dict[str, Any]], key: str | None = None) -> None:
         start = f"{opening}[\n{indent}" if first else f",\n{indent}"
         typer.echo(start + text, nl=False)
         first = False
+    if key is not None and then is not None:
+        name, value = then
+        text = json.dumps(value(), indent=2, sort_keys=True).replace("\n", "\n  ")
+        closing = f',\n  "{name}": {text}' + closing
     typer.echo((f"{opening}[]" if first else f"\n{indent[2:]}]") + closing)
 
 

@@ -2,12 +2,14 @@
 
 Imported only when one of them runs (see :mod:`hopchain.cli.dlq`). Dead letters are chosen
 by a query of the index, oldest first; a dry run prints them as they are chosen, so that a
-preview of millions holds none of them in memory.
+preview of millions holds none of them in memory, then how many it chose by error type and
+reason (a :class:`Selection`), and for a redrive how many the redrive limit would refuse.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +37,7 @@ from hopchain.consumers.reader import Snapshot
 from hopchain.consumers.render import redrive_lines, resolution_json, resolution_text
 from hopchain.consumers.triage import Triage
 
-__all__ = ["Resolve", "discard", "redrive"]
+__all__ = ["Resolve", "Selection", "discard", "redrive"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,76 @@ class Resolve:
         return [letter.dead_letter_id for letter in self.letters(snapshot.index)]
 
 
+class Selection:
+    """What a dry run chose, counted as it goes: by error type and reason, and over the limit.
+
+    Held in memory are only the counts: there are as many error types and reason codes as
+    the vocabulary has (another framework's letters count under their exception's class).
+
+    Args:
+        redrive_limit: the redrive limit a redrive is checked against; None for a discard.
+    """
+
+    def __init__(self, redrive_limit: int | None) -> None:
+        self.redrive_limit = redrive_limit
+        self.count = 0
+        self.over_limit = 0
+        self.groups: Counter[tuple[str, str]] = Counter()
+
+    def add(self, letter: ParkedLetter) -> ParkedLetter:
+        """Count one chosen letter; returns it."""
+        self.count += 1
+        self.groups[letter.error_type, _reason_of(letter)] += 1
+        if self.redrive_limit is not None and letter.redrive_count >= self.redrive_limit:
+            self.over_limit += 1
+        return letter
+
+    def as_json(self) -> dict[str, Any]:
+        """The counts, largest group first."""
+        body: dict[str, Any] = {
+            "count": self.count,
+            "by_error_type_and_reason": [
+                {"error_type": error_type, "reason": reason, "count": count}
+                for (error_type, reason), count in self._largest_first()
+            ],
+        }
+        if self.redrive_limit is not None:
+            body["redrive_limit"] = self.redrive_limit
+            body["over_redrive_limit"] = self.over_limit
+        return body
+
+    def lines(self) -> list[str]:
+        """The histogram as aligned plain lines, then what the redrive limit would refuse."""
+        groups = self._largest_first()
+        if not groups:
+            return []
+        width = max(len("ERROR TYPE"), *(len(error_type) for (error_type, _), _ in groups))
+        reason_width = max(len("REASON"), *(len(reason) for (_, reason), _ in groups))
+        lines = [f"{'ERROR TYPE':<{width}}  {'REASON':<{reason_width}}  COUNT"]
+        lines += [
+            f"{error_type:<{width}}  {reason:<{reason_width}}  {count}"
+            for (error_type, reason), count in groups
+        ]
+        if self.redrive_limit is not None and self.over_limit:
+            lines.append(
+                f"{self.over_limit} of them were redriven {self.redrive_limit} time(s) already "
+                "(HOPCHAIN_DLQ_REDRIVE_LIMIT, counted from their chains): refused unless --force"
+            )
+        return lines
+
+    def _largest_first(self) -> list[tuple[tuple[str, str], int]]:
+        return sorted(self.groups.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _reason_of(letter: ParkedLetter) -> str:
+    """The reason code; else another framework's exception class; else ``-``."""
+    if letter.reason:
+        return letter.reason
+    if letter.foreign is not None and letter.foreign.exception_class:
+        return letter.foreign.exception_class.rsplit(".", 1)[-1]
+    return "-"
+
+
 def _preview(
     settings: DlqSettings,
     request: Resolve,
@@ -86,21 +158,26 @@ def _preview(
     row: Callable[[ParkedLetter], dict[str, Any]],
     json_output: bool,
 ) -> None:
-    """A dry run, printed as the letters are chosen: nothing is changed or held in memory."""
+    """A dry run, printed as the letters are chosen: nothing is changed or held in memory.
+
+    After the letters: how many, by error type and reason, and for a redrive how many the
+    redrive limit would refuse (a letter already redriven that many times).
+    """
     verb = {"redriven": "redrive", "discarded": "discard"}[done]
+    selection = Selection(settings.dlq_redrive_limit if done == "redriven" else None)
 
     async def read() -> None:
         async with opened_index(settings, timeout, request.index_path) as snapshot:
-            rows = (row(letter) for letter in request.letters(snapshot.index))
+            rows = (row(selection.add(letter)) for letter in request.letters(snapshot.index))
             if json_output:
-                stream_json(rows, key=done)
+                stream_json(rows, key=done, then=("selected", selection.as_json))
                 return
-            count = 0
             # Plain lines, a thousand at a write: a preview may name millions of letters.
             while chunk := list(itertools.islice(rows, 1000)):
                 typer.echo("\n".join(_would(verb, one) for one in chunk))
-                count += len(chunk)
-            typer.echo(f"would {verb} {count}; nothing was changed")
+            typer.echo(f"would {verb} {selection.count}; nothing was changed")
+            if lines := selection.lines():
+                typer.echo("\n".join(lines))
 
     run(settings, read())
 
@@ -108,7 +185,8 @@ def _preview(
 def _would(verb: str, row: dict[str, Any]) -> str:
     where = row.get("original_at")
     read = f" (a reference: its original is read again from {where})" if where else ""
-    return f"would {verb} {row['id']}{read}"
+    over = " (over the redrive limit: refused unless --force)" if row.get("over_limit") else ""
+    return f"would {verb} {row['id']}{read}{over}"
 
 
 async def _each(
@@ -142,13 +220,23 @@ def _finish(outcome: Outcome, lines: list[tuple[str, bool]], *, json_output: boo
         raise typer.Exit(ExitCode.REFUSED)
 
 
-def _would_redrive(letter: ParkedLetter) -> dict[str, Any]:
-    """A dry run's line: the id, and where a reference's original would be read from."""
+def _would_redrive(letter: ParkedLetter, limit: int) -> dict[str, Any]:
+    """A dry run's line: the id, where a reference's original is read from, the limit's verdict.
+
+    ``over_limit``: the letter was redriven ``limit`` times already (counted from its chain
+    and its ``hopchain-redrive-count``), so the redrive is refused unless forced.
+    """
     reference = letter.reference
     where = None
     if reference is not None:
         where = f"{reference.source_topic}[{reference.source_partition}]@{reference.source_offset}"
-    return {"id": letter.dead_letter_id, "dry_run": True, "original_at": where}
+    return {
+        "id": letter.dead_letter_id,
+        "dry_run": True,
+        "original_at": where,
+        "redrive_count": letter.redrive_count,
+        "over_limit": letter.redrive_count >= limit,
+    }
 
 
 def _would_discard(letter: ParkedLetter) -> dict[str, Any]:
@@ -161,8 +249,14 @@ def redrive(source: Source, request: Resolve, *, timeout: float, json_output: bo
     quiet_kafka_client()
 
     if request.dry_run:
+        limit = settings.dlq_redrive_limit
         _preview(
-            settings, request, timeout, done="redriven", row=_would_redrive, json_output=json_output
+            settings,
+            request,
+            timeout,
+            done="redriven",
+            row=lambda letter: _would_redrive(letter, limit),
+            json_output=json_output,
         )
         return
 

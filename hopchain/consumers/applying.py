@@ -5,16 +5,22 @@
 read into plain values (:func:`~hopchain.consumers.records.read_letter_fields`) and added
 a thousand per call (one SQLite statement for the index on disk); resolutions are applied
 one by one, in their place among the batch's partitions. Nothing here stops on a bad record.
+
+A letter whose writer did not record when it parked it (Kafka Connect on a ``CreateTime``
+topic) is given the time it is read here, by the broker's clock, when the service passes one
+(:attr:`~hopchain.consumers.foreign.ParkTime.FIRST_READ`): the index keeps it, and resumes
+after the letter, so a restart does not read it again and its age keeps counting.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from hopchain.consumers.foreign import ParkTime
 from hopchain.consumers.index import AddedMany, LetterIndex
 from hopchain.consumers.letter import FIELD_NAMES, LABELS, PROBLEM, LetterFields
 from hopchain.consumers.metrics import DlqMetrics
@@ -34,6 +40,8 @@ a console page waits for one such call at most."""
 _TOPIC = FIELD_NAMES.index("topic")
 _COORDINATES = slice(_TOPIC, FIELD_NAMES.index("offset") + 1)
 """Where the dead-letter topic, and its topic, partition and offset, are in a letter's values."""
+_PARKED_AT = FIELD_NAMES.index("parked_at")
+_BASIS = FIELD_NAMES.index("parked_at_basis")
 
 
 class Applier:
@@ -46,6 +54,9 @@ class Applier:
         index: where dead letters and resolutions go.
         metrics: the counters to count.
         resolution_key: the key resolutions must be signed with, if any.
+        first_read: the clock (Unix seconds, the broker's) that dates a letter whose park
+            time is not recorded, when it is first read; None leaves it dated by its
+            original's time (an index rebuilt from the topics alone knows no better).
     """
 
     def __init__(
@@ -55,6 +66,8 @@ class Applier:
         index: LetterIndex,
         metrics: DlqMetrics,
         resolution_key: bytes | None,
+        *,
+        first_read: Callable[[], float] | None = None,
     ) -> None:
         self.plan = plan
         self.owners = owners
@@ -62,6 +75,7 @@ class Applier:
         self.metrics = metrics
         self.records_read = 0
         self._resolution_key = resolution_key
+        self._first_read = first_read
         self._unreadable_logged = 0
 
     def apply_batch(self, batch: Mapping[TopicPartition, list[Any]]) -> int:
@@ -127,6 +141,7 @@ class Applier:
                     self._skip(raw)
                 else:
                     read.append(raw)
+        letters = self._date_undated(letters)
         try:
             added = self.index.add_many(letters, self._count_parked)
         except Exception:  # noqa: BLE001 - the index refused them all: none was added
@@ -146,6 +161,27 @@ class Applier:
                 values[1],
                 values[PROBLEM],
             )
+
+    def _date_undated(self, letters: list[LetterFields]) -> list[LetterFields]:
+        """Date every letter that only has its original's time by the time it is read now.
+
+        The original's time stays its ``source_timestamp``. A letter already in the index
+        keeps the time it was given when first read (:meth:`LetterIndex.add_many` ignores
+        an id it holds).
+        """
+        if self._first_read is None:
+            return letters
+        now: float | None = None
+        dated = letters
+        for position, values in enumerate(letters):
+            if values[_BASIS] != ParkTime.ORIGINAL.value:
+                continue
+            if now is None:
+                now, dated = self._first_read(), list(letters)
+            changed = list(values)
+            changed[_PARKED_AT], changed[_BASIS] = now, ParkTime.FIRST_READ.value
+            dated[position] = tuple(changed)
+        return dated
 
     def _apply_resolution(self, raw: Any) -> None:
         try:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hopchain.consumers.foreign import ParkTime
 from hopchain.consumers.letter import ParkedLetter
 
 __all__ = [
@@ -56,9 +57,17 @@ def format_age(seconds: float) -> str:
     return f"{secs}s"
 
 
+_BOUNDS = {ParkTime.ORIGINAL.value: "<=", ParkTime.FIRST_READ.value: ">="}
+"""The marker of an age that is a bound, not a measure: the park time was not recorded."""
+
+
 def age_text(letter: ParkedLetter, now: float) -> str:
-    """How long ago it was parked; ``<=`` marks an upper bound (the park time not recorded)."""
-    bound = "<=" if letter.parked_at_basis == "original" else ""
+    """How long ago it was parked, marked when that is a bound.
+
+    ``<=`` marks an upper bound (counted from the original's time), ``>=`` a lower one
+    (counted from when the service first read it).
+    """
+    bound = _BOUNDS.get(letter.parked_at_basis or "", "")
     return bound + format_age(now - letter.parked_at)
 
 

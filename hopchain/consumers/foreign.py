@@ -16,8 +16,10 @@ When they were parked (see :class:`ParkTime`): Spring's recoverer leaves the dea
 record's timestamp to its producer, so it is the publish time (or the broker's append time
 on a ``LogAppendTime`` topic), and puts the original's time in a header. Connect copies the
 original record's timestamp onto the dead letter, so on a ``CreateTime`` topic the park time
-is not recorded anywhere: the original's time stands in, and the age counted from it is an
-upper bound. A ``LogAppendTime`` topic gives the exact park time for both.
+is not recorded anywhere: the dead-letter service then counts the age from when it first
+read the letter, by the broker's clock (a lower bound, kept in its index), and an index
+rebuilt from the topics alone from the original's time (an upper bound). A
+``LogAppendTime`` topic gives the exact park time for both.
 """
 
 from __future__ import annotations
@@ -71,7 +73,12 @@ class ParkTime(enum.StrEnum):
     """The create time the parking client set when it published the dead letter."""
     ORIGINAL = "original"
     """The original record's time, copied by a framework that does not record the park time
-    (Kafka Connect on a ``CreateTime`` topic): the age counted from it is an upper bound."""
+    (Kafka Connect on a ``CreateTime`` topic): the age counted from it is an upper bound.
+    What an index rebuilt from the topics (``hopchain dlq list`` without ``--index``) shows."""
+    FIRST_READ = "first_read"
+    """When the dead-letter service first read a letter whose park time is not recorded (in
+    place of :attr:`ORIGINAL`), by the broker's clock, kept in its index across restarts: the
+    age counted from it is a lower bound, exact while the service keeps up with the topic."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +49,8 @@ class IndexReader:
         index: where dead letters and resolutions go.
         metrics: counters and gauges to keep up to date.
         admin: an admin client to look up topics and partitions (started by the caller).
+        first_read: the broker's clock, to date letters whose park time is not recorded
+            when they are first read (see :class:`~hopchain.consumers.applying.Applier`).
     """
 
     def __init__(
@@ -58,6 +60,8 @@ class IndexReader:
         index: LetterIndex,
         metrics: DlqMetrics,
         admin: AIOKafkaAdminClient,
+        *,
+        first_read: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         self.plan = plan
@@ -66,7 +70,9 @@ class IndexReader:
         self.admin = admin
         self.owners: dict[str, str | None] = {}
         self.targets: dict[TopicPartition, int] = {}
-        self.applier = Applier(plan, self.owners, index, metrics, settings.resolution_key())
+        self.applier = Applier(
+            plan, self.owners, index, metrics, settings.resolution_key(), first_read=first_read
+        )
         self._consumer: Any = None
         self._applying: asyncio.Future[int] | None = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="hopchain-dlq-index")

@@ -87,6 +87,8 @@ _BASIS = {
     "broker": "the broker's append time",
     "publisher": "the dead letter's publish time",
     "original": "not recorded: the original record's time, so the age is an upper bound",
+    "first_read": "not recorded: when the dead-letter service first read it, by the broker's "
+    "clock, so the age is a lower bound",
 }
 
 

@@ -136,7 +136,11 @@ class DeadLetterService:
                 )
                 await self.grow_topics()
             await asyncio.to_thread(self.index.open, fingerprint(settings, self.plan))
-            self._reader = IndexReader(settings, self.plan, self.index, self.metrics, self._admin)
+            # Letters whose park time is not recorded are dated when first read, by the
+            # broker's clock as measured below, before the reading starts.
+            self._reader = IndexReader(
+                settings, self.plan, self.index, self.metrics, self._admin, first_read=self.clock
+            )
             await self._reader.start()
             self.metrics.restore()
             await self.check_retention()

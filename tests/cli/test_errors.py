@@ -377,11 +377,15 @@ def test_dry_runs_say_would_and_change_nothing(parked: tuple[list[str], list[str
     assert redrive.stdout.splitlines() == [
         *(f"would redrive {one}" for one in ids),
         "would redrive 2; nothing was changed",
+        "ERROR TYPE  REASON           COUNT",
+        "internal    payload_invalid  2",
     ]
     assert discard.code == 0, discard.stderr
     assert discard.stdout.splitlines() == [
         *(f"would discard {one}" for one in ids),
         "would discard 2; nothing was changed",
+        "ERROR TYPE  REASON           COUNT",
+        "internal    payload_invalid  2",
     ]
     assert "redriven" not in redrive.stdout
     assert "2 dead letter(s)" in hopchain("dlq", "list", *listing).stdout

@@ -247,7 +247,7 @@ async def test_triage_reading_the_index_file_previews_shows_and_resolves_as_from
     async with service(settings) as running:
         await running.wait_ready(timeout=60)
         from_file, from_topics = await dlq(*preview, "--json", index), await dlq(*preview, "--json")
-        chosen = json.loads(from_file)["redriven"]
+        chosen, selected = json.loads(from_file)["redriven"], json.loads(from_file)["selected"]
         text = await dlq(*preview, index)
         first = chosen[0]["id"]
         shown = [json.loads(await dlq("show", first, "--json", *more)) for more in ([index], [])]
@@ -260,10 +260,13 @@ async def test_triage_reading_the_index_file_previews_shows_and_resolves_as_from
         after = await dlq(*preview, "--json", index)
 
     assert from_file == from_topics
-    assert from_file == json.dumps({"redriven": chosen}, indent=2, sort_keys=True) + "\n"
+    body = {"redriven": chosen, "selected": selected}
+    assert from_file == json.dumps(body, indent=2, sort_keys=True) + "\n"
+    assert selected["count"] == len(chosen)
+    assert [group["error_type"] for group in selected["by_error_type_and_reason"]] == ["internal"]
     assert 100 < len(chosen) < 200
     assert all(row["dry_run"] is True for row in chosen)
-    assert text.splitlines()[-1] == f"would redrive {len(chosen)}; nothing was changed"
+    assert f"would redrive {len(chosen)}; nothing was changed" in text.splitlines()
     assert shown[0] == shown[1]
     assert shown[0]["dead_letter"]["id"] == first
     assert discarded.startswith(f"discarded {first}")

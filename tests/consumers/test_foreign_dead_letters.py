@@ -9,14 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import struct
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from dlq_helpers import SettingsFactory, group_key, scrape, settings_factory, wait_until
+from dlq_helpers import (
+    SettingsFactory,
+    call,
+    group_key,
+    scrape,
+    settings_factory,
+    wait_until,
+)
+from typer.testing import CliRunner
 
+from hopchain.cli.app import app
 from hopchain.consumers import DeadLetterService
 from hopchain.consumers.api import OPENAPI_DOCUMENT
 from hopchain.consumers.foreign import ParkTime, foreign_header_text, read_foreign, root_cause
@@ -131,7 +142,9 @@ async def test_spring_and_connect_dead_letters_have_owner_source_exact_depth_and
     assert seen["hopchain_dlq_depth"][spring_key] == 2
     assert seen["hopchain_dlq_depth"][connect_key] == 2
     assert seen["hopchain_dlq_oldest_age_seconds"][spring_key] == pytest.approx(3600, abs=1)
-    assert seen["hopchain_dlq_oldest_age_seconds"][connect_key] == pytest.approx(7200, abs=1)
+    # Connect records no park time and the topic is CreateTime: dated when first read, by
+    # the service's (frozen) clock, not by the originals' times copied onto them.
+    assert seen["hopchain_dlq_oldest_age_seconds"][connect_key] == 0
     # Read, not unreadable: another framework's headers said what there was to say.
     assert seen.get("hopchain_dlq_unreadable_records_total", {}) in ({}, {(): 0.0})
 
@@ -212,3 +225,70 @@ def test_the_api_document_names_every_foreign_field_and_park_time_basis() -> Non
     assert set(schemas["ForeignFailure"]["required"]) == written
     basis = schemas["DeadLetter"]["properties"]["parked_at_basis"]["enum"]
     assert basis == [*(member.value for member in ParkTime), None]
+
+
+def _one_letter(url: str) -> dict[str, Any]:
+    status, body = call("GET", f"{url}/dead-letters")
+    assert status == 200, body
+    letters = body["dead_letters"] if isinstance(body, dict) else body
+    assert len(letters) == 1, letters
+    letter: dict[str, Any] = letters[0]
+    return letter
+
+
+def _iso_seconds(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+async def test_a_letter_with_no_park_time_is_dated_when_first_read_by_the_brokers_clock(
+    kafka_bootstrap: str, dlq_settings: SettingsFactory
+) -> None:
+    """Connect on a CreateTime topic copies the original's time (an hour old): the age is
+    counted from the service's first read, by the broker's clock, on a host an hour fast,
+    and a restart (an hour slow now) keeps counting from the same moment."""
+    topic = unique_topic_name("connect-dlq")
+    await create_topics(kafka_bootstrap, topic)  # CreateTime, the broker's default
+    original_ms = int(time.time() * 1000) - 3_600_000
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            topic,
+            b"NOT-A-JSON",
+            timestamp_ms=original_ms,
+            headers=connect_headers("customers", 0, "VALUE_CONVERTER"),
+        )
+    finally:
+        await producer.stop()
+    settings = dlq_settings(dlq_topics={topic: "data-platform"})
+    key = group_key("data-platform", "customers", "malformed")
+
+    before = time.time()
+    async with DeadLetterService(settings, clock=lambda: time.time() + 3600) as service:
+        await wait_until(lambda: len(service.index) == 1, within=60, what="1 indexed")
+        read = time.time()
+        first = await asyncio.to_thread(_one_letter, service.url)
+        seen = await asyncio.to_thread(scrape, service.url)
+    age = seen["hopchain_dlq_oldest_age_seconds"]
+    assert seen["hopchain_dlq_timestamp_unsafe"][(("topic", topic),)] == 1  # the warning stays
+    assert first["parked_at_basis"] == "first_read"
+    assert before - 2 <= _iso_seconds(first["parked_at"]) <= read + 2  # the broker's, not +1 h
+    assert _iso_seconds(first["source_timestamp"]) == pytest.approx(original_ms / 1000)
+    assert 0 <= age[key] < 30  # seconds, not the original's hour
+
+    listed = await asyncio.to_thread(
+        CliRunner().invoke, app, ["dlq", "list", f"--index={settings.dlq_index_path}"]
+    )
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{topic}:0:0"))
+    assert re.search(r" >=\d+s ", row), row  # a lower bound, marked
+    assert re.search(r" 1h0\dm ", row), row  # the original's age beside it
+
+    await asyncio.sleep(2)
+    async with DeadLetterService(settings, clock=lambda: time.time() - 3600) as service:
+        await service.wait_ready(60)
+        again = await asyncio.to_thread(_one_letter, service.url)
+        later = (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_oldest_age_seconds"]
+    assert again["parked_at"] == first["parked_at"]  # kept in the index, not read again
+    assert again["parked_at_basis"] == "first_read"
+    assert age[key] + 2 <= later[key] < 60

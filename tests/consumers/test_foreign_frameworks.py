@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -333,3 +334,64 @@ def test_the_jars_come_from_maven_central_into_the_user_cache() -> None:
     assert (spring / "spring-kafka-3.3.16.jar").is_file()
     assert (connect / "connect-runtime-4.3.1.jar").is_file()
     assert (connect / "connect-file-4.3.1.jar").is_file()
+
+
+async def test_a_connect_letter_on_a_create_time_topic_is_as_old_as_since_it_was_parked(
+    kafka_bootstrap: str, tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
+    """The service follows a CreateTime topic while a real Connect worker parks hour-old
+    originals in it: their age is the seconds since they were read (as soon as parked),
+    not the hour Connect's copied timestamp says, in the metrics, the JSON API, the console
+    and ``dlq list --index``; a restart keeps counting from the same moment."""
+    source = unique_topic_name("customers")
+    topic = f"{source}-dlq-createtime"
+    await create_topics(kafka_bootstrap, source, topic)  # CreateTime, the broker's default
+    original_ms = int(time.time() * 1000) - HOUR_MS
+    await produce(kafka_bootstrap, source, [b"NOT-JSON {", b'{"id": 2'], original_ms)
+    settings = settings_factory(kafka_bootstrap)(dlq_topics={topic: "data-platform"})
+    key = group_key("data-platform", source, "malformed")
+
+    async with DeadLetterService(settings) as service:
+        await service.wait_ready(60)
+        started = time.time()
+        files = connect_files(kafka_bootstrap, source, {"copied": topic}, tmp_path)
+        await run_connect(kafka_bootstrap, files, {topic: 2}, tmp_path)
+        parked = time.time()
+        await wait_until(lambda: len(service.index) == 2, within=60, what="2 indexed")
+        age = (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_oldest_age_seconds"]
+        api = json.loads(await asyncio.to_thread(page, f"{service.url}/dead-letters"))
+        console = await asyncio.to_thread(
+            page, f"{service.url}/ui/dead-letters/{quote(f'{topic}:0:0')}"
+        )
+        checked = time.time()
+    letters = api["dead_letters"] if isinstance(api, dict) else api
+    assert len(letters) == 2
+    for letter in letters:
+        assert letter["parked_at_basis"] == "first_read"
+        assert started - 1 <= seconds(letter["parked_at"]) <= parked + 5
+        assert seconds(letter["source_timestamp"]) == pytest.approx(original_ms / 1000)
+    report_figure(
+        pytestconfig,
+        f"Connect letter on a CreateTime topic, original an hour old: oldest age "
+        f"{age[key]:.1f} s, {checked - started:.1f} s after the worker started",
+    )
+    assert age[key] <= checked - started + 1  # seconds since parked, not the original's hour
+    assert age[key] < 120
+    assert "by the broker's clock, so the age is a lower bound" in console
+
+    table = await asyncio.to_thread(
+        CliRunner().invoke, app, ["dlq", "list", f"--index={settings.dlq_index_path}"]
+    )
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if line.startswith(f"{topic}:0:0"))
+    assert re.search(r" >=\d+s ", row), row
+    assert re.search(f" {ABOUT_AN_HOUR} ", row), row  # the original's age beside it
+
+    async with DeadLetterService(settings) as service:
+        await service.wait_ready(60)
+        again = json.loads(await asyncio.to_thread(page, f"{service.url}/dead-letters"))
+        later = (await asyncio.to_thread(scrape, service.url))["hopchain_dlq_oldest_age_seconds"]
+    kept = again["dead_letters"] if isinstance(again, dict) else again
+    assert [x["parked_at"] for x in kept] == [x["parked_at"] for x in letters]
+    report_figure(pytestconfig, f"after a restart: oldest age {later[key]:.1f} s")
+    assert age[key] <= later[key] < 120
