@@ -51,6 +51,7 @@ __all__ = [
     "hop_members",
     "mint_identity",
     "mint_v2",
+    "new_hop",
     "payload_digest",
     "recontracted",
     "reseal_last",
@@ -248,6 +249,57 @@ def hop_members(
     }
 
 
+def new_hop(
+    index: int,
+    *,
+    component: str,
+    instance: str,
+    decision: Decision,
+    span_id: str,
+    contract: tuple[str, int],
+    decided_at: datetime | None = None,
+    observation: str = "",
+    received_from: Position | None = None,
+    received_at: datetime | None = None,
+    destination: str | None = None,
+    attempts: Sequence[Attempt] = (),
+    effects: Sequence[Effect] = (),
+    failure: Failure | None = None,
+    degradation: Degradation | None = None,
+    payload: str | None = None,
+) -> dict[str, Any]:
+    """Hop ``index``'s members as the core's writer takes them, ``decided_at`` now by default.
+
+    Only the timestamps are checked here (a naive one has no spelling on the wire); the core
+    checks every member when it seals or writes the hop.
+
+    Raises:
+        EnvelopeError: ``invalid_value``, a naive timestamp.
+    """
+    decided = decided_at if decided_at is not None else datetime.now(UTC)
+    if decided.tzinfo is None or (received_at is not None and received_at.tzinfo is None):
+        raise EnvelopeError(
+            ReasonCode.INVALID_VALUE, "timestamps must be aware", f"$.chain[{index}]"
+        )
+    return hop_members(
+        component=component,
+        instance=instance,
+        decision=decision,
+        span_id=span_id,
+        contract=contract,
+        decided_at=decided,
+        observation=observation,
+        received_from=received_from,
+        received_at=received_at,
+        destination=destination,
+        attempts=attempts,
+        effects=effects,
+        failure=failure,
+        degradation=degradation,
+        payload=payload,
+    )
+
+
 def append_v2(
     envelope: Envelope,
     *,
@@ -282,18 +334,14 @@ def append_v2(
     if contract is None:
         contract = (envelope.contract, envelope.contract_version)
     index = wire.sealed_count + (wire.pending is not None)
-    decided = decided_at if decided_at is not None else datetime.now(UTC)
-    if decided.tzinfo is None or (received_at is not None and received_at.tzinfo is None):
-        raise EnvelopeError(
-            ReasonCode.INVALID_VALUE, "timestamps must be aware", f"$.chain[{index}]"
-        )
-    hop = hop_members(
+    hop = new_hop(
+        index,
         component=component,
         instance=instance,
         decision=decision,
         span_id=span_id,
         contract=contract,
-        decided_at=decided,
+        decided_at=decided_at,
         observation=observation,
         received_from=received_from,
         received_at=received_at,

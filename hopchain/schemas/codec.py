@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -40,6 +41,7 @@ from hopchain.schemas.refusals import from_validation
 from hopchain.schemas.sealed import (
     PAYLOAD_MEMBER,
     Wire,
+    appendable_verdict,
     component_of,
     core_refusal,
     sealed_text,
@@ -105,8 +107,20 @@ class EncodedRecord:
 
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
-    envelope: Envelope | None = None
-    """The envelope as written (schema 2: with the new hop sealed over the payload's digest)."""
+    sealed: Envelope | None = field(default=None, compare=False)
+    """The envelope as written, when the writer built it (see :attr:`envelope`)."""
+    text: bytes | None = field(default=None, compare=False, repr=False)
+    """Schema 2: the envelope text as written, read into :attr:`envelope` when asked for."""
+
+    @property
+    def envelope(self) -> Envelope | None:
+        """The envelope as written (schema 2: with the new hop sealed over the payload's digest).
+
+        A record written from the core's verdict builds it from its text on first access.
+        """
+        if self.sealed is None and self.text is not None:
+            object.__setattr__(self, "sealed", received_envelope(self.text, len(self.text) - 1))
+        return self.sealed
 
     @property
     def size(self) -> int:
@@ -408,6 +422,74 @@ class EnvelopeCodec:
         except EnvelopeError as exc:
             raise EnvelopeRejected(exc.code, exc.detail, exc.path, topic=topic) from None
 
+    def encode_appended(
+        self,
+        topic: str,
+        received: Envelope,
+        hop: dict[str, Any],
+        payload: BaseModel,
+        *,
+        keyring: Keyring | None = None,
+        tracestate: str | None = None,
+        read: PayloadRead | None = None,
+    ) -> EncodedRecord | None:
+        """Write one record for ``topic``: ``received`` with ``hop`` appended, by the core.
+
+        ``hop`` holds the new hop's members as plain values (as
+        :func:`~hopchain.schemas.chain_v2.new_hop` makes them): the core checks them as a
+        reader will (SPEC.md section 7) and writes the hop onto the text its verdict read, in
+        one call. No envelope is built on the way; :attr:`EncodedRecord.envelope` is, when
+        asked for. ``keyring`` signs the hop when the codec has none. ``read``: as for
+        :meth:`encode`.
+
+        Returns None, having written nothing, for an envelope that :meth:`appends_to` does not
+        take: that one goes through :func:`~hopchain.schemas.append_hop` and :meth:`encode`.
+
+        Raises:
+            EnvelopeRejected: the hop or the record breaks the contract; nothing may be sent.
+        """
+        wire = wire_of(received)
+        verdict = self._verdict_to_append(wire)
+        if wire is None or verdict is None:
+            return None
+        contract = self.registry.get(topic)
+        try:
+            verify_wire_fields(received, wire)
+            payload_json, _ = self._payload_json(contract, payload, read)
+            _check_named(contract, hop, wire.sealed_count)
+            self._check_hop_limit(wire.count + 1, "would have")
+            signer = self.keyring if self.keyring is not None else keyring
+            try:
+                text, traceparent, degraded = _core.append_verdict(
+                    verdict, hop, payload_json, signer.core() if signer is not None else None
+                )
+            except ValueError as exc:
+                raise core_refusal(exc) from None
+            return self._record(
+                contract,
+                text,
+                payload_json,
+                traceparent=traceparent,
+                tracestate=tracestate,
+                degraded=degraded,
+                view_from_text=True,
+            )
+        except EnvelopeError as exc:
+            raise EnvelopeRejected(exc.code, exc.detail, exc.path, topic=topic) from None
+
+    def appends_to(self, received: Envelope) -> bool:
+        """Whether :meth:`encode_appended` writes a hop onto ``received``.
+
+        True for a schema-2 envelope as the core read it (no hop appended since), when the
+        codec writes schema 2.
+        """
+        return self._verdict_to_append(wire_of(received)) is not None
+
+    def _verdict_to_append(self, wire: Wire | None) -> Any:
+        if self.schema != WIRE_MAJOR or wire is None or wire.pending is not None:
+            return None
+        return appendable_verdict(wire)
+
     def _encode(
         self,
         contract: TopicContract,
@@ -575,16 +657,11 @@ class EnvelopeCodec:
         _check_last(envelope, contract, named, wire.sealed_count)
         keyring = self.keyring if self.keyring is not None else pending.keyring
         core_keyring = keyring.core() if keyring is not None else None
-        received = wire.received
+        verdict = appendable_verdict(wire)
         try:
-            if (
-                received is not None
-                and received.verdict is not None
-                and received.hops == wire.sealed_count
-                and received.close > 0
-            ):
+            if verdict is not None:
                 # Appended to the record as the core read it: the text is not read again.
-                written = _core.append_verdict(received.verdict, hop, payload_json, core_keyring)
+                written = _core.append_verdict(verdict, hop, payload_json, core_keyring)
             elif wire.sealed_count:
                 written = _core.append_hop(sealed_text(wire), hop, payload_json, core_keyring)
             else:
@@ -605,6 +682,7 @@ class EnvelopeCodec:
         tracestate: str | None,
         degraded: str | None,
         sealed: Envelope | None = None,
+        view_from_text: bool = False,
     ) -> EncodedRecord:
         """The record that carries the envelope ``text`` and the payload, in the topic's mode."""
         headers: list[tuple[str, bytes]] = [(TRACEPARENT_HEADER, traceparent.encode())]
@@ -625,7 +703,7 @@ class EnvelopeCodec:
                 ReasonCode.OVERSIZE,
                 f"record would be {size} bytes; the limit is {self.limits.max_record_bytes}",
             )
-        return EncodedRecord(value, tuple(headers), sealed)
+        return EncodedRecord(value, tuple(headers), sealed, text if view_from_text else None)
 
     def _payload_json(
         self, contract: TopicContract, payload: BaseModel, read: PayloadRead | None = None
@@ -687,6 +765,29 @@ def _check_last(
         raise EnvelopeError(
             ReasonCode.TRUNCATED_CHAIN,
             f"the last hop names destination {destination!r}, but the record goes to "
+            f"{contract.topic!r}",
+            f"$.chain[{index}].destination",
+        )
+
+
+def _check_named(contract: TopicContract, hop: dict[str, Any], index: int) -> None:
+    """Refuse a new hop (at ``index`` of the schema-2 hops) that names another topic's contract.
+
+    Raises:
+        EnvelopeError: ``contract_mismatch`` for another contract, ``truncated_chain`` for
+            another destination (as :meth:`EnvelopeCodec.encode` refuses them).
+    """
+    if hop["contract"] != contract.name or hop["contract_version"] != contract.version:
+        raise EnvelopeError(
+            ReasonCode.CONTRACT_MISMATCH,
+            f"the hop names contract {hop['contract']!r} v{hop['contract_version']}; "
+            f"topic {contract.topic!r} carries {contract.name!r} v{contract.version}",
+            "$.contract",
+        )
+    if hop["destination"] != contract.topic:
+        raise EnvelopeError(
+            ReasonCode.TRUNCATED_CHAIN,
+            f"the last hop names destination {hop['destination']!r}, but the record goes to "
             f"{contract.topic!r}",
             f"$.chain[{index}].destination",
         )

@@ -41,6 +41,7 @@ __all__ = [
     "SealedEnvelope",
     "SealedHop",
     "Wire",
+    "appendable_verdict",
     "carried_chain",
     "chain_of",
     "component_of",
@@ -307,6 +308,23 @@ def core_refusal(exc: ValueError, path: str = "$") -> EnvelopeError:
         code, where, message = exc.args
         return EnvelopeError(ReasonCode(code), message, where)
     return EnvelopeError(ReasonCode.INVALID_VALUE, f"not a JSON value: {exc}", path)
+
+
+def appendable_verdict(wire: Wire) -> Any:
+    """The core's verdict a new hop is written from, when the sealed hops are the ones read.
+
+    None for a chain with hops sealed since, or read from a text whose end is not known: the
+    next hop is written after the core read the text again (``hopchain._core.append_hop``).
+    """
+    received = wire.received
+    if (
+        received is not None
+        and received.verdict is not None
+        and received.hops == wire.sealed_count
+        and received.close > 0
+    ):
+        return received.verdict
+    return None
 
 
 def settle(wire: Wire) -> None:

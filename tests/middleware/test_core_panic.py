@@ -165,18 +165,30 @@ def raise_in_decode(
 
 
 def raise_in_encode(monkeypatch: pytest.MonkeyPatch, runtime: Hopchain, case: Scene) -> list[int]:
-    """The codec's ``encode`` panics on the poisoned record's output, the first time only."""
+    """The codec's writer panics on the poisoned record's output, the first time only.
+
+    Both of its writes: ``encode_appended`` (a hop onto a record as the core read it, the
+    usual output) and ``encode`` (any other).
+    """
     codec = runtime.parts.codec
-    encode = codec.encode
+    encode, encode_appended = codec.encode, codec.encode_appended
     fired: list[int] = []
 
-    def poisoned(topic: str, envelope: Any, payload: Any, **kwargs: Any) -> Any:
+    def poison(topic: str, payload: Any) -> None:
         if topic == case.output and getattr(payload, "id", None) == POISONED and not fired:
             fired.append(POISONED)
             raise PANIC("injected: the core panicked writing the output")
+
+    def poisoned(topic: str, envelope: Any, payload: Any, **kwargs: Any) -> Any:
+        poison(topic, payload)
         return encode(topic, envelope, payload, **kwargs)
 
+    def poisoned_appended(topic: str, received: Any, hop: Any, payload: Any, **kwargs: Any) -> Any:
+        poison(topic, payload)
+        return encode_appended(topic, received, hop, payload, **kwargs)
+
     monkeypatch.setattr(codec, "encode", poisoned)
+    monkeypatch.setattr(codec, "encode_appended", poisoned_appended)
     return fired
 
 

@@ -240,7 +240,7 @@ def inject_settling(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
 
         monkeypatch.setattr(OffsetLedger, "begin", faulty_begin)
     if step == "publish":
-        outgoing = Publisher.outgoing
+        outgoing = Publisher.outgoing_record
 
         def faulty_outgoing(self: Publisher, topic: str, body: Any, **kwargs: Any) -> Any:
             incoming = kwargs.get("incoming")
@@ -249,7 +249,7 @@ def inject_settling(monkeypatch: pytest.MonkeyPatch, case: Case) -> None:
                 raise TransientSendError("injected: the output did not reach the broker")
             return outgoing(self, topic, body, **kwargs)
 
-        monkeypatch.setattr(Publisher, "outgoing", faulty_outgoing)
+        monkeypatch.setattr(Publisher, "outgoing_record", faulty_outgoing)
 
 
 async def send_records(case: Case, numbers: range) -> list[Sent]:

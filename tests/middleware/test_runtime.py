@@ -234,6 +234,26 @@ def test_outgoing_appends_exactly_one_hop_under_the_destination_contract(
     assert decoded.payload == summary
 
 
+def test_a_hop_the_core_refuses_is_a_counted_refusal_to_publish(runtime: Hopchain) -> None:
+    # The new hop goes to the core as plain values and is checked as it is written.
+    hop = received_hop(runtime, "orders")
+    with pytest.raises(EnvelopeRejected) as refused:
+        runtime.outgoing(
+            "orders",
+            doc(1),
+            incoming=hop,
+            trace_id=hop.trace_id,
+            span_id=hop.span_id,
+            observation="x" * 1001,
+        )
+    assert (refused.value.code, refused.value.path, refused.value.topic) == (
+        ReasonCode.INVALID_VALUE,
+        "$.chain[1].observation",
+        "orders",
+    )
+    assert rejected(runtime, "produce", "invalid_value") == 1
+
+
 @pytest.mark.parametrize("name", ["hopchain-envelope", "HOPCHAIN-DEGRADED", "hopchain-dlq-reason"])
 def test_headers_reserved_for_hopchain_are_refused(runtime: Hopchain, name: str) -> None:
     with pytest.raises(EnvelopeRejected) as refused:

@@ -29,7 +29,7 @@ from hopchain.schemas import (
     new_envelope,
     new_envelope_id,
 )
-from hopchain.schemas.chain_v2 import append_v2
+from hopchain.schemas.chain_v2 import append_v2, new_hop
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
 from hopchain.send_spans import forward_span, publish_span, quiet_publish_span
@@ -163,6 +163,63 @@ class Publisher:
         Raises:
             EnvelopeRejected: the record breaks the contract; nothing may be sent.
         """
+        record, envelope = self._outgoing(
+            topic,
+            body,
+            incoming=incoming,
+            trace_id=trace_id,
+            span_id=span_id,
+            headers=headers,
+            decision=decision,
+            observation=observation,
+        )
+        if envelope is None:
+            envelope = record.envelope
+            assert envelope is not None  # noqa: S101 - a record written onto a text holds it
+        return record, envelope
+
+    def outgoing_record(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        trace_id: str,
+        span_id: str,
+        headers: Mapping[str, str] | None = None,
+        decision: Decision | None = None,
+        observation: str = "",
+    ) -> EncodedRecord:
+        """As :meth:`outgoing`, the record alone: its envelope is built when asked for.
+
+        Raises:
+            EnvelopeRejected: the record breaks the contract; nothing may be sent.
+        """
+        record, _ = self._outgoing(
+            topic,
+            body,
+            incoming=incoming,
+            trace_id=trace_id,
+            span_id=span_id,
+            headers=headers,
+            decision=decision,
+            observation=observation,
+        )
+        return record
+
+    def _outgoing(
+        self,
+        topic: str,
+        body: Any,
+        *,
+        incoming: HopContext | None,
+        trace_id: str,
+        span_id: str,
+        headers: Mapping[str, str] | None = None,
+        decision: Decision | None = None,
+        observation: str = "",
+    ) -> tuple[EncodedRecord, Envelope | None]:
+        """As :meth:`outgoing`; the envelope None when the record builds it when asked for."""
         for name in headers or {}:
             if name.lower().startswith(RESERVED_HEADER_PREFIX):
                 raise self.refuse(
@@ -175,6 +232,11 @@ class Publisher:
         contract = self.parts.registry.get(topic)
         payload = self.coerce_payload(topic, body)
         if incoming is not None:
+            appended = self._append_written(
+                topic, incoming, payload, decision=decision, observation=observation
+            )
+            if appended is not None:
+                return appended, None
             envelope = self.append(
                 incoming,
                 decision=decision,
@@ -199,6 +261,58 @@ class Publisher:
             self.parts.metrics.rejected.labels(topic, "produce", exc.code.value).inc()
             raise
         return record, envelope
+
+    def _append_written(
+        self,
+        topic: str,
+        incoming: HopContext,
+        payload: BaseModel,
+        *,
+        decision: Decision | None,
+        observation: str = "",
+    ) -> EncodedRecord | None:
+        """The record for ``topic`` with this component's hop written onto the received text.
+
+        The hop's members go to the core as plain values, checked and written in one call
+        (:meth:`EnvelopeCodec.encode_appended`); None when the received envelope is not as the
+        core read it (schema 1, or a hop appended to it already), for :meth:`append`.
+
+        Raises:
+            EnvelopeRejected: the hop or the record breaks the contract; nothing may be sent.
+        """
+        parts = self.parts
+        received = incoming.envelope
+        wire = wire_of(received)
+        if wire is None or not parts.codec.appends_to(received):
+            return None
+        contract = parts.registry.get(topic)
+        decided = decision or incoming.effective_decision
+        metrics = parts.metrics
+        metrics.child(metrics.stage_decisions, stage_label(incoming), decided.value).inc()
+        incoming.hops_appended += 1
+        try:
+            hop = new_hop(
+                wire.sealed_count,
+                component=parts.component,
+                instance=parts.instance,
+                decision=decided,
+                span_id=incoming.span_id,
+                contract=(contract.name, contract.version),
+                observation=observation,
+                received_from=incoming.record.position,
+                received_at=incoming.received_at,
+                destination=topic,
+                attempts=tuple(incoming.attempts),
+                effects=tuple(incoming.effects),
+                failure=incoming.failure,
+                degradation=incoming.degradation,
+            )
+            return parts.codec.encode_appended(
+                topic, received, hop, payload, keyring=parts.keyring, read=incoming.payload_read
+            )
+        except EnvelopeRejected as exc:
+            metrics.rejected.labels(topic, "produce", exc.code.value).inc()
+            raise
 
     def sending(
         self,
@@ -244,7 +358,7 @@ class Publisher:
         self, topic: str, body: Any, incoming: HopContext, headers: Mapping[str, str] | None
     ) -> EncodedRecord:
         """The record that carries ``incoming``'s chain on, its trace context written."""
-        record, _ = self.outgoing(
+        record = self.outgoing_record(
             topic,
             body,
             incoming=incoming,
@@ -263,7 +377,7 @@ class Publisher:
         headers: Mapping[str, str] | None,
     ) -> EncodedRecord:
         """The record that starts a chain, its hop's span ``span_id``, trace context written."""
-        record, _ = self.outgoing(
+        record = self.outgoing_record(
             topic, body, incoming=None, trace_id=trace_id, span_id=span_id, headers=headers
         )
         return _propagated(record, trace_id, span_id)
