@@ -32,7 +32,7 @@ pub fn read_hop(bytes: &[u8], text: Option<&str>, index: usize) -> Result<Hop, R
 
 /// The usual hop (canonical, valid, no escape) read in one pass; None for any other.
 fn usual_hop(text: &str) -> Option<Hop> {
-    let found = read_usual(text, &HOP)?;
+    let found: [Found<'_>; 16] = read_usual(text, &HOP)?;
     let text_at = |index: usize| match found.get(index) {
         Some(Found::Str(value)) => Some((*value).to_owned()),
         _ => None,
