@@ -420,7 +420,7 @@ fn after_payload<'a>(
             ),
         ));
     }
-    if !topic.writers.is_empty() && !topic.writers.contains(&last.component) {
+    if !topic.writers.is_empty() && !topic.writers.iter().any(|writer| last.component == *writer) {
         return Err(Refusal::new(
             Reason::UnexpectedWriter,
             format!("$.chain[{index}].component"),
