@@ -21,17 +21,24 @@ machine slows them alike). The targets of issue #35: at most 0.75x the lean refe
 at 1 hop, 0.5x at 10, 0.4x at 30, and 1.2 us per further earlier hop (10 to 30 hops).
 
     python -m bench.core_cycle [--repeats 15] [--batch 100]
+    python -m bench.core_cycle --write DIR
+
+``--write DIR`` times nothing: it writes the received records as ``DIR/<mode><hops>.json``
+(``{"value": ..., "headers": [[name, value], ...]}``), the input of the crate's
+``read_speed`` example, which times and counts the reader alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from bench.micro import (
@@ -217,12 +224,33 @@ def _check_same_bytes(mode: str, hops: int, size: int) -> None:
         raise AssertionError(msg)
 
 
+def write_records(folder: Path) -> None:
+    """Write each received record as JSON text, for the crate's ``read_speed`` example."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for mode, topic in MODES.items():
+        for hops in CHAIN_LENGTHS:
+            value, headers = received(topic, hops)
+            record = {
+                "value": value.decode(),
+                "headers": [[name, raw.decode()] for name, raw in headers],
+            }
+            (folder / f"{mode}{hops}.json").write_text(json.dumps(record))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="repeats per figure (median)")
     parser.add_argument("--batch", type=int, default=100, help="records in a fetch")
+    parser.add_argument("--write", type=Path, help="write the received records here; time nothing")
     arguments = parser.parse_args()
-    repeats, size = arguments.repeats, arguments.batch
+    if arguments.write is not None:
+        write_records(arguments.write)
+    else:
+        time_cycles(arguments.repeats, arguments.batch)
+
+
+def time_cycles(repeats: int, size: int) -> None:
+    """Time every way at every chain length and print the figures and the targets."""
     started = time.perf_counter()
     print(f"hop cycle through hopchain._core, {PAYLOAD_BYTES} B payload, CPU µs per record:")
     print(f"median of {repeats} repeats; batch {size}; Python {sys.version.split()[0]}\n")

@@ -23,14 +23,21 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 fn hex64(digest: &[u8]) -> Hex64 {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = [b'0'; 64];
     for (pair, &byte) in out.chunks_exact_mut(2).zip(digest) {
-        for (slot, nibble) in pair.iter_mut().zip([byte >> 4, byte & 0xf]) {
-            *slot = DIGITS.get(usize::from(nibble)).copied().unwrap_or(b'0');
-        }
+        pair.copy_from_slice(&[hex_digit(byte >> 4), hex_digit(byte & 0xf)]);
     }
     out
+}
+
+/// A nibble's lower-case hex digit, computed (no table to index: one is written per
+/// digest byte of every hop read).
+const fn hex_digit(nibble: u8) -> u8 {
+    if nibble < 10 {
+        b'0' + nibble
+    } else {
+        b'a' - 10 + nibble
+    }
 }
 
 /// SHA-256 of a payload's bytes, in hex.

@@ -83,9 +83,25 @@ pub fn read_envelope(text: &[u8], keyring: Option<&Keyring>) -> Result<Envelope,
     read_envelope_text(text, keyring, Links::Checked)
 }
 
+/// Read an envelope text of schema 2 known to be UTF-8 (a record's reader has checked it).
+pub fn read_envelope_str(text: &str, keyring: Option<&Keyring>) -> Result<Envelope, Refusal> {
+    read(text.as_bytes(), Some(text), keyring, Links::Checked)
+}
+
 /// Read an envelope text of schema 2, its links taken as `links` says.
 pub fn read_envelope_text(
     text: &[u8],
+    keyring: Option<&Keyring>,
+    links: Links,
+) -> Result<Envelope, Refusal> {
+    read(text, std::str::from_utf8(text).ok(), keyring, links)
+}
+
+/// `source` is `text` when it is UTF-8: the usual hop is then read in one pass (else each
+/// is read carefully).
+fn read(
+    text: &[u8],
+    source: Option<&str>,
     keyring: Option<&Keyring>,
     links: Links,
 ) -> Result<Envelope, Refusal> {
@@ -114,8 +130,6 @@ pub fn read_envelope_text(
             "a chain has at least one hop",
         ));
     }
-    // UTF-8 text lets the usual hop be read in one pass (else each is read carefully).
-    let source = std::str::from_utf8(text).ok();
     let mut hops = Vec::with_capacity(layout.hops.len());
     for (index, range) in layout.hops.iter().enumerate() {
         let hop_text = source.and_then(|source| source.get(range.clone()));

@@ -25,7 +25,7 @@ pub struct Identity {
 
 /// The usual identity (canonical, valid, no legacy chain, no escape) read in one pass.
 fn usual_identity(text: &str) -> Option<Identity> {
-    let found = read_usual(text, &IDENTITY)?;
+    let found: [Found<'_>; 10] = read_usual(text, &IDENTITY)?;
     let text_at = |index: usize| match found.get(index) {
         Some(Found::Str(value)) => Some((*value).to_owned()),
         _ => None,

@@ -289,14 +289,14 @@ fn identity_members<'py>(py: Python<'py>, identity: &Identity) -> PyResult<Bound
 /// What the reader keeps of a hop.
 fn hop_summary<'py>(py: Python<'py>, hop: &Hop) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    dict.set_item("component", &hop.component)?;
-    dict.set_item("contract", &hop.contract)?;
+    dict.set_item("component", hop.component.as_str())?;
+    dict.set_item("contract", hop.contract.as_str())?;
     dict.set_item("contract_version", hop.contract_version)?;
-    dict.set_item("decision", &hop.decision)?;
-    dict.set_item("destination", &hop.destination)?;
-    dict.set_item("payload_digest", &hop.payload_digest)?;
-    dict.set_item("span_id", &hop.span_id)?;
-    dict.set_item("degraded_stage", &hop.degraded_stage)?;
+    dict.set_item("decision", hop.decision.as_str())?;
+    dict.set_item("destination", hop.destination.as_str())?;
+    dict.set_item("payload_digest", hop.payload_digest.as_deref())?;
+    dict.set_item("span_id", hop.span_id.as_str())?;
+    dict.set_item("degraded_stage", hop.degraded_stage.as_deref())?;
     Ok(dict)
 }
 
@@ -996,7 +996,7 @@ fn read_text<'py>(
     let markers = PyDict::new(py);
     for (index, hop) in envelope.hops.iter().enumerate() {
         if let Some(stage) = &hop.degraded_stage {
-            markers.set_item(index, stage)?;
+            markers.set_item(index, stage.as_str())?;
         }
     }
     dict.set_item("markers", markers)?;

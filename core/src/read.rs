@@ -8,7 +8,7 @@
 use std::ops::Range;
 
 use crate::digest::payload_digest;
-use crate::envelope::{read_envelope, Envelope};
+use crate::envelope::{read_envelope_str, Envelope};
 use crate::json::uses_non_finite;
 use crate::layout::is_v2;
 use crate::reason::{Reason, Refusal};
@@ -122,7 +122,7 @@ fn text(bytes: &[u8]) -> Option<&str> {
 
 /// The headers' first values (a null value as empty), checked as step 1 checks them.
 struct Headers<'a> {
-    envelope: Option<&'a [u8]>,
+    envelope: Option<&'a str>,
     degraded: Option<&'a str>,
     tracestate: Option<&'a str>,
     traceparents: Vec<&'a str>,
@@ -173,7 +173,7 @@ fn read_headers<'a>(headers: &'a [Header<'a>]) -> Result<Headers<'a>, Refusal> {
         };
         read.size += raw.len() + header.name.len();
         match name {
-            ENVELOPE_HEADER => read.envelope = Some(raw),
+            ENVELOPE_HEADER => read.envelope = Some(value),
             DEGRADED_HEADER => read.degraded = Some(value),
             TRACESTATE_HEADER if read.tracestate.is_none() => read.tracestate = Some(value),
             TRACEPARENT_HEADER if header.value.is_some() => read.traceparents.push(value),
@@ -307,18 +307,21 @@ pub fn read_record(
         ));
     }
     let binary = topic.binary_payload && topic.mode == Mode::Headers;
-    if !binary && text(value).is_none() {
+    let value_text = if binary { None } else { text(value) };
+    if !binary && value_text.is_none() {
         return Outcome::Refused(Refusal::new(Reason::NotUtf8, "$", "the value is not UTF-8"));
     }
-    let (envelope_text, source) = match topic.mode {
-        Mode::Body if is_v2(value) => (value, Source::Value),
-        Mode::Body => {
+    // The envelope's text was checked to be UTF-8 above (a value) or by `read_headers` (a
+    // header): the envelope's reader is given it as text, not to check it again.
+    let (envelope_text, source) = match (topic.mode, value_text) {
+        (Mode::Body, Some(value_text)) if is_v2(value) => (value_text, Source::Value),
+        (Mode::Body, _) => {
             if uses_non_finite(value) {
                 return non_finite("$");
             }
             return not_v2(value);
         }
-        Mode::Headers => {
+        (Mode::Headers, _) => {
             if !binary && uses_non_finite(value) {
                 return non_finite("$.payload");
             }
@@ -332,21 +335,24 @@ pub fn read_record(
                     ),
                 ));
             };
-            if !is_v2(envelope) {
-                if uses_non_finite(envelope) {
+            if !is_v2(envelope.as_bytes()) {
+                if uses_non_finite(envelope.as_bytes()) {
                     return non_finite(&format!("$.headers.{ENVELOPE_HEADER}"));
                 }
-                return not_v2(envelope);
+                return not_v2(envelope.as_bytes());
             }
             (envelope, Source::EnvelopeHeader)
         }
     };
-    let envelope = match read_envelope(envelope_text, keyring) {
+    let envelope = match read_envelope_str(envelope_text, keyring) {
         Ok(envelope) => envelope,
         Err(refusal) => return Outcome::Refused(refusal),
     };
     // Step 9: what follows the signatures.
-    let rest = envelope_text.get(envelope.rest.clone()).unwrap_or_default();
+    let rest = envelope_text
+        .as_bytes()
+        .get(envelope.rest.clone())
+        .unwrap_or_default();
     let payload = match source {
         Source::EnvelopeHeader if rest == b"}" => 0..value.len(),
         Source::EnvelopeHeader => {
@@ -414,7 +420,7 @@ fn after_payload<'a>(
             ),
         ));
     }
-    if !topic.writers.is_empty() && !topic.writers.contains(&last.component) {
+    if !topic.writers.is_empty() && !topic.writers.iter().any(|writer| last.component == *writer) {
         return Err(Refusal::new(
             Reason::UnexpectedWriter,
             format!("$.chain[{index}].component"),

@@ -7,7 +7,9 @@ fn is_lower_hex(text: &str) -> bool {
 
 /// A hop's or an identity's name: 1 character at least, no control character.
 pub fn is_name(text: &str) -> bool {
-    !text.is_empty() && !text.chars().any(|c| c <= '\u{1f}' || c == '\u{7f}')
+    // U+0000 to U+001F and U+007F are one byte each in UTF-8, and no byte of a longer
+    // character is below 0x80: looking at bytes finds them without decoding characters.
+    !text.is_empty() && !text.bytes().any(|byte| byte <= 0x1f || byte == 0x7f)
 }
 
 /// `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`: ASCII only, so no look-alike names.

@@ -31,6 +31,14 @@ impl<'a> Scan<'a> {
         (self.text.as_bytes().get(self.at..end)? == bytes).then(|| self.at = end)
     }
 
+    /// A member's name and its colon, `"name":`, told in one look at the bytes.
+    fn name(&mut self, name: &[u8]) -> Option<()> {
+        let end = self.at + name.len() + 3;
+        let (open, rest) = self.text.as_bytes().get(self.at..end)?.split_first()?;
+        let (spelled, close) = rest.split_at_checked(name.len())?;
+        (*open == b'"' && close == b"\":" && spelled == name).then(|| self.at = end)
+    }
+
     /// A string without escapes or control characters: its content, and whether it is
     /// ASCII (told in the same pass).
     fn string(&mut self) -> Option<(&'a str, bool)> {
@@ -125,9 +133,7 @@ impl<'a> Scan<'a> {
             if index > 0 {
                 self.literal(b",")?;
             }
-            self.literal(b"\"")?;
-            self.literal(name.as_bytes())?;
-            self.literal(b"\":")?;
+            self.name(name.as_bytes())?;
             let value = self.value(rule)?;
             found(index, value);
         }
@@ -183,14 +189,23 @@ fn text_fits(rules: &Text, text: &str, ascii: bool) -> bool {
 }
 
 /// The top-level members of `text` when it is the usual, canonical object of `rule`, in the
-/// rule's order; None for any other text (the careful reading says why).
-pub fn read_usual<'a>(text: &'a str, rule: &Rule) -> Option<Vec<Found<'a>>> {
+/// rule's order; None for any other text (the careful reading says why), and for a rule of
+/// other than `N` members.
+pub fn read_usual<'a, const N: usize>(text: &'a str, rule: &Rule) -> Option<[Found<'a>; N]> {
     let Rule::Object(members) = rule else {
         return None;
     };
+    if members.len() != N {
+        return None;
+    }
     let mut scan = Scan { text, at: 0 };
-    let mut values = Vec::with_capacity(members.len());
-    scan.object(members, &mut |_, value| values.push(value))?;
+    // Held in place, not in a vector: a hop read costs no allocation for its members.
+    let mut values = [Found::Null; N];
+    scan.object(members, &mut |index, value| {
+        if let Some(slot) = values.get_mut(index) {
+            *slot = value;
+        }
+    })?;
     (scan.at == text.len()).then_some(values)
 }
 
@@ -209,12 +224,24 @@ mod tests {
 
     #[test]
     fn reads_the_usual_hop() {
-        let found = read_usual(HOP_TEXT, &HOP);
-        assert_eq!(found.as_ref().map(Vec::len), Some(16));
+        let found: Option<[Found<'_>; 16]> = read_usual(HOP_TEXT, &HOP);
         assert_eq!(
             found.and_then(|found| found.first().copied()),
             Some(Found::Str("ingest"))
         );
+        assert_eq!(read_usual::<15>(HOP_TEXT, &HOP), None);
+    }
+
+    #[test]
+    fn the_readers_hold_as_many_members_as_their_rules_have() {
+        // hop.rs reads 16 members, identity.rs 10: a rule of another length is never read
+        // in one pass (every hop would be read carefully, and slowly).
+        let members = |rule: &Rule| match rule {
+            Rule::Object(members) => members.len(),
+            _ => 0,
+        };
+        assert_eq!(members(&HOP), 16);
+        assert_eq!(members(&crate::rules::IDENTITY), 10);
     }
 
     #[test]
@@ -255,7 +282,7 @@ mod tests {
             HOP_TEXT.replace("{\"component", "{ \"component"),
             format!("{HOP_TEXT} "),
         ] {
-            assert_eq!(read_usual(&text, &HOP), None, "{text}");
+            assert_eq!(read_usual::<16>(&text, &HOP), None, "{text}");
         }
     }
 }

@@ -60,7 +60,10 @@ fuzz_target!(|data: &[u8]| {
                 last.and_then(|hop| hop.payload_digest.as_deref()),
                 Some(accepted.payload_digest.as_str())
             );
-            assert_eq!(last.map(|hop| &hop.destination), Some(&topic.topic));
+            assert_eq!(
+                last.map(|hop| hop.destination.as_str()),
+                Some(topic.topic.as_str())
+            );
             assert!(accepted.envelope.hop_count() <= limits.max_hops);
             let parent = traceparent::parse(&accepted.traceparent);
             assert_eq!(
@@ -68,8 +71,8 @@ fuzz_target!(|data: &[u8]| {
                 Some(&accepted.envelope.identity.trace_id)
             );
             assert_eq!(
-                parent.as_ref().map(|parent| &parent.span_id),
-                last.map(|hop| &hop.span_id)
+                parent.as_ref().map(|parent| parent.span_id.as_str()),
+                last.map(|hop| hop.span_id.as_str())
             );
         }
         Outcome::Refused(refusal) => check_refusal(&refusal),

@@ -60,9 +60,9 @@ fn record_reads_back(written: &Written, keyring: Option<&Keyring>, payload: &[u8
         headers: &headers,
     };
     let topic = Topic {
-        topic: written.hop.destination.clone(),
+        topic: written.hop.destination.to_string(),
         mode: Mode::Headers,
-        contract: written.hop.contract.clone(),
+        contract: written.hop.contract.to_string(),
         contract_version: written.hop.contract_version,
         writers: Vec::new(),
         binary_payload: false,
