@@ -16,32 +16,20 @@ import textwrap
 from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
-from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
-from middleware_helpers import read_topic, record_count, registry, wait_until
-from pydantic import BaseModel
+from avro_packer import (
+    ORDER,
+    Order,
+    assert_adopted_then_forwarded,
+    envelope_header,
+    foreign_read,
+    packer,
+)
+from middleware_helpers import read_topic, record_count, wait_until
 
-from hopchain import Hopchain, HopchainMiddleware
-from hopchain.formats import AvroFormat
-from hopchain.middleware.stage import Pipeline
-from hopchain.schemas import ENVELOPE_HEADER, Decision, TopicContract
-from hopchain.schemas.text_v2 import load_envelope
-from hopchain.testing import TopicFactory, create_topics, unique_topic_name
+from hopchain.testing import TopicFactory, create_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
-ORDER: dict[str, Any] = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "shop",
-    "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "amount_cents", "type": "long"},
-    ],
-}
 FOREIGN_PRODUCER = textwrap.dedent(
     """
     import json, sys
@@ -61,11 +49,6 @@ FOREIGN_PRODUCER = textwrap.dedent(
     sys.stdout.write(framed.hex())
     """
 )
-
-
-class Order(BaseModel):
-    order_id: str
-    amount_cents: int
 
 
 def produce_foreign(bootstrap: str, url: str, topic: str, value: dict[str, Any]) -> bytes:
@@ -96,65 +79,24 @@ async def test_a_declared_stage_adopts_a_bare_avro_record_and_forwards_its_bytes
     orders, packed = await new_topic(prefix="orders"), await new_topic(prefix="packed")
     await create_topics(kafka_bootstrap, f"{orders}.dlq", f"{packed}.dlq")
 
-    def avro(topic: str, **options: Any) -> TopicContract:
-        return TopicContract(
-            topic=topic,
-            model=Order,
-            owner="shop-team",
-            payload_format=AvroFormat(schema=json.dumps(ORDER), registry_url=url),
-            **options,
-        )
-
-    runtime = Hopchain(registry(avro(orders, adopt_bare=True), avro(packed)), component="packer")
-    pipeline = Pipeline("shop")
-    pack = pipeline.stage(
-        "pack", input=orders, output=packed, owner="shop-team", side_effects_free=True
-    )
-    group = unique_topic_name("packer")
-    broker = KafkaBroker(
-        kafka_bootstrap,
-        middlewares=[HopchainMiddleware(runtime, group=group)],
-        ack_policy=AckPolicy.ACK,
-    )
-    handled: list[Order] = []
-
-    @broker.subscriber(orders, group_id=group, auto_offset_reset="earliest")
-    @broker.publisher(packed)
-    @pack
-    async def handle(order: Order) -> Order:
-        handled.append(order)
-        return order
-
+    stage = packer(kafka_bootstrap, url, orders, packed, group_prefix="packer")
     sent = await asyncio.to_thread(
         produce_foreign, kafka_bootstrap, url, orders, {"order_id": "o-42", "amount_cents": 4200}
     )
     [bare] = await read_topic(kafka_bootstrap, orders)
     assert (bare.value, list(bare.headers)) == (sent, [])  # framed, and no header at all
-    await broker.start()
+    await stage.broker.start()
     try:
         await wait_until(
             lambda: record_count(kafka_bootstrap, packed), within=60, what="the order forwarded"
         )
     finally:
-        await broker.stop()
+        await stage.broker.stop()
 
-    assert handled == [Order(order_id="o-42", amount_cents=4200)]
+    assert stage.handled == [Order(order_id="o-42", amount_cents=4200)]
     [out] = await read_topic(kafka_bootstrap, packed)
     assert out.value == sent  # the foreign producer's bytes, not encoded again
-    envelope = load_envelope(dict(out.headers)[ENVELOPE_HEADER])
-    origin, forwarded = envelope.chain
-    assert (origin.decision, origin.component) == (Decision.ORIGINATED, "packer")
-    assert origin.observation is not None
-    assert origin.observation.startswith(f"adopted a record without an envelope from {orders}")
-    assert forwarded.destination == packed
-    adopted = runtime.metrics.registry.get_sample_value(
-        "hopchain_adopted_total", {"topic": orders, "component": "packer"}
-    )
-    assert adopted == 1.0
+    assert_adopted_then_forwarded(envelope_header(out), orders, packed)
+    assert stage.adopted(orders) == 1.0
     assert await record_count(kafka_bootstrap, f"{orders}.dlq") == 0
-    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
-        foreign = AvroDeserializer(client)
-        assert foreign(out.value, SerializationContext(packed, MessageField.VALUE)) == {
-            "order_id": "o-42",
-            "amount_cents": 4200,
-        }
+    assert foreign_read(url, packed, [out.value]) == [{"order_id": "o-42", "amount_cents": 4200}]

@@ -22,19 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
-from faststream import AckPolicy
-from faststream.kafka import KafkaBroker
-from middleware_helpers import at_least, read_topic, record_count, registry, wait_until
-from pydantic import BaseModel
+from avro_packer import (
+    ORDER,
+    Order,
+    assert_adopted_then_forwarded,
+    envelope_header,
+    foreign_read,
+    packer,
+)
+from middleware_helpers import at_least, read_topic, record_count, wait_until
 
-from hopchain import Hopchain, HopchainMiddleware
-from hopchain.formats import AvroFormat
-from hopchain.middleware.stage import Pipeline
-from hopchain.schemas import ENVELOPE_HEADER, Decision, TopicContract
-from hopchain.schemas.text_v2 import load_envelope
 from hopchain.testing import create_topics, unique_topic_name
 from hopchain.testing._provision import (
     default_cache_dir,
@@ -49,20 +46,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.registry, pytest.mark.slow]
 PRODUCER_HOME = Path(__file__).resolve().parent / "foreign" / "apicurio"
 COUNT = 5
 JVM_SECONDS = 180.0
-ORDER: dict[str, Any] = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "shop",
-    "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "amount_cents", "type": "long"},
-    ],
-}
-
-
-class Order(BaseModel):
-    order_id: str
-    amount_cents: int
 
 
 def jvm_order(number: int) -> dict[str, Any]:
@@ -199,10 +182,9 @@ async def test_the_jvm_writes_confluent_framing_with_an_id_the_ccompat_api_serve
     )
     assert version["contentId"] == schema_id
     assert version["globalId"] != schema_id  # set apart by the fixture: a wrong id shows
-    with SchemaRegistryClient({"url": schema_registry_url, "timeout": 30}) as client:
-        foreign = AvroDeserializer(client)
-        context = SerializationContext(jvm_wrote.topic, MessageField.VALUE)
-        assert [foreign(r.value, context) for r in records] == [jvm_order(n) for n in range(COUNT)]
+    assert foreign_read(schema_registry_url, jvm_wrote.topic, [r.value for r in records]) == [
+        jvm_order(n) for n in range(COUNT)
+    ]
 
 
 async def test_a_declared_stage_adopts_the_jvm_records_and_forwards_their_bytes_unchanged(
@@ -212,35 +194,8 @@ async def test_a_declared_stage_adopts_the_jvm_records_and_forwards_their_bytes_
     packed = unique_topic_name("jvm-packed")
     await create_topics(kafka_bootstrap, packed, f"{orders}.dlq", f"{packed}.dlq")
 
-    def avro(topic: str, **options: Any) -> TopicContract:
-        return TopicContract(
-            topic=topic,
-            model=Order,
-            owner="shop-team",
-            payload_format=AvroFormat(schema=json.dumps(ORDER), registry_url=url),
-            **options,
-        )
-
-    runtime = Hopchain(registry(avro(orders, adopt_bare=True), avro(packed)), component="packer")
-    pack = Pipeline("shop").stage(
-        "pack", input=orders, output=packed, owner="shop-team", side_effects_free=True
-    )
-    group = unique_topic_name("jvm-packer")
-    broker = KafkaBroker(
-        kafka_bootstrap,
-        middlewares=[HopchainMiddleware(runtime, group=group)],
-        ack_policy=AckPolicy.ACK,
-    )
-    handled: list[Order] = []
-
-    @broker.subscriber(orders, group_id=group, auto_offset_reset="earliest")
-    @broker.publisher(packed)
-    @pack
-    async def handle(order: Order) -> Order:
-        handled.append(order)
-        return order
-
-    await broker.start()
+    stage = packer(kafka_bootstrap, url, orders, packed, group_prefix="jvm-packer")
+    await stage.broker.start()
     try:
         await wait_until(
             lambda: at_least(record_count(kafka_bootstrap, packed), COUNT),
@@ -248,26 +203,16 @@ async def test_a_declared_stage_adopts_the_jvm_records_and_forwards_their_bytes_
             what=f"{COUNT} orders forwarded",
         )
     finally:
-        await broker.stop()
+        await stage.broker.stop()
 
-    assert handled == [Order(**jvm_order(n)) for n in range(COUNT)]
+    assert stage.handled == [Order(**jvm_order(n)) for n in range(COUNT)]
     forwarded = await read_topic(kafka_bootstrap, packed)
     # The JVM's framed bytes, byte for byte: adopted, not decoded and encoded again.
     assert [r.value for r in forwarded] == [r.value for r in jvm_wrote.records]
     for record in forwarded:
-        origin, hop = load_envelope(dict(record.headers)[ENVELOPE_HEADER]).chain
-        assert (origin.decision, origin.component) == (Decision.ORIGINATED, "packer")
-        assert origin.observation is not None
-        assert origin.observation.startswith(f"adopted a record without an envelope from {orders}")
-        assert hop.destination == packed
-    adopted = runtime.metrics.registry.get_sample_value(
-        "hopchain_adopted_total", {"topic": orders, "component": "packer"}
-    )
-    assert adopted == float(COUNT)
+        assert_adopted_then_forwarded(envelope_header(record), orders, packed)
+    assert stage.adopted(orders) == float(COUNT)
     assert await record_count(kafka_bootstrap, f"{orders}.dlq") == 0
-    with SchemaRegistryClient({"url": url, "timeout": 30}) as client:
-        foreign = AvroDeserializer(client)
-        context = SerializationContext(packed, MessageField.VALUE)
-        assert [foreign(r.value, context) for r in forwarded] == [
-            jvm_order(n) for n in range(COUNT)
-        ]
+    assert foreign_read(url, packed, [r.value for r in forwarded]) == [
+        jvm_order(n) for n in range(COUNT)
+    ]
