@@ -48,10 +48,10 @@ if TYPE_CHECKING:
 __all__ = [
     "append_v2",
     "check_signature",
+    "decision_time",
     "hop_members",
     "mint_identity",
     "mint_v2",
-    "new_hop",
     "payload_digest",
     "recontracted",
     "reseal_last",
@@ -249,26 +249,10 @@ def hop_members(
     }
 
 
-def new_hop(
-    index: int,
-    *,
-    component: str,
-    instance: str,
-    decision: Decision,
-    span_id: str,
-    contract: tuple[str, int],
-    decided_at: datetime | None = None,
-    observation: str = "",
-    received_from: Position | None = None,
-    received_at: datetime | None = None,
-    destination: str | None = None,
-    attempts: Sequence[Attempt] = (),
-    effects: Sequence[Effect] = (),
-    failure: Failure | None = None,
-    degradation: Degradation | None = None,
-    payload: str | None = None,
-) -> dict[str, Any]:
-    """Hop ``index``'s members as the core's writer takes them, ``decided_at`` now by default.
+def decision_time(
+    index: int, decided_at: datetime | None, received_at: datetime | None
+) -> datetime:
+    """Hop ``index``'s decision time, now by default; its timestamps checked to be aware.
 
     Only the timestamps are checked here (a naive one has no spelling on the wire); the core
     checks every member when it seals or writes the hop.
@@ -281,23 +265,7 @@ def new_hop(
         raise EnvelopeError(
             ReasonCode.INVALID_VALUE, "timestamps must be aware", f"$.chain[{index}]"
         )
-    return hop_members(
-        component=component,
-        instance=instance,
-        decision=decision,
-        span_id=span_id,
-        contract=contract,
-        decided_at=decided,
-        observation=observation,
-        received_from=received_from,
-        received_at=received_at,
-        destination=destination,
-        attempts=attempts,
-        effects=effects,
-        failure=failure,
-        degradation=degradation,
-        payload=payload,
-    )
+    return decided
 
 
 def append_v2(
@@ -334,14 +302,13 @@ def append_v2(
     if contract is None:
         contract = (envelope.contract, envelope.contract_version)
     index = wire.sealed_count + (wire.pending is not None)
-    hop = new_hop(
-        index,
+    hop = hop_members(
         component=component,
         instance=instance,
         decision=decision,
         span_id=span_id,
         contract=contract,
-        decided_at=decided_at,
+        decided_at=decision_time(index, decided_at, received_at),
         observation=observation,
         received_from=received_from,
         received_at=received_at,

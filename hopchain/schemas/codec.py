@@ -436,7 +436,7 @@ class EnvelopeCodec:
         """Write one record for ``topic``: ``received`` with ``hop`` appended, by the core.
 
         ``hop`` holds the new hop's members as plain values (as
-        :func:`~hopchain.schemas.chain_v2.new_hop` makes them): the core checks them as a
+        :func:`~hopchain.schemas.chain_v2.hop_members` makes them): the core checks them as a
         reader will (SPEC.md section 7) and writes the hop onto the text its verdict read, in
         one call. No envelope is built on the way; :attr:`EncodedRecord.envelope` is, when
         asked for. ``keyring`` signs the hop when the codec has none. ``read``: as for

@@ -29,7 +29,7 @@ from hopchain.schemas import (
     new_envelope,
     new_envelope_id,
 )
-from hopchain.schemas.chain_v2 import append_v2, new_hop
+from hopchain.schemas.chain_v2 import append_v2, decision_time, hop_members
 from hopchain.schemas.deadletter import RESERVED_HEADER_PREFIX
 from hopchain.schemas.sealed import wire_of
 from hopchain.send_spans import forward_span, publish_span, quiet_publish_span
@@ -291,13 +291,13 @@ class Publisher:
         metrics.child(metrics.stage_decisions, stage_label(incoming), decided.value).inc()
         incoming.hops_appended += 1
         try:
-            hop = new_hop(
-                wire.sealed_count,
+            hop = hop_members(
                 component=parts.component,
                 instance=parts.instance,
                 decision=decided,
                 span_id=incoming.span_id,
                 contract=(contract.name, contract.version),
+                decided_at=decision_time(wire.sealed_count, None, incoming.received_at),
                 observation=observation,
                 received_from=incoming.record.position,
                 received_at=incoming.received_at,
